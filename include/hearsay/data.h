@@ -1,0 +1,107 @@
+/* hearsay: datasets, sharding and batches.
+ *
+ * A dataset is n examples of `dim` floats (already normalised) and n labels in [0, classes),
+ * held in host memory. Fashion-MNIST comes from the IDX files as Debian's dataset-fashion-mnist
+ * package ships them (gzip-compressed, in /usr/share/datasets/fashion-mnist); tests use the
+ * synthetic generator instead. Everything seeded is deterministic across machines. */
+#ifndef HEARSAY_DATA_H
+#define HEARSAY_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HS_DATA_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
+#define HS_DATA_PACKAGE "dataset-fashion-mnist"
+
+typedef struct hs_dataset {
+    size_t n;       /* examples */
+    int dim;        /* floats per example */
+    int classes;    /* labels are in [0, classes) */
+    float *x;       /* n * dim, row-major, owned */
+    uint8_t *y;     /* n, owned */
+    char name[64];  /* "fashion-mnist/train", "synthetic" */
+} hs_dataset;
+
+/* Frees x, y and the struct. Accepts NULL. */
+void hs_dataset_free(hs_dataset *ds);
+
+/* One IDX file (https://yann.lecun.com/exdb/mnist/ format), gzip-compressed or raw (detected
+ * by the gzip magic). Checks the magic number, the element type (unsigned byte only), the
+ * number of dimensions (1..4), that no dimension is 0 and that the data is exactly
+ * prod(dims) bytes. Errors name the file: HS_ENOENT, HS_EIO, HS_EFORMAT. */
+typedef struct hs_idx {
+    int ndim;
+    uint32_t dims[4];
+    uint8_t *data; /* prod(dims) bytes, owned; free with free() */
+    size_t size;
+} hs_idx;
+int hs_idx_read(const char *path, hs_idx *out);
+
+/* Loads Fashion-MNIST (train: 60,000, test: 10,000 examples of 28x28) from dir (NULL: the
+ * default). Pixels are scaled to [0, 1] and standardised with the training set's mean and
+ * standard deviation (HS_FMNIST_MEAN/STD) so every peer normalises identically. A missing
+ * directory gets an HS_ENOENT error naming it and the package that provides it; a missing,
+ * truncated or inconsistent file names the file. Either output may be NULL to skip it. */
+#define HS_FMNIST_MEAN 0.2860f
+#define HS_FMNIST_STD 0.3530f
+int hs_fmnist_load(const char *dir, hs_dataset **train, hs_dataset **test);
+
+/* A learnable synthetic set for tests that must not depend on the package: `classes` Gaussian
+ * clusters in `dim` dimensions with random unit-norm centres scaled by `separation`, unit noise.
+ * Deterministic in seed; pass a different `split` for a test set drawn
+ * from the same clusters. */
+typedef struct hs_synth_cfg {
+    size_t n;
+    int dim;
+    int classes;
+    float separation;
+    uint64_t seed;
+    uint32_t split; /* 0 = train, 1 = test, ...: same centres, different samples */
+} hs_synth_cfg;
+int hs_dataset_synthetic(hs_dataset **out, const hs_synth_cfg *cfg);
+
+/* A new dataset holding the examples idx[0..count) of src, in that order. */
+int hs_dataset_subset(hs_dataset **out, const hs_dataset *src, const uint32_t *idx, size_t count);
+
+/* Sharding for peer `rank` of `world`. The returned index array (malloc'd, owned by the
+ * caller) lists the examples of that peer's shard in ascending order. Shards of all ranks are
+ * disjoint and cover the set (IID: a seeded permutation cut into near-equal parts; Dirichlet:
+ * for each class, proportions drawn from Dir(alpha) over the peers, as in Hsu et al. 2019).
+ * HS_EINVAL for world < 1, rank out of range, alpha <= 0. */
+int hs_shard_iid(size_t n, int rank, int world, uint64_t seed, uint32_t **idx, size_t *count);
+int hs_shard_dirichlet(const uint8_t *labels, size_t n, int classes, int rank, int world,
+                       double alpha, uint64_t seed, uint32_t **idx, size_t *count);
+
+/* Partition spec as given on the command line: "iid" or "dirichlet:ALPHA". */
+typedef struct hs_partition {
+    int kind; /* 0 = iid, 1 = dirichlet */
+    double alpha;
+} hs_partition;
+int hs_partition_parse(const char *s, hs_partition *out);
+int hs_shard(const hs_dataset *ds, const hs_partition *p, int rank, int world, uint64_t seed,
+             uint32_t **idx, size_t *count);
+
+/* Mini-batches over a dataset: every epoch is a fresh seeded permutation of the examples
+ * (seed, stream, epoch), cut into batches of `batch` (the last short batch of an epoch is
+ * dropped when drop_last is set). Batches are gathered into caller-visible buffers. */
+typedef struct hs_batcher hs_batcher;
+int hs_batcher_new(hs_batcher **out, const hs_dataset *ds, int batch, uint64_t seed,
+                   uint32_t stream, int drop_last);
+void hs_batcher_free(hs_batcher *b);
+/* Gathers the next batch; returns its size (> 0). x points to size*dim floats and y to size
+ * labels, both valid until the next call. Advances to the next epoch when one ends. */
+int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y);
+/* Epoch of the batch returned last, from 0; and batches per epoch. */
+long hs_batcher_epoch(const hs_batcher *b);
+long hs_batcher_steps_per_epoch(const hs_batcher *b);
+/* Positions the batcher at the start of global step `step` (used on resume). */
+int hs_batcher_seek(hs_batcher *b, long step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,79 @@
+/* hearsay: the exchange interface between an algorithm and a transport.
+ *
+ * Algorithms (src/algo) never see sockets: they ask an exchange who their neighbours are at a
+ * round, hand it payloads for neighbours, and take the payloads neighbours sent them. The
+ * network runtime (src/net) and the in-process simulator (src/sim) are two implementations.
+ *
+ * Threading: an exchange is called from the training thread only (one caller). Payloads are
+ * refcounted hs_bufs: send() takes its own reference; buffers returned by recv() and drain()
+ * are owned by the caller (hs_buf_unref when done). */
+#ifndef HEARSAY_EXCHANGE_H
+#define HEARSAY_EXCHANGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/buf.h"
+#include "hearsay/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_exchange hs_exchange;
+
+/* A peer's neighbourhood at a round, in peer ids: the topology's view of this peer's rank in
+ * the member list in effect at that round. `epoch` changes whenever membership (and so the
+ * neighbours or any weight) changes; both ends of every edge see the same epoch at the same
+ * round. */
+typedef struct hs_nbr {
+    uint32_t id;
+    double w;
+} hs_nbr;
+
+typedef struct hs_peer_view {
+    uint64_t epoch;
+    uint32_t self;    /* this peer's id */
+    int n_members;
+    double self_w;
+    int n_in, n_out;
+    hs_nbr *in;  /* owned by the exchange; valid until the next view() call */
+    hs_nbr *out;
+} hs_peer_view;
+
+/* A message taken from the exchange. */
+typedef struct hs_msg {
+    uint32_t from;
+    uint64_t round;
+    hs_buf *payload; /* owned by the receiver of the hs_msg */
+} hs_msg;
+
+typedef struct hs_exchange_stats {
+    uint64_t bytes_sent, bytes_recv; /* payload bytes plus framing */
+    uint64_t msgs_sent, msgs_recv;
+} hs_exchange_stats;
+
+typedef struct hs_exchange_ops {
+    /* The view in effect at `round`. */
+    int (*view)(hs_exchange *ex, uint64_t round, hs_peer_view *out);
+    /* Queues payload for peer `to`, tagged with round. Never blocks. */
+    int (*send)(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload);
+    /* Waits for the payload of `round` from `from`, up to timeout_ms (< 0: no limit, only for
+     * the simulator). HS_ETIMEDOUT when it did not come; HS_ECONNRESET when `from` left or
+     * was declared dead (the algorithm then leaves it out of this round). */
+    int (*recv)(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_ms, hs_buf **out);
+    /* Takes every message that has arrived, of any round, without waiting (asynchronous
+     * algorithms). Returns the number written to out (at most max). */
+    int (*drain)(hs_exchange *ex, hs_msg *out, int max);
+    void (*stats)(hs_exchange *ex, hs_exchange_stats *out);
+} hs_exchange_ops;
+
+struct hs_exchange {
+    const hs_exchange_ops *ops;
+    void *impl;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

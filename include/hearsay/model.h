@@ -1,0 +1,116 @@
+/* hearsay: the model (a multilayer perceptron) and its optimizer.
+ *
+ * All parameters live in ONE contiguous float vector in backend memory, and so do all
+ * gradients; each layer's weights and bias are views into it. That is what lets every gossip
+ * algorithm and compressor work on (float *x, size_t d) alone. Parameter layout, per layer l
+ * with fan-in a and fan-out b: W_l as b rows of a floats (row-major, out x in), then b_l (b).
+ *
+ * Threading: a model is used by one thread at a time. */
+#ifndef HEARSAY_MODEL_H
+#define HEARSAY_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/data.h"
+#include "hearsay/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HS_MLP_MAX_LAYERS 16
+
+typedef struct hs_mlp_cfg {
+    int n_layers;                     /* number of weight layers (hidden + output) */
+    int width[HS_MLP_MAX_LAYERS + 1]; /* width[0] = inputs ... width[n_layers] = classes */
+} hs_mlp_cfg;
+
+/* The default 784-256-128-10. */
+void hs_mlp_cfg_default(hs_mlp_cfg *cfg);
+
+/* Parses hidden widths "256,128" (or "" / "none" for a linear model) between fixed input and
+ * output sizes. HS_EINVAL naming the bad width (0, negative, not a number, too many layers). */
+int hs_mlp_cfg_parse(hs_mlp_cfg *cfg, int n_in, const char *hidden, int n_out);
+
+/* "mlp:784-256-128-10"; the architecture part of a model signature. */
+void hs_mlp_cfg_format(const hs_mlp_cfg *cfg, char *buf, size_t len);
+
+/* Number of parameters of cfg. */
+size_t hs_mlp_cfg_nparams(const hs_mlp_cfg *cfg);
+
+typedef struct hs_model hs_model;
+
+/* A model on backend `be` (borrowed; must outlive the model) whose work buffers fit batches of
+ * up to max_batch examples. Parameters are zero until hs_model_init. */
+int hs_model_new(hs_model **out, hs_backend *be, const hs_mlp_cfg *cfg, int max_batch);
+void hs_model_free(hs_model *m); /* accepts NULL */
+
+/* Seeded He (Kaiming normal, fan-in) initialisation of weights, zero biases. Deterministic in
+ * seed on every backend (drawn on the host, then uploaded). */
+int hs_model_init(hs_model *m, uint64_t seed);
+
+size_t hs_model_nparams(const hs_model *m);
+const hs_mlp_cfg *hs_model_cfg(const hs_model *m);
+hs_backend *hs_model_backend(const hs_model *m);
+/* The parameter and gradient vectors (backend memory, nparams floats each). */
+float *hs_model_params(hs_model *m);
+float *hs_model_grads(hs_model *m);
+
+typedef struct hs_step_stats {
+    double loss;  /* mean loss over the batch */
+    int correct;  /* examples classified correctly (before the update) */
+    int count;    /* batch size */
+} hs_step_stats;
+
+/* Forward and backward on one batch from host memory (x: bs * width[0] floats, y: bs labels):
+ * overwrites the gradient vector with the gradient of the mean loss. bs <= max_batch. */
+int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st);
+
+/* Forward only; optional per-batch loss and correct count. */
+int hs_model_eval_batch(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st);
+
+/* Mean loss and accuracy over a whole dataset, in batches of at most max_batch. */
+int hs_model_evaluate(hs_model *m, const hs_dataset *ds, double *loss, double *accuracy);
+
+/* Learning-rate schedule and SGD with momentum over one flat vector. */
+typedef enum hs_lr_sched {
+    HS_LR_CONST = 0,
+    HS_LR_COSINE = 1, /* lr_min + (lr - lr_min) * (1 + cos(pi t / T)) / 2 after warm-up */
+    HS_LR_STEP = 2,   /* lr * gamma^(floor(t / step_size)) after warm-up */
+} hs_lr_sched;
+
+typedef struct hs_optim_cfg {
+    float lr;
+    float momentum;
+    float weight_decay;
+    int nesterov;
+    hs_lr_sched sched;
+    long warmup_steps; /* linear warm-up from lr / warmup_steps to lr */
+    long total_steps;  /* T of the cosine schedule */
+    long step_size;    /* of the step schedule */
+    float step_gamma;
+    float lr_min;
+} hs_optim_cfg;
+
+void hs_optim_cfg_default(hs_optim_cfg *cfg);
+int hs_lr_sched_parse(const char *s, hs_lr_sched *out);
+
+/* The learning rate at global step t (from 0). */
+float hs_optim_lr(const hs_optim_cfg *cfg, long t);
+
+typedef struct hs_optim hs_optim;
+/* An optimizer for n parameters on be (borrowed): owns the velocity buffer. */
+int hs_optim_new(hs_optim **out, hs_backend *be, size_t n, const hs_optim_cfg *cfg);
+void hs_optim_free(hs_optim *o);
+/* x -= lr(t) * direction(g) with momentum and weight decay; returns the lr used in *lr_out
+ * (may be NULL). */
+int hs_optim_step(hs_optim *o, float *x, const float *g, long t, float *lr_out);
+/* The velocity vector (backend memory, n floats), for checkpoints. */
+float *hs_optim_velocity(hs_optim *o);
+const hs_optim_cfg *hs_optim_config(const hs_optim *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

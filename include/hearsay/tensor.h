@@ -1,0 +1,145 @@
+/* hearsay: compute backends.
+ *
+ * A backend is a table of functions over its own memory: the CPU backend (OpenBLAS, always
+ * built) and the CUDA backend (cuBLAS, a module loaded at run time when --device cuda asks for
+ * it). Pointers named "device" below point into the backend's memory; for the CPU backend that
+ * is ordinary host memory and `host_memory` is set, so callers may skip copies.
+ *
+ * Layout: every matrix is row-major and dense; vectors are contiguous floats.
+ * Threading: a backend object is used by one thread at a time (the training thread).
+ * Errors: functions return 0 or a negative HS_E* with hs_error_message() set. */
+#ifndef HEARSAY_TENSOR_H
+#define HEARSAY_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/buf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hs_device {
+    HS_DEVICE_CPU = 0,
+    HS_DEVICE_CUDA = 1,
+} hs_device;
+
+typedef struct hs_backend hs_backend;
+
+/* Hyper-parameters of one SGD step; see hs_ew_sgd() in src/tensor/ew.h for the exact update
+ * (PyTorch's convention: weight decay added to the gradient, dampening 0). */
+typedef struct hs_sgd_hparams {
+    float lr;
+    float momentum;     /* 0 disables the velocity buffer */
+    float weight_decay; /* L2 coefficient */
+    int nesterov;       /* 1: Nesterov momentum; 0: heavy ball */
+} hs_sgd_hparams;
+
+typedef struct hs_backend_ops {
+    const char *name;
+
+    /* Memory. alloc returns zeroed backend memory of `bytes` bytes (owned by the caller, freed
+     * with free). upload/download/copy move bytes between host and backend memory or within
+     * the backend. All copies have completed when they return. */
+    int (*alloc)(hs_backend *be, size_t bytes, void **out);
+    void (*free)(hs_backend *be, void *p); /* accepts NULL */
+    int (*upload)(hs_backend *be, void *dst, const void *src_host, size_t bytes);
+    int (*download)(hs_backend *be, void *dst_host, const void *src, size_t bytes);
+    int (*copy)(hs_backend *be, void *dst, const void *src, size_t bytes);
+    int (*sync)(hs_backend *be);
+
+    /* C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n;
+     * trans_* != 0 selects the transpose. lda/ldb/ldc are row strides in elements. */
+    int (*gemm)(hs_backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+    /* Vector ops on device vectors of n floats. */
+    int (*fill)(hs_backend *be, float *x, size_t n, float v);
+    int (*scale)(hs_backend *be, float *x, size_t n, float a);                     /* x *= a */
+    int (*axpy)(hs_backend *be, float *y, const float *x, size_t n, float a);      /* y += a x */
+    int (*axpby)(hs_backend *be, float *y, const float *x, size_t n, float a, float b); /* y = a x + b y */
+    /* Dot product accumulated in double, returned to the host. */
+    int (*dot)(hs_backend *be, const float *x, const float *y, size_t n, double *out);
+
+    /* Layers. y[m x n] += b[n] on every row. */
+    int (*bias_add)(hs_backend *be, float *y, const float *b, int m, int n);
+    /* db[n] = sum over the m rows of dy[m x n]. */
+    int (*bias_grad)(hs_backend *be, float *db, const float *dy, int m, int n);
+    /* y = max(x, 0); y may alias x. */
+    int (*relu)(hs_backend *be, float *y, const float *x, size_t n);
+    /* dx = dy where y > 0, else 0; dx may alias dy. y is the ReLU's output. */
+    int (*relu_grad)(hs_backend *be, float *dx, const float *dy, const float *y, size_t n);
+    /* Softmax cross-entropy over rows of logits[m x k] with labels[m] (int32, device memory,
+     * each in [0, k)). Returns the summed loss and the number of rows whose arg-max equals the
+     * label to the host. When dlogits is non-NULL it receives grad_scale * (softmax - onehot);
+     * dlogits may alias logits. */
+    int (*softmax_xent)(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
+                        float *dlogits, float grad_scale, double *loss_sum, int *correct);
+    /* One SGD step on n parameters: x, gradient g, velocity v (may be NULL if momentum is 0). */
+    int (*sgd_step)(hs_backend *be, float *x, const float *g, float *v, size_t n,
+                    const hs_sgd_hparams *h);
+
+    /* Releases the backend's private state; called by hs_backend_close. */
+    void (*destroy)(hs_backend *be);
+} hs_backend_ops;
+
+struct hs_backend {
+    const hs_backend_ops *ops;
+    hs_device device;
+    int host_memory; /* backend memory is host memory: a pointer may be used by the CPU */
+    int threads;     /* CPU threads for BLAS and element-wise work */
+    void *priv;      /* the backend's own state */
+    void *module;    /* dlopen handle of a loaded backend module, or NULL */
+    char description[128]; /* "cpu (OpenBLAS 0.3.21, 2 threads)", "cuda (NVIDIA H100, sm_90)" */
+};
+
+typedef struct hs_backend_cfg {
+    int threads;   /* <= 0: leave the BLAS library's default */
+    int device_id; /* CUDA device ordinal */
+} hs_backend_cfg;
+
+/* Opens a backend. HS_ENODEV with a message when the device or the module is not there
+ * ("--device cuda: no CUDA device found (cudaGetDeviceCount: ...)"); HS_ENOTSUP when this
+ * build has no such backend. *out is returned owned. */
+int hs_backend_open(hs_backend **out, hs_device device, const hs_backend_cfg *cfg);
+
+/* Accepts NULL. */
+void hs_backend_close(hs_backend *be);
+
+/* Parses "cpu" or "cuda". HS_EINVAL with a message naming the text. */
+int hs_device_parse(const char *s, hs_device *out);
+const char *hs_device_name(hs_device d);
+
+/* Comma-separated names of the backends built in ("cpu,cuda"). Static string. */
+const char *hs_backends_built(void);
+
+/* Convenience wrappers. */
+static inline int hs_be_alloc_f(hs_backend *be, size_t n, float **out) {
+    return be->ops->alloc(be, n * sizeof(float), (void **)out);
+}
+static inline void hs_be_free(hs_backend *be, void *p) { be->ops->free(be, p); }
+static inline int hs_be_upload(hs_backend *be, void *dst, const void *src, size_t bytes) {
+    return be->ops->upload(be, dst, src, bytes);
+}
+static inline int hs_be_download(hs_backend *be, void *dst, const void *src, size_t bytes) {
+    return be->ops->download(be, dst, src, bytes);
+}
+static inline int hs_be_copy_f(hs_backend *be, float *dst, const float *src, size_t n) {
+    return be->ops->copy(be, dst, src, n * sizeof(float));
+}
+static inline int hs_be_axpy(hs_backend *be, float *y, const float *x, size_t n, float a) {
+    return be->ops->axpy(be, y, x, n, a);
+}
+static inline int hs_be_scale(hs_backend *be, float *x, size_t n, float a) {
+    return be->ops->scale(be, x, n, a);
+}
+static inline int hs_be_dot(hs_backend *be, const float *x, const float *y, size_t n,
+                            double *out) {
+    return be->ops->dot(be, x, y, n, out);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

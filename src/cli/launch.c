@@ -1,0 +1,11 @@
+/* hearsay launch: placeholder until its issue lands. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+int hs_cmd_launch(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "hearsay launch: not built yet\n");
+    return HS_EXIT_FAIL;
+}

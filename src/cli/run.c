@@ -1,0 +1,11 @@
+/* hearsay run: placeholder until its issue lands. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+int hs_cmd_run(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "hearsay run: not built yet\n");
+    return HS_EXIT_FAIL;
+}

@@ -1,0 +1,363 @@
+/* hearsay train: one peer alone, the single-node baseline every decentralized run is compared
+ * with. Loads the data, trains the MLP with SGD, evaluates on the test set, prints progress and
+ * writes JSON-lines metrics. Ctrl-C stops after the current step and still prints the summary. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "core/jsonl.h"
+#include "core/rng.h"
+#include "hearsay/data.h"
+#include "hearsay/error.h"
+#include "hearsay/model.h"
+#include "hearsay/tensor.h"
+#include "hs_config.h"
+
+enum {
+    O_DATA = 256,
+    O_EPOCHS,
+    O_BATCH,
+    O_LR,
+    O_MOMENTUM,
+    O_NESTEROV,
+    O_WD,
+    O_SCHED,
+    O_WARMUP,
+    O_STEP_SIZE,
+    O_STEP_GAMMA,
+    O_HIDDEN,
+    O_SEED,
+    O_THREADS,
+    O_DEVICE,
+    O_METRICS,
+    O_EVAL_EVERY,
+    O_NO_EVAL,
+    O_SUBSET,
+    O_TEST_SUBSET,
+    O_SYNTHETIC,
+    O_MAX_STEPS,
+    O_LOG_EVERY,
+    O_QUIET,
+    O_SAVE,
+};
+
+static const hs_cli_opt train_opts[] = {
+    {"data", O_DATA, "DIR", "Fashion-MNIST directory (default: " HS_DATA_DEFAULT_DIR ")"},
+    {"synthetic", O_SYNTHETIC, NULL, "train on a synthetic Gaussian-cluster set instead"},
+    {"epochs", O_EPOCHS, "N", "passes over the training set (default: 10)"},
+    {"batch", O_BATCH, "N", "examples per step (default: 128)"},
+    {"lr", O_LR, "F", "peak learning rate (default: 0.05)"},
+    {"momentum", O_MOMENTUM, "F", "momentum in [0, 1) (default: 0.9)"},
+    {"nesterov", O_NESTEROV, NULL, "Nesterov momentum instead of heavy ball"},
+    {"weight-decay", O_WD, "F", "L2 weight decay (default: 0.0001)"},
+    {"lr-schedule", O_SCHED, "S", "const, cosine or step (default: cosine)"},
+    {"warmup", O_WARMUP, "N", "linear warm-up steps (default: 0)"},
+    {"step-size", O_STEP_SIZE, "N", "steps between decays of the step schedule (default: 1 epoch)"},
+    {"step-gamma", O_STEP_GAMMA, "F", "decay factor of the step schedule (default: 0.1)"},
+    {"hidden", O_HIDDEN, "W,W", "hidden layer widths (default: 256,128)"},
+    {"seed", O_SEED, "N", "seed of initialisation and shuffling (default: 1)"},
+    {"threads", O_THREADS, "N", "CPU threads for BLAS (default: 1)"},
+    {"device", O_DEVICE, "D", "cpu or cuda (default: cpu)"},
+    {"metrics", O_METRICS, "FILE", "write JSON-lines metrics to FILE"},
+    {"eval-every", O_EVAL_EVERY, "N", "evaluate every N steps (default: at each epoch's end)"},
+    {"no-eval", O_NO_EVAL, NULL, "skip evaluation until the end (for timing)"},
+    {"subset", O_SUBSET, "N", "train on a seeded subset of N examples"},
+    {"test-subset", O_TEST_SUBSET, "N", "evaluate on the first N test examples"},
+    {"max-steps", O_MAX_STEPS, "N", "stop after N steps"},
+    {"log-every", O_LOG_EVERY, "N", "progress line every N steps when not a terminal (default: 100)"},
+    {"save", O_SAVE, "FILE", "write the final parameters to FILE (raw little-endian float32)"},
+    {"quiet", O_QUIET, NULL, "print only the final line"},
+    {NULL, 0, NULL, NULL},
+};
+
+typedef struct train_args {
+    const char *data, *metrics, *save, *hidden;
+    int synthetic, epochs, batch, threads, no_eval, quiet, log_every;
+    long eval_every, subset, test_subset, max_steps;
+    unsigned long long seed;
+    hs_device device;
+    hs_optim_cfg opt;
+    int step_size_set;
+} train_args;
+
+static int handle(void *ctx, int key, const char *v) {
+    train_args *a = ctx;
+    switch (key) {
+    case O_DATA: a->data = v; return 0;
+    case O_SYNTHETIC: a->synthetic = 1; return 0;
+    case O_EPOCHS: return hs_cli_int("--epochs", v, 1, 100000, &a->epochs);
+    case O_BATCH: return hs_cli_int("--batch", v, 1, 1 << 16, &a->batch);
+    case O_LR: return hs_cli_float("--lr", v, 0.0, 100.0, &a->opt.lr);
+    case O_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &a->opt.momentum);
+    case O_NESTEROV: a->opt.nesterov = 1; return 0;
+    case O_WD: return hs_cli_float("--weight-decay", v, 0.0, 1.0, &a->opt.weight_decay);
+    case O_SCHED:
+        if (hs_lr_sched_parse(v, &a->opt.sched) < 0)
+            return hs_cli_usage_error("%s", hs_error_message());
+        return 0;
+    case O_WARMUP: return hs_cli_long("--warmup", v, 0, 1L << 40, &a->opt.warmup_steps);
+    case O_STEP_SIZE:
+        a->step_size_set = 1;
+        return hs_cli_long("--step-size", v, 1, 1L << 40, &a->opt.step_size);
+    case O_STEP_GAMMA: return hs_cli_float("--step-gamma", v, 0.0, 1.0, &a->opt.step_gamma);
+    case O_HIDDEN: a->hidden = v; return 0;
+    case O_SEED: return hs_cli_u64("--seed", v, &a->seed);
+    case O_THREADS: return hs_cli_int("--threads", v, 1, 1024, &a->threads);
+    case O_DEVICE:
+        if (hs_device_parse(v, &a->device) < 0) return hs_cli_usage_error("--device: %s", hs_error_message());
+        return 0;
+    case O_METRICS: a->metrics = v; return 0;
+    case O_EVAL_EVERY: return hs_cli_long("--eval-every", v, 1, 1L << 40, &a->eval_every);
+    case O_NO_EVAL: a->no_eval = 1; return 0;
+    case O_SUBSET: return hs_cli_long("--subset", v, 1, 1L << 32, &a->subset);
+    case O_TEST_SUBSET: return hs_cli_long("--test-subset", v, 1, 1L << 32, &a->test_subset);
+    case O_MAX_STEPS: return hs_cli_long("--max-steps", v, 1, 1L << 40, &a->max_steps);
+    case O_LOG_EVERY: return hs_cli_int("--log-every", v, 1, 1 << 30, &a->log_every);
+    case O_SAVE: a->save = v; return 0;
+    case O_QUIET: a->quiet = 1; return 0;
+    }
+    return hs_cli_usage_error("internal: unhandled option %d", key);
+}
+
+/* Keeps a seeded random subset of n examples (or all of them), compacting the dataset. */
+static int take_subset(hs_dataset **ds, long n, uint64_t seed, int random) {
+    if (n <= 0 || (size_t)n >= (*ds)->n) return 0;
+    uint32_t *idx = malloc(sizeof(uint32_t) * (*ds)->n);
+    if (!idx) return HS_ENOMEM;
+    for (size_t i = 0; i < (*ds)->n; i++) idx[i] = (uint32_t)i;
+    if (random) {
+        hs_rng r;
+        hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFDu, 0);
+        hs_rng_shuffle_u32(&r, idx, (*ds)->n);
+    }
+    hs_dataset *sub;
+    int err = hs_dataset_subset(&sub, *ds, idx, (size_t)n);
+    free(idx);
+    if (err < 0) return err;
+    hs_dataset_free(*ds);
+    *ds = sub;
+    return 0;
+}
+
+static int save_params(const char *path, hs_model *m) {
+    size_t n = hs_model_nparams(m);
+    float *h = malloc(sizeof(float) * n);
+    if (!h) return HS_ENOMEM;
+    int err = hs_be_download(hs_model_backend(m), h, hs_model_params(m), sizeof(float) * n);
+    if (err == 0) {
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(h, sizeof(float), n, f) != n || fclose(f) != 0) {
+            fprintf(stderr, "hearsay train: --save %s: cannot write\n", path);
+            err = HS_EIO;
+        }
+    }
+    free(h);
+    return err;
+}
+
+int hs_cmd_train(int argc, char **argv) {
+    train_args a;
+    memset(&a, 0, sizeof(a));
+    a.epochs = 10;
+    a.batch = 128;
+    a.threads = 1;
+    a.seed = 1;
+    a.log_every = 100;
+    a.hidden = "256,128";
+    a.device = HS_DEVICE_CPU;
+    hs_optim_cfg_default(&a.opt);
+    a.opt.weight_decay = 1e-4f;
+    const hs_cli_opt *tables[] = {train_opts, NULL};
+    int rc = hs_cli_parse(argc, argv, "train", "[options]",
+                          "Train one peer alone on Fashion-MNIST (or a synthetic set): the "
+                          "single-node baseline.",
+                          tables, handle, &a, NULL, 0, NULL);
+    if (rc == 1) return HS_EXIT_OK;
+    if (rc < 0) return -rc;
+    if (a.synthetic && a.data)
+        return -hs_cli_usage_error("--synthetic and --data exclude each other");
+
+    hs_cli_install_signals();
+    int exit_code = HS_EXIT_FAIL, err;
+    hs_backend *be = NULL;
+    hs_dataset *train = NULL, *test = NULL;
+    hs_model *model = NULL;
+    hs_optim *opt = NULL;
+    hs_batcher *batcher = NULL;
+    hs_jsonl metrics = {0};
+    int tty = isatty(STDOUT_FILENO) && !a.quiet;
+
+    hs_backend_cfg bcfg = {a.threads, 0};
+    if ((err = hs_backend_open(&be, a.device, &bcfg)) < 0) {
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if (a.synthetic) {
+        hs_synth_cfg sc = {a.subset > 0 ? (size_t)a.subset : 20000, 784, 10, 6.0f, a.seed, 0};
+        hs_synth_cfg tc = sc;
+        tc.n = a.test_subset > 0 ? (size_t)a.test_subset : 5000;
+        tc.split = 1;
+        if ((err = hs_dataset_synthetic(&train, &sc)) < 0 ||
+            (err = hs_dataset_synthetic(&test, &tc)) < 0) {
+            fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+            goto out;
+        }
+    } else {
+        if ((err = hs_fmnist_load(a.data, &train, &test)) < 0) {
+            fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+            exit_code = HS_EXIT_USAGE;
+            goto out;
+        }
+        if ((err = take_subset(&train, a.subset, a.seed, 1)) < 0 ||
+            (err = take_subset(&test, a.test_subset, a.seed, 0)) < 0) {
+            fprintf(stderr, "hearsay train: subset: %s\n", hs_error_message());
+            goto out;
+        }
+    }
+    hs_mlp_cfg mcfg;
+    if ((err = hs_mlp_cfg_parse(&mcfg, train->dim, a.hidden, train->classes)) < 0) {
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if ((err = hs_batcher_new(&batcher, train, a.batch, a.seed, 0, 0)) < 0 ||
+        (err = hs_model_new(&model, be, &mcfg, a.batch)) < 0 ||
+        (err = hs_model_init(model, a.seed)) < 0) {
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+        goto out;
+    }
+    long spe = hs_batcher_steps_per_epoch(batcher);
+    long total = spe * a.epochs;
+    if (a.max_steps > 0 && a.max_steps < total) total = a.max_steps;
+    a.opt.total_steps = spe * a.epochs;
+    if (!a.step_size_set) a.opt.step_size = spe;
+    if ((err = hs_optim_new(&opt, be, hs_model_nparams(model), &a.opt)) < 0) {
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if (a.metrics && (err = hs_jsonl_open(&metrics, a.metrics, 0)) < 0) {
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    char arch[128];
+    hs_mlp_cfg_format(&mcfg, arch, sizeof(arch));
+    if (!a.quiet)
+        printf("hearsay train: %s, %zu parameters, %s; %zu training / %zu test examples; "
+               "%d epochs of %ld steps, batch %d\n",
+               arch, hs_model_nparams(model), be->description, train->n, test->n, a.epochs, spe,
+               a.batch);
+    fflush(stdout);
+
+    float *x = hs_model_params(model), *g = hs_model_grads(model);
+    double t_train = 0, t_last_print = 0, loss_acc = 0;
+    long loss_n = 0, samples = 0, step = 0;
+    double test_loss = NAN, test_acc = NAN;
+    int stopped = 0;
+    while (step < total) {
+        if (hs_cli_interrupted()) {
+            stopped = 1;
+            break;
+        }
+        const float *bx;
+        const int32_t *by;
+        double t0 = hs_cli_now();
+        int bs = hs_batcher_next(batcher, &bx, &by);
+        hs_step_stats st;
+        float lr;
+        if ((err = hs_model_grad(model, bx, by, bs, &st)) < 0 ||
+            (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
+            fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
+            goto out;
+        }
+        double t1 = hs_cli_now();
+        t_train += t1 - t0;
+        samples += bs;
+        step++;
+        if (!isfinite(st.loss)) {
+            fprintf(stderr, "hearsay train: loss is %g at step %ld: training diverged "
+                            "(lower --lr)\n", st.loss, step);
+            goto out;
+        }
+        loss_acc += st.loss;
+        loss_n++;
+        int epoch_end = step % spe == 0;
+        int do_eval = !a.no_eval && (a.eval_every > 0 ? step % a.eval_every == 0 : epoch_end);
+        if (do_eval) {
+            if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
+                fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
+                goto out;
+            }
+        }
+        double rate = t_train > 0 ? samples / t_train : 0;
+        if (metrics.f && (do_eval || step % a.log_every == 0 || epoch_end)) {
+            hs_jsonl_begin(&metrics);
+            hs_jsonl_int(&metrics, "step", step);
+            hs_jsonl_num(&metrics, "epoch", (double)step / spe);
+            hs_jsonl_num(&metrics, "loss", loss_acc / loss_n);
+            hs_jsonl_num(&metrics, "lr", lr);
+            hs_jsonl_num(&metrics, "samples_per_s", rate);
+            hs_jsonl_num(&metrics, "train_time", t_train);
+            if (do_eval) {
+                hs_jsonl_num(&metrics, "test_loss", test_loss);
+                hs_jsonl_num(&metrics, "test_acc", test_acc);
+            }
+            if ((err = hs_jsonl_end(&metrics)) < 0) {
+                fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+                goto out;
+            }
+        }
+        int print_now = tty ? (t1 - t_last_print > 0.25 || do_eval)
+                            : (!a.quiet && (step % a.log_every == 0 || do_eval));
+        if (print_now) {
+            char accs[32] = "";
+            if (!isnan(test_acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * test_acc);
+            printf("%sepoch %ld/%d  step %ld/%ld  loss %.4f%s  %.0f samples/s%s", tty ? "\r\033[K" : "",
+                   (step - 1) / spe + 1, a.epochs, step, total, loss_acc / loss_n, accs, rate,
+                   tty ? "" : "\n");
+            if (tty && do_eval) printf("\n");
+            fflush(stdout);
+            t_last_print = t1;
+        }
+        if (epoch_end || do_eval) {
+            loss_acc = 0;
+            loss_n = 0;
+        }
+    }
+    if (tty) printf("\n");
+    /* The final line always reports a fresh evaluation of the final parameters. */
+    if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
+        fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
+        goto out;
+    }
+    if (metrics.f) {
+        hs_jsonl_begin(&metrics);
+        hs_jsonl_str(&metrics, "event", stopped ? "interrupted" : "done");
+        hs_jsonl_int(&metrics, "step", step);
+        hs_jsonl_num(&metrics, "test_loss", test_loss);
+        hs_jsonl_num(&metrics, "test_acc", test_acc);
+        hs_jsonl_num(&metrics, "samples_per_s", t_train > 0 ? samples / t_train : 0);
+        hs_jsonl_num(&metrics, "train_time", t_train);
+        hs_jsonl_end(&metrics);
+    }
+    if (a.save && (err = save_params(a.save, model)) < 0) goto out;
+    printf("%s: test accuracy %.2f%% (loss %.4f) after %ld steps (%.2f epochs), %.1f s training, "
+           "%.0f samples/s\n",
+           stopped ? "interrupted" : "final", 100 * test_acc, test_loss, step, (double)step / spe,
+           t_train, t_train > 0 ? samples / t_train : 0);
+    fflush(stdout);
+    exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
+out:
+    hs_jsonl_close(&metrics);
+    hs_batcher_free(batcher);
+    hs_optim_free(opt);
+    hs_model_free(model);
+    hs_dataset_free(train);
+    hs_dataset_free(test);
+    hs_backend_close(be);
+    return exit_code;
+}

@@ -1,0 +1,64 @@
+/* Logging. The level is an atomic so that any thread may change it. */
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int log_level = -1;
+static char log_tag[64];
+
+static int level_from_env(void) {
+    const char *e = getenv("HEARSAY_LOG");
+    if (!e) return HS_LOG_INFO;
+    static const char *names[] = {"error", "warn", "info", "debug", "trace"};
+    for (int i = 0; i < 5; i++)
+        if (!strcasecmp(e, names[i])) return i;
+    return HS_LOG_INFO;
+}
+
+void hs_log_set_level(hs_log_level level) { atomic_store(&log_level, (int)level); }
+
+hs_log_level hs_log_get_level(void) {
+    int l = atomic_load(&log_level);
+    if (l < 0) {
+        l = level_from_env();
+        atomic_store(&log_level, l);
+    }
+    return (hs_log_level)l;
+}
+
+void hs_log_set_tag(const char *tag) {
+    if (!tag) tag = "";
+    snprintf(log_tag, sizeof(log_tag), "%s", tag);
+}
+
+void hs_log(hs_log_level level, const char *fmt, ...) {
+    if ((int)level > (int)hs_log_get_level()) return;
+    static const char *lv[] = {"error", "warn", "info", "debug", "trace"};
+    char line[2048];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s%s%s: ", tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, log_tag[0] ? log_tag : "",
+                     log_tag[0] ? " " : "", lv[level]);
+    if (n < 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0) return;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof(line) - 2) len = sizeof(line) - 2;
+    line[len++] = '\n';
+    /* One write(2) per line keeps lines from different threads and processes whole. */
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}

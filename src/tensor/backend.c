@@ -1,0 +1,123 @@
+/* The backend registry: the CPU backend is linked in; the CUDA backend is a module loaded with
+ * dlopen on first use, so the hearsay binary itself never depends on libcudart or a driver. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error_internal.h"
+#include "core/log.h"
+#include "hs_config.h"
+#include "tensor/backend_internal.h"
+
+static int host_err(int code, const char *fmt, va_list ap) {
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return hs__err(code, "%s", msg);
+}
+
+static void host_log(int level, const char *fmt, va_list ap) {
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    hs_log((hs_log_level)level, "%s", msg);
+}
+
+static const hs_host_api host_api = {HS_HOST_API_VERSION, host_err, host_log};
+
+const char *hs_backends_built(void) { return HS_HAVE_CUDA ? "cpu,cuda" : "cpu"; }
+
+const char *hs_device_name(hs_device d) { return d == HS_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+int hs_device_parse(const char *s, hs_device *out) {
+    if (s && !strcmp(s, "cpu")) *out = HS_DEVICE_CPU;
+    else if (s && !strcmp(s, "cuda")) *out = HS_DEVICE_CUDA;
+    else return hs__err(HS_EINVAL, "unknown device '%s' (expected cpu or cuda)", s ? s : "");
+    return 0;
+}
+
+#if HS_HAVE_CUDA
+/* Where the module may be: $HEARSAY_CUDA_MODULE, beside the running executable (the build
+ * tree), then the install directory. */
+static void *load_cuda_module(char *tried, size_t tried_len) {
+    char cand[3][PATH_MAX];
+    int nc = 0;
+    const char *env = getenv("HEARSAY_CUDA_MODULE");
+    if (env && *env) snprintf(cand[nc++], PATH_MAX, "%s", env);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(cand[nc++], PATH_MAX, "%.*s/%s", PATH_MAX - 64, exe, HS_CUDA_MODULE_NAME);
+        }
+    }
+    snprintf(cand[nc++], PATH_MAX, "%s/%s", HS_MODULE_DIR, HS_CUDA_MODULE_NAME);
+    tried[0] = '\0';
+    for (int i = 0; i < nc; i++) {
+        if (access(cand[i], R_OK) != 0) continue;
+        void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) return h;
+        snprintf(tried, tried_len, "%s", dlerror());
+        return NULL;
+    }
+    snprintf(tried, tried_len, "module %s not found beside the executable or in %s",
+             HS_CUDA_MODULE_NAME, HS_MODULE_DIR);
+    return NULL;
+}
+#endif
+
+static int open_cuda(hs_backend *be, const hs_backend_cfg *cfg) {
+#if HS_HAVE_CUDA
+    char why[PATH_MAX + 256];
+    void *h = load_cuda_module(why, sizeof(why));
+    if (!h)
+        return hs__err(HS_ENODEV, "--device cuda: cannot load the CUDA backend (%s)", why);
+    hs_module_open_fn fn = (hs_module_open_fn)dlsym(h, HS_CUDA_ENTRY);
+    if (!fn) {
+        dlclose(h);
+        return hs__err(HS_ENODEV, "--device cuda: %s has no entry point %s", HS_CUDA_MODULE_NAME,
+                       HS_CUDA_ENTRY);
+    }
+    be->module = h;
+    int err = fn(be, cfg, &host_api);
+    if (err < 0) {
+        be->module = NULL;
+        dlclose(h);
+        return err;
+    }
+    return 0;
+#else
+    (void)be;
+    (void)cfg;
+    return hs__err(HS_ENOTSUP, "--device cuda: this hearsay was built without CUDA "
+                               "(backends built in: %s)", hs_backends_built());
+#endif
+}
+
+int hs_backend_open(hs_backend **out, hs_device device, const hs_backend_cfg *cfg) {
+    hs_backend_cfg defcfg = {0, 0};
+    if (!cfg) cfg = &defcfg;
+    hs_backend *be = calloc(1, sizeof(*be));
+    if (!be) return hs__err(HS_ENOMEM, "backend: out of memory");
+    int err;
+    if (device == HS_DEVICE_CPU) err = hs__cpu_backend_open(be, cfg);
+    else if (device == HS_DEVICE_CUDA) err = open_cuda(be, cfg);
+    else err = hs__err(HS_EINVAL, "unknown device %d", (int)device);
+    if (err < 0) {
+        free(be);
+        return err;
+    }
+    *out = be;
+    return 0;
+}
+
+void hs_backend_close(hs_backend *be) {
+    if (!be) return;
+    if (be->ops && be->ops->destroy) be->ops->destroy(be);
+    if (be->module) dlclose(be->module);
+    free(be);
+}

@@ -1,0 +1,48 @@
+/* Element-wise arithmetic shared by the CPU backend (C) and the CUDA kernels: each function
+ * computes one element, and both backends call these same definitions, so the CPU tests check
+ * the arithmetic the GPU runs. Every operation is written as separate IEEE multiplies and adds:
+ * the C build uses -ffp-contract=off and the CUDA build --fmad=false, so no compiler fuses
+ * them into FMAs and both produce the same bits. (Transcendentals are the exception: expf/logf
+ * differ between glibc and CUDA in the last place, which only the softmax uses.) */
+#ifndef HS_TENSOR_EW_H
+#define HS_TENSOR_EW_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "core/hd.h"
+
+HS_HD static float hs_ew_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/* Gradient through ReLU given its output y. */
+HS_HD static float hs_ew_relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
+
+HS_HD static float hs_ew_axpy(float y, float a, float x) { return y + a * x; }
+
+HS_HD static float hs_ew_axpby(float y, float a, float x, float b) { return a * x + b * y; }
+
+/* SGD with momentum and weight decay, PyTorch's convention (dampening 0):
+ *   g' = g + wd * x;  v = mu * v + g';  d = nesterov ? g' + mu * v : v;  x -= lr * d.
+ * With mu == 0 the velocity is not read or written (v may point anywhere). */
+HS_HD static void hs_ew_sgd(float *x, float g, float *v, float lr, float mu, float wd,
+                            int nesterov) {
+    float gp = g + wd * *x;
+    float d = gp;
+    if (mu != 0.0f) {
+        float nv = mu * *v + gp;
+        *v = nv;
+        d = nesterov ? gp + mu * nv : nv;
+    }
+    *x = *x - lr * d;
+}
+
+/* Softmax cross-entropy pieces for one row, given the row's max m and
+ * s = sum_j exp(z_j - m): the loss of label y and the gradient of element j. */
+HS_HD static float hs_ew_xent_loss(float zy, float m, float s) { return logf(s) - (zy - m); }
+
+HS_HD static float hs_ew_xent_grad(float zj, float m, float inv_s, int is_label, float scale) {
+    float p = expf(zj - m) * inv_s;
+    return (p - (is_label ? 1.0f : 0.0f)) * scale;
+}
+
+#endif
