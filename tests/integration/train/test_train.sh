@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Integration tests of `hearsay train`, run on the real binary. Usage: test_train.sh HEARSAY CASE
+# Every command is bounded by `timeout`; scratch files live in a temporary directory removed on
+# exit. Exit 0 = pass, 77 = skip (with the reason printed), anything else = fail.
+set -uo pipefail
+hs=$1
+case=$2
+data=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+# expect_usage_error NEEDLE ARGS...: the command exits 2 and stderr contains NEEDLE.
+expect_usage_error() {
+    local needle=$1
+    shift
+    timeout 60 "$hs" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [[ $rc -eq 2 ]] || fail "hearsay $*: exit $rc, expected 2 (stderr: $(cat "$tmp/err"))"
+    grep -qF -- "$needle" "$tmp/err" || fail "hearsay $*: stderr lacks '$needle': $(cat "$tmp/err")"
+    echo "ok: hearsay $* -> exit 2: $(head -1 "$tmp/err")"
+}
+
+need_data() {
+    [[ -f $data/train-images-idx3-ubyte.gz ]] || {
+        echo "skip: $data not installed (package dataset-fashion-mnist)"
+        exit 77
+    }
+}
+
+case $case in
+accuracy-subset)
+    # The acceptance's short run: 1 epoch on a 10k-sample subset reaches >= 80%.
+    need_data
+    timeout 300 "$hs" train --epochs 1 --subset 10000 >"$tmp/out" 2>&1 || fail "train failed: $(tail -5 "$tmp/out")"
+    cat "$tmp/out"
+    acc=$(sed -n 's/^final: test accuracy \([0-9.]*\)%.*/\1/p' "$tmp/out")
+    [[ -n $acc ]] || fail "no final accuracy line"
+    awk -v a="$acc" 'BEGIN { exit !(a >= 80.0) }' || fail "accuracy $acc% < 80%"
+    ;;
+bad-input)
+    expect_usage_error "unknown option '--frobnicate'" train --frobnicate
+    expect_usage_error "--epochs -1" train --epochs -1
+    expect_usage_error "--epochs 0" train --epochs 0
+    expect_usage_error "--batch 0" train --batch 0
+    expect_usage_error "not an integer" train --batch ten
+    expect_usage_error "width 0" train --synthetic --hidden 256,0
+    expect_usage_error "--lr" train --lr nan
+    expect_usage_error "--momentum" train --momentum 1.5
+    expect_usage_error "needs a value" train --epochs
+    expect_usage_error "unexpected argument" train extra
+    expect_usage_error "unknown device" train --device tpu
+    expect_usage_error "/nonexistent/dir" train --data /nonexistent/dir
+    expect_usage_error "dataset-fashion-mnist" train --data /nonexistent/dir
+    expect_usage_error "unknown command" frobnicate
+    ;;
+truncated-dataset)
+    need_data
+    mkdir -p "$tmp/d"
+    cp "$data"/*.gz "$tmp/d/"
+    # Cut the compressed image file in half: zlib reports the stream cut short.
+    f=$tmp/d/train-images-idx3-ubyte.gz
+    head -c $(($(stat -c %s "$f") / 2)) "$f" >"$f.cut" && mv "$f.cut" "$f"
+    expect_usage_error "train-images-idx3-ubyte.gz" train --data "$tmp/d" --epochs 1
+    # A valid gzip of a truncated IDX file.
+    cp "$data/t10k-labels-idx1-ubyte.gz" "$tmp/d/"
+    cp "$data/train-images-idx3-ubyte.gz" "$tmp/d/"
+    gzip -dc "$data/t10k-labels-idx1-ubyte.gz" | head -c 5000 | gzip >"$tmp/d/t10k-labels-idx1-ubyte.gz"
+    expect_usage_error "t10k-labels-idx1-ubyte.gz: truncated" train --data "$tmp/d" --epochs 1
+    # A file that is not IDX at all.
+    echo "hello" | gzip >"$tmp/d/t10k-labels-idx1-ubyte.gz"
+    expect_usage_error "bad magic" train --data "$tmp/d" --epochs 1
+    ;;
+metrics)
+    timeout 120 "$hs" train --synthetic --subset 2000 --test-subset 500 --epochs 2 --batch 50 \
+        --metrics "$tmp/m.jsonl" --log-every 10 >"$tmp/out" 2>&1 || fail "train failed: $(cat "$tmp/out")"
+    lines=$(wc -l <"$tmp/m.jsonl")
+    [[ $lines -ge 9 ]] || fail "metrics has $lines lines"
+    grep -q '"test_acc":' "$tmp/m.jsonl" || fail "no test_acc in metrics"
+    grep -q '"event":"done"' "$tmp/m.jsonl" || fail "no done event"
+    # Every line is one JSON object.
+    grep -vq '^{.*}$' "$tmp/m.jsonl" && fail "a metrics line is not an object"
+    acc=$(sed -n 's/^final: test accuracy \([0-9.]*\)%.*/\1/p' "$tmp/out")
+    awk -v a="$acc" 'BEGIN { exit !(a >= 90.0) }' || fail "synthetic accuracy $acc% < 90%"
+    echo "ok: $lines metrics lines, synthetic accuracy $acc%"
+    ;;
+sigint)
+    # Ctrl-C stops after the current step, prints the summary, flushes metrics, exits 130.
+    "$hs" train --synthetic --subset 20000 --epochs 1000 --metrics "$tmp/m.jsonl" >"$tmp/out" 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do
+        [[ -s $tmp/m.jsonl ]] && break
+        sleep 0.2
+    done
+    kill -INT $pid
+    for _ in $(seq 100); do
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 $pid 2>/dev/null; then
+        kill -9 $pid
+        fail "still running 10 s after SIGINT"
+    fi
+    wait $pid
+    rc=$?
+    [[ $rc -eq 130 ]] || fail "exit $rc after SIGINT, expected 130: $(tail -3 "$tmp/out")"
+    grep -q '^interrupted: test accuracy' "$tmp/out" || fail "no summary line: $(tail -3 "$tmp/out")"
+    grep -q '"event":"interrupted"' "$tmp/m.jsonl" || fail "metrics not flushed with the interruption"
+    echo "ok: $(grep '^interrupted' "$tmp/out")"
+    ;;
+determinism)
+    # Same seed, same threads, same backend: bit-identical parameters.
+    for i in 1 2; do
+        timeout 120 "$hs" train --synthetic --subset 3000 --epochs 1 --threads 2 --seed 9 --quiet \
+            --save "$tmp/p$i.bin" >/dev/null 2>&1 || fail "run $i failed"
+    done
+    timeout 120 "$hs" train --synthetic --subset 3000 --epochs 1 --threads 2 --seed 10 --quiet \
+        --save "$tmp/p3.bin" >/dev/null 2>&1 || fail "run 3 failed"
+    cmp -s "$tmp/p1.bin" "$tmp/p2.bin" || fail "same seed gave different parameters"
+    cmp -s "$tmp/p1.bin" "$tmp/p3.bin" && fail "different seeds gave identical parameters"
+    [[ $(stat -c %s "$tmp/p1.bin") -eq $((235146 * 4)) ]] || fail "saved size is wrong"
+    echo "ok: identical parameters for the same seed"
+    ;;
+help)
+    timeout 10 "$hs" --version | grep -q '^backends: cpu' || fail "--version does not list backends"
+    timeout 10 "$hs" train --help >"$tmp/h" || fail "train --help failed"
+    for opt in --epochs --batch --lr --momentum --seed --threads --device --metrics --data --help; do
+        grep -q -- "$opt" "$tmp/h" || fail "train --help lacks $opt"
+    done
+    timeout 10 "$hs" --help | grep -q train || fail "--help lacks the train command"
+    echo "ok"
+    ;;
+*)
+    fail "unknown case $case"
+    ;;
+esac
+exit 0
