@@ -59,11 +59,15 @@ int hs__err_prefix(int code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
     memcpy(old, msgbuf, sizeof(old));
+    /* A message longer than the buffer is cut short and ends in "..."; checking the length
+     * also tells GCC's -Wformat-truncation (an error under -Dwerror=true) that this is known. */
+    int len;
     /* A stale message from an unrelated earlier failure must not be blamed on this one. */
     if (old[0] && last_code == code)
-        snprintf(msgbuf, sizeof(msgbuf), "%s: %s", prefix, old);
+        len = snprintf(msgbuf, sizeof(msgbuf), "%s: %s", prefix, old);
     else
-        snprintf(msgbuf, sizeof(msgbuf), "%s: %s", prefix, hs_strerror(code));
+        len = snprintf(msgbuf, sizeof(msgbuf), "%s: %s", prefix, hs_strerror(code));
+    if (len >= (int)sizeof(msgbuf)) memcpy(msgbuf + sizeof(msgbuf) - 4, "...", 4);
     last_code = code;
     return code;
 }

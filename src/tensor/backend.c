@@ -12,6 +12,8 @@
 #include "hs_config.h"
 #include "tensor/backend_internal.h"
 
+#if HS_HAVE_CUDA
+/* What a loaded module may call back into (unused, and so absent, in a build without CUDA). */
 static int host_err(int code, const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -25,6 +27,7 @@ static void host_log(int level, const char *fmt, va_list ap) {
 }
 
 static const hs_host_api host_api = {HS_HOST_API_VERSION, host_err, host_log};
+#endif
 
 const char *hs_backends_built(void) { return HS_HAVE_CUDA ? "cpu,cuda" : "cpu"; }
 
@@ -76,7 +79,11 @@ static int open_cuda(hs_backend *be, const hs_backend_cfg *cfg) {
     void *h = load_cuda_module(why, sizeof(why));
     if (!h)
         return hs__err(HS_ENODEV, "--device cuda: cannot load the CUDA backend (%s)", why);
-    hs_module_open_fn fn = (hs_module_open_fn)dlsym(h, HS_CUDA_ENTRY);
+    /* ISO C has no object-to-function pointer conversion (-Wpedantic); POSIX guarantees that
+     * dlsym's result may be used this way, so copy the pointer's bytes. */
+    hs_module_open_fn fn;
+    void *sym = dlsym(h, HS_CUDA_ENTRY);
+    memcpy(&fn, &sym, sizeof(fn));
     if (!fn) {
         dlclose(h);
         return hs__err(HS_ENODEV, "--device cuda: %s has no entry point %s", HS_CUDA_MODULE_NAME,
