@@ -1,0 +1,116 @@
+/* hearsay: decentralized optimization algorithms.
+ *
+ * One interface, four algorithms (src/algo/, one file each):
+ *   dpsgd  D-PSGD (Lian et al. 2017): x_i <- sum_j W_ij x_j - gamma g_i; full vectors (or a
+ *          lossy cast) on the wire. The baseline.
+ *   dcd    DCD-PSGD (Tang et al. 2018): z_i = sum_j W_ij x_j - gamma g_i - x_i; send C(z_i);
+ *          every holder of a replica of x_i adds the same decoded C(z_i). Unbiased C only.
+ *   choco  CHOCO-SGD (Koloskova et al. 2019): x_half = x_i - gamma g_i;
+ *          q_i = Q(x_half - xhat_i); all holders add q_i to xhat_i;
+ *          x_i = x_half + gamma_c sum_j W_ij (xhat_j - xhat_i). Any compressor.
+ *   sgp    Stochastic Gradient Push (Assran et al. 2019): push-sum over a directed,
+ *          possibly time-varying graph; numerator x_i and weight w_i, gradients at
+ *          z_i = x_i / w_i; never waits for slow peers; mass is conserved.
+ *
+ * A round r of peer i is: hs_algo_begin (sends what can travel before the gradient), then
+ * one or more local optimizer steps on x with the gradient taken at hs_algo_eval_point, then
+ * hs_algo_end (receives, mixes, leaves the next x). The exchange (hearsay/exchange.h) carries
+ * the messages; the algorithm never sees a socket, so the network runtime and the in-process
+ * simulator run the same code.
+ *
+ * Vectors are host memory of d floats. Threading: one thread per algorithm object. */
+#ifndef HEARSAY_ALGO_H
+#define HEARSAY_ALGO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/buf.h"
+#include "hearsay/exchange.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hs_algo_kind {
+    HS_ALGO_DPSGD = 0,
+    HS_ALGO_DCD = 1,
+    HS_ALGO_CHOCO = 2,
+    HS_ALGO_SGP = 3,
+} hs_algo_kind;
+
+/* "dpsgd", "dcd", "choco", "sgp". */
+const char *hs_algo_kind_name(hs_algo_kind k);
+/* HS_EINVAL with a message naming s and the choices. */
+int hs_algo_kind_parse(const char *s, hs_algo_kind *out);
+/* 1 for algorithms that complete every round with every neighbour (dpsgd, dcd, choco). */
+int hs_algo_kind_synchronous(hs_algo_kind k);
+
+#define HS_ALGO_DEFAULT_GAMMA_C 0.1f
+
+typedef struct hs_algo_cfg {
+    hs_algo_kind kind;
+    const char *compress; /* compressor spec (hearsay/compress.h); NULL = "none" */
+    float gamma_c;        /* CHOCO consensus step size in (0, 1] */
+    int staleness;        /* SGP: wait for messages older than this many rounds from peers
+                             that keep up (0: never wait); stragglers are never waited for */
+    int recv_timeout_ms;  /* how long a synchronous round waits for a neighbour */
+    uint64_t seed;        /* run seed (random compressors) */
+    int same_start;       /* 1: every peer starts from the same x0 (same initialisation seed),
+                             so replicas of neighbours start equal to x0 without a transfer;
+                             0: the first round sends full replicas (consensus experiments with
+                             different starting vectors). New edges always send full replicas. */
+} hs_algo_cfg;
+
+void hs_algo_cfg_default(hs_algo_cfg *cfg);
+
+typedef struct hs_algo hs_algo;
+
+/* An algorithm for peer `self` (its id, which keys random compression) on vectors of d floats,
+ * starting from x0 (borrowed; every peer should start from the same x0). Validates the
+ * combination: DCD-PSGD refuses a biased compressor ("dcd needs an unbiased compressor; topk
+ * is biased: use qsgd or randk, or choco"). HS_EINVAL, HS_ENOMEM. */
+int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, const float *x0);
+void hs_algo_free(hs_algo *a); /* accepts NULL */
+
+hs_algo_kind hs_algo_kind_of(const hs_algo *a);
+const char *hs_algo_compressor_name(const hs_algo *a);
+
+/* The point at which the gradient of round r is taken: x itself, or z = x / w for SGP (then
+ * returned in a buffer owned by a, valid until the next call). */
+const float *hs_algo_eval_point(hs_algo *a, const float *x);
+
+/* Start of round r: x is the current model (before this round's local steps). */
+int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
+
+/* End of round r: x holds the result of this round's local steps and receives the next model.
+ * A neighbour that is gone (HS_ECONNRESET from the exchange) or times out is left out of this
+ * round by moving its weight to the peer's own value, which keeps the mixing row stochastic;
+ * other errors are returned. */
+int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+
+/* What the last round did. */
+typedef struct hs_algo_stats {
+    uint64_t bytes_sent, bytes_recv; /* encoded payload bytes, cumulative */
+    int missing;                     /* neighbours left out of the last round */
+    double push_weight;              /* SGP: w_i; 1 for the others */
+    double disagreement;             /* sum_j W_ij ||v_i - v_j||^2 / d over the neighbours' values
+                                        this peer holds (replicas for dcd/choco, pushed z for
+                                        sgp): a local estimate of the consensus distance */
+    int staleness_max;               /* SGP: oldest message added in the last round (rounds) */
+    double staleness_mean;
+} hs_algo_stats;
+
+void hs_algo_get_stats(const hs_algo *a, hs_algo_stats *out);
+
+/* Checkpoints and join snapshots: everything the algorithm needs to continue (replicas,
+ * push-sum weight, error-feedback residual, round) except x itself, appended to out. */
+int hs_algo_save(const hs_algo *a, hs_buf *out);
+/* Restores a save of the same algorithm, compressor and d; validates before changing state:
+ * HS_EFORMAT / HS_EMISMATCH with a message. */
+int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

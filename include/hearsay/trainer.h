@@ -1,0 +1,87 @@
+/* hearsay: one peer's training loop, shared by the network runtime and the simulator.
+ *
+ * A trainer owns the model, the optimizer, the batches of its shard and the algorithm, and
+ * runs rounds: hs_algo_begin, `local_steps` optimizer steps with the gradient taken at the
+ * algorithm's evaluation point, hs_algo_end. The simulator interleaves the three phases of n
+ * trainers; a networked peer runs them back to back. Both therefore compute the same floats
+ * in the same order: a seeded synchronous run gives the same parameters either way.
+ *
+ * The algorithm works on a host copy of x; on a host-memory backend that copy is the model's
+ * own parameter vector (no copies at all), on CUDA it is synchronised once per round.
+ * Threading: one thread per trainer. */
+#ifndef HEARSAY_TRAINER_H
+#define HEARSAY_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/algo.h"
+#include "hearsay/data.h"
+#include "hearsay/exchange.h"
+#include "hearsay/model.h"
+#include "hearsay/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_trainer_cfg {
+    hs_mlp_cfg model;
+    hs_optim_cfg optim;  /* total_steps counts local steps */
+    int batch;
+    int local_steps;     /* optimizer steps per communication round (>= 1) */
+    uint64_t seed;       /* initialisation (the same on every peer) and batch order */
+    uint32_t stream;     /* batch-order stream: the peer's rank or id */
+} hs_trainer_cfg;
+
+typedef struct hs_trainer hs_trainer;
+
+/* A trainer on backend be (borrowed) over the examples of shard (borrowed; both must outlive
+ * the trainer), for peer `self`, running algorithm acfg. The model starts from the seeded
+ * initialisation, identical on every peer. */
+int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
+                   const hs_dataset *shard, const hs_algo_cfg *acfg, uint32_t self);
+void hs_trainer_free(hs_trainer *t); /* accepts NULL */
+
+/* Replaces x (d floats, host memory) before the first round, e.g. from a join snapshot or for
+ * consensus experiments. */
+int hs_trainer_set_x(hs_trainer *t, const float *x);
+
+typedef struct hs_round_stats {
+    double loss;     /* mean training loss over the round's local steps */
+    int samples;     /* examples processed in the round */
+    float lr;        /* learning rate of the last local step */
+    double compute_s; /* seconds spent in the local steps */
+} hs_round_stats;
+
+/* The three phases of round r. */
+int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
+int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
+int hs_trainer_end(hs_trainer *t, hs_exchange *ex, uint64_t r);
+/* begin + local + end. */
+int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st);
+
+/* Loss and accuracy of the model at the algorithm's evaluation point (x, or x / w for SGP). */
+int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy);
+
+/* The host copy of x (d floats), current between rounds. */
+const float *hs_trainer_x(const hs_trainer *t);
+/* The model as evaluated (z = x / w for SGP): d host floats, valid until the next call. */
+const float *hs_trainer_eval_x(hs_trainer *t);
+size_t hs_trainer_dim(const hs_trainer *t);
+hs_algo *hs_trainer_algo(hs_trainer *t);
+hs_model *hs_trainer_model(hs_trainer *t);
+/* Local steps done so far. */
+long hs_trainer_steps(const hs_trainer *t);
+/* Batches per pass over the shard. */
+long hs_trainer_steps_per_epoch(const hs_trainer *t);
+
+/* Checkpoints: x, the optimizer's velocity, the step count and the algorithm's state. */
+int hs_trainer_save(hs_trainer *t, hs_buf *out);
+/* Validates everything before changing anything. */
+int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

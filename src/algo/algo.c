@@ -1,0 +1,528 @@
+/* The algorithm front end: configuration, the neighbour table every algorithm shares, payload
+ * framing, and checkpoint serialisation. The per-algorithm arithmetic is in dpsgd.c, dcd.c,
+ * choco.c and sgp.c. One thread per algorithm object. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+#include "core/log.h"
+
+static const char *const kind_names[] = {"dpsgd", "dcd", "choco", "sgp"};
+
+const char *hs_algo_kind_name(hs_algo_kind k) {
+    return (unsigned)k < 4 ? kind_names[k] : "unknown";
+}
+
+int hs_algo_kind_parse(const char *s, hs_algo_kind *out) {
+    for (int i = 0; i < 4; i++)
+        if (s && !strcmp(s, kind_names[i])) {
+            *out = (hs_algo_kind)i;
+            return 0;
+        }
+    return hs__err(HS_EINVAL, "--algo '%s': expected dpsgd, dcd, choco or sgp", s ? s : "");
+}
+
+int hs_algo_kind_synchronous(hs_algo_kind k) { return k != HS_ALGO_SGP; }
+
+void hs_algo_cfg_default(hs_algo_cfg *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->kind = HS_ALGO_CHOCO;
+    cfg->compress = "none";
+    cfg->gamma_c = HS_ALGO_DEFAULT_GAMMA_C;
+    cfg->staleness = 0;
+    cfg->recv_timeout_ms = 10000;
+    cfg->same_start = 1;
+}
+
+static const hs__algo_ops *ops_of(hs_algo_kind k) {
+    switch (k) {
+    case HS_ALGO_DPSGD: return &hs__algo_dpsgd;
+    case HS_ALGO_DCD: return &hs__algo_dcd;
+    case HS_ALGO_CHOCO: return &hs__algo_choco;
+    case HS_ALGO_SGP: return &hs__algo_sgp;
+    }
+    return NULL;
+}
+
+void hs_algo_free(hs_algo *a) {
+    if (!a) return;
+    if (a->ops && a->ops->fini) a->ops->fini(a);
+    for (int i = 0; i < a->n_nbrs; i++) free(a->nbrs[i].rep);
+    free(a->nbrs);
+    free(a->own);
+    free(a->tmp);
+    free(a->tmp2);
+    free(a->present);
+    hs_compressor_free(a->comp);
+    free(a);
+}
+
+int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, const float *x0) {
+    const hs__algo_ops *ops = ops_of(cfg->kind);
+    if (!ops) return hs__err(HS_EINVAL, "algorithm: unknown kind %d", (int)cfg->kind);
+    if (d == 0) return hs__err(HS_EINVAL, "algorithm: empty parameter vector");
+    if (cfg->kind == HS_ALGO_CHOCO && !(cfg->gamma_c > 0.0f && cfg->gamma_c <= 1.0f))
+        return hs__err(HS_EINVAL, "--gamma-c %g: must be in (0, 1]", (double)cfg->gamma_c);
+    if (cfg->staleness < 0)
+        return hs__err(HS_EINVAL, "--staleness %d: must be >= 0", cfg->staleness);
+    if (cfg->recv_timeout_ms < 0)
+        return hs__err(HS_EINVAL, "receive timeout %d ms: must be >= 0", cfg->recv_timeout_ms);
+    hs_algo *a = calloc(1, sizeof(*a));
+    if (!a) return hs__err(HS_ENOMEM, "algorithm: out of memory");
+    a->cfg = *cfg;
+    snprintf(a->compress_spec, sizeof(a->compress_spec), "%s", cfg->compress ? cfg->compress : "none");
+    a->cfg.compress = a->compress_spec;
+    a->self = self;
+    a->d = d;
+    a->w = 1.0;
+    a->stats.push_weight = 1.0;
+    int err = hs_compressor_new(&a->comp, a->compress_spec, d, cfg->seed);
+    if (err < 0) {
+        hs__err_prefix(err, "--compress %s", a->compress_spec);
+        goto fail;
+    }
+    if (cfg->kind == HS_ALGO_DCD && !hs_compressor_unbiased(a->comp)) {
+        err = hs__err(HS_EINVAL,
+                      "--algo dcd needs an unbiased compressor; %s is biased (use qsgd, randk or "
+                      "none with dcd, or --algo choco, which accepts any compressor)",
+                      hs_compressor_name(a->comp));
+        goto fail;
+    }
+    if (!(a->own = malloc(sizeof(float) * d)) || !(a->tmp = malloc(sizeof(float) * d)) ||
+        !(a->tmp2 = malloc(sizeof(float) * d))) {
+        err = hs__err(HS_ENOMEM, "algorithm: out of memory for %zu parameters", d);
+        goto fail;
+    }
+    memcpy(a->own, x0, sizeof(float) * d);
+    a->ops = ops;
+    if (ops->init && (err = ops->init(a, x0)) < 0) goto fail;
+    *out = a;
+    return 0;
+fail:
+    a->ops = NULL;
+    hs_algo_free(a);
+    return err;
+}
+
+hs_algo_kind hs_algo_kind_of(const hs_algo *a) { return a->cfg.kind; }
+const char *hs_algo_compressor_name(const hs_algo *a) { return hs_compressor_name(a->comp); }
+
+const float *hs_algo_eval_point(hs_algo *a, const float *x) {
+    return a->ops->eval_point ? a->ops->eval_point(a, x) : x;
+}
+
+int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
+    return a->ops->begin ? a->ops->begin(a, ex, r, x) : 0;
+}
+
+int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    return a->ops->end(a, ex, r, x);
+}
+
+void hs_algo_get_stats(const hs_algo *a, hs_algo_stats *out) { *out = a->stats; }
+
+hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id) {
+    for (int i = 0; i < a->n_nbrs; i++)
+        if (a->nbrs[i].id == id) return &a->nbrs[i];
+    return NULL;
+}
+
+static int in_list(const hs_nbr *l, int n, uint32_t id) {
+    for (int i = 0; i < n; i++)
+        if (l[i].id == id) return 1;
+    return 0;
+}
+
+/* 1 when the table already matches the view's in- and out-neighbour sets. */
+static int table_matches(const hs_algo *a, const hs_peer_view *v) {
+    int count = 0;
+    for (int i = 0; i < a->n_nbrs; i++) {
+        const hs__nbr *n = &a->nbrs[i];
+        if (n->is_in != in_list(v->in, v->n_in, n->id) || n->is_out != in_list(v->out, v->n_out, n->id))
+            return 0;
+        count++;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const hs_nbr *l = pass ? v->out : v->in;
+        int nl = pass ? v->n_out : v->n_in;
+        for (int i = 0; i < nl; i++) {
+            int found = 0;
+            for (int k = 0; k < a->n_nbrs && !found; k++) found = a->nbrs[k].id == l[i].id;
+            if (!found) return 0;
+        }
+    }
+    return count >= 0;
+}
+
+int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, const float *x0) {
+    int err = ex->ops->view(ex, r, v);
+    if (err < 0) return err;
+    /* Time-varying topologies change the neighbour sets within one membership epoch, so the
+     * table is compared with every view, not only when the epoch changes. */
+    if (a->have_view && v->epoch == a->epoch && table_matches(a, v)) return 0;
+    int first = !a->have_view;
+    /* Drop neighbours that are neither in- nor out-neighbours any more. */
+    int k = 0;
+    for (int i = 0; i < a->n_nbrs; i++) {
+        hs__nbr *n = &a->nbrs[i];
+        int is_in = in_list(v->in, v->n_in, n->id), is_out = in_list(v->out, v->n_out, n->id);
+        if (!is_in && !is_out) {
+            free(n->rep);
+            continue;
+        }
+        /* A neighbour that was only an out-neighbour and becomes an in-neighbour needs its
+         * replica: it arrives as a full payload. */
+        if (is_in && !n->is_in) {
+            n->synced = 0;
+            n->next_round = r;
+            if (a->ops->needs_replicas && !n->rep && !(n->rep = malloc(sizeof(float) * a->d)))
+                return hs__err(HS_ENOMEM, "algorithm: out of memory for a replica");
+        }
+        if (is_out && !n->is_out) n->sent_full = 0;
+        n->is_in = is_in;
+        n->is_out = is_out;
+        a->nbrs[k++] = *n;
+    }
+    a->n_nbrs = k;
+    int need = v->n_in + v->n_out;
+    if (a->n_nbrs + need > a->cap_nbrs) {
+        int cap = a->n_nbrs + need + 4;
+        hs__nbr *nb = realloc(a->nbrs, sizeof(*nb) * (size_t)cap);
+        if (!nb) return hs__err(HS_ENOMEM, "algorithm: out of memory for neighbours");
+        a->nbrs = nb;
+        a->cap_nbrs = cap;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const hs_nbr *l = pass ? v->out : v->in;
+        int nl = pass ? v->n_out : v->n_in;
+        for (int i = 0; i < nl; i++) {
+            if (l[i].id == a->self)
+                return hs__err(HS_EPROTO, "view of round %llu lists this peer (%u) as its own neighbour",
+                               (unsigned long long)r, a->self);
+            if (hs__algo_nbr(a, l[i].id)) continue;
+            hs__nbr *n = &a->nbrs[a->n_nbrs];
+            memset(n, 0, sizeof(*n));
+            n->id = l[i].id;
+            n->is_in = in_list(v->in, v->n_in, n->id);
+            n->is_out = in_list(v->out, v->n_out, n->id);
+            n->next_round = r;
+            /* Peers that all start from x0 know each other's first replica without a word. */
+            int known = first && a->cfg.same_start && x0;
+            if (a->ops->needs_replicas && n->is_in) {
+                if (!(n->rep = malloc(sizeof(float) * a->d)))
+                    return hs__err(HS_ENOMEM, "algorithm: out of memory for a replica");
+                if (known) memcpy(n->rep, x0, sizeof(float) * a->d);
+            }
+            n->synced = known;
+            n->sent_full = known;
+            a->n_nbrs++;
+        }
+    }
+    if (!first && v->epoch != a->epoch)
+        HS_LOGI("round %llu: neighbourhood changed (epoch %llu -> %llu): %d in, %d out of %d members",
+                (unsigned long long)r, (unsigned long long)a->epoch, (unsigned long long)v->epoch,
+                v->n_in, v->n_out, v->n_members);
+    a->epoch = v->epoch;
+    a->have_view = 1;
+    return 0;
+}
+
+int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload) {
+    int err = ex->ops->send(ex, to, r, payload);
+    if (err < 0) return err;
+    a->stats.bytes_sent += payload->len;
+    return 0;
+}
+
+int hs__payload_new(hs_buf **out, int type, size_t reserve) {
+    int err = hs_buf_new(out, reserve + 16);
+    if (err < 0) return err;
+    uint8_t t = (uint8_t)type;
+    return hs_buf_append(*out, &t, 1);
+}
+
+int hs__payload_full(hs_buf **out, const float *v, size_t d) {
+    int err = hs__payload_new(out, HS_PAYLOAD_FULL, sizeof(float) * d);
+    if (err < 0) return err;
+    if ((err = hs_buf_append(*out, v, sizeof(float) * d)) < 0) {
+        hs_buf_unref(*out);
+        *out = NULL;
+    }
+    return err;
+}
+
+int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, uint32_t from) {
+    if (len != 1 + sizeof(float) * d)
+        return hs__err(HS_EFORMAT, "full replica from peer %u: %zu bytes, expected %zu", from,
+                       len, 1 + sizeof(float) * d);
+    const uint8_t *q = p + 1;
+    for (size_t i = 0; i < d; i++) {
+        float f;
+        memcpy(&f, q + 4 * i, 4);
+        if (!isfinite(f))
+            return hs__err(HS_EFORMAT, "full replica from peer %u: value %zu is not finite", from, i);
+    }
+    memcpy(dst, q, sizeof(float) * d);
+    return 0;
+}
+
+int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
+                      hs__apply_fn apply, void *ctx) {
+    while (n->next_round <= r) {
+        hs_buf *b = NULL;
+        int err = ex->ops->recv(ex, n->id, n->next_round, timeout_ms, &b);
+        if (err == HS_ETIMEDOUT || err == HS_ECONNRESET) {
+            HS_LOGD("round %llu: no message of round %llu from peer %u (%s)",
+                    (unsigned long long)r, (unsigned long long)n->next_round, n->id, hs_strerror(err));
+            return 0;
+        }
+        if (err < 0) return err;
+        a->stats.bytes_recv += b->len;
+        err = apply(a, n, n->next_round, b->data, b->len, ctx);
+        hs_buf_unref(b);
+        if (err < 0) {
+            /* A payload that fails validation is dropped, as a missing message would be; the
+             * replica is unchanged, so the next full payload can resynchronise it. */
+            HS_LOGW("round %llu: dropped the message of peer %u: %s", (unsigned long long)r, n->id,
+                    hs_error_message());
+            n->synced = n->rep ? 0 : n->synced;
+        }
+        n->next_round++;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- replicas */
+
+int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
+                         void *ctx) {
+    (void)ctx;
+    if (len < 1) return hs__err(HS_EPROTO, "peer %u sent an empty payload", n->id);
+    if (p[0] == HS_PAYLOAD_FULL) {
+        int err = hs__payload_read_full(p, len, n->rep, a->d, n->id);
+        if (err == 0) n->synced = 1;
+        return err;
+    }
+    if (p[0] != HS_PAYLOAD_DELTA)
+        return hs__err(HS_EPROTO, "peer %u sent a payload of type %d", n->id, p[0]);
+    if (!n->synced)
+        return hs__err(HS_EPROTO, "peer %u sent a delta before its full replica", n->id);
+    return hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
+}
+
+/* Sends q to out-neighbours that hold this peer's replica and the full replica to the others. */
+int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                          hs_buf *delta) {
+    hs_buf *full = NULL;
+    int err = 0;
+    for (int i = 0; i < v->n_out && err >= 0; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v->out[i].id);
+        if (n->sent_full) {
+            err = hs__algo_send(a, ex, n->id, r, delta);
+            continue;
+        }
+        if (!full && (err = hs__payload_full(&full, a->own, a->d)) < 0) break;
+        if ((err = hs__algo_send(a, ex, n->id, r, full)) >= 0) n->sent_full = 1;
+    }
+    hs_buf_unref(full);
+    return err;
+}
+
+/* Brings every in-neighbour's replica up to round r; returns how many are current and marks
+ * the others in `present`. */
+int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                           uint8_t *present) {
+    int ok = 0;
+    for (int i = 0; i < v->n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
+        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica, NULL);
+        if (got < 0) return got;
+        present[i] = (uint8_t)(got && n->synced);
+        ok += present[i];
+    }
+    return ok;
+}
+
+int hs__algo_present(hs_algo *a, int n, uint8_t **out) {
+    if (n > a->present_cap) {
+        uint8_t *p = realloc(a->present, (size_t)n);
+        if (!p) return hs__err(HS_ENOMEM, "algorithm: out of memory");
+        a->present = p;
+        a->present_cap = n;
+    }
+    *out = a->present;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+#define SAVE_MAGIC 0x4C415348u /* "HSAL" */
+#define SAVE_VERSION 1u
+
+int hs__put_u32(hs_buf *b, uint32_t v) { return hs_buf_append(b, &v, 4); }
+int hs__put_u64(hs_buf *b, uint64_t v) { return hs_buf_append(b, &v, 8); }
+int hs__put_f64(hs_buf *b, double v) { return hs_buf_append(b, &v, 8); }
+int hs__put_floats(hs_buf *b, const float *v, size_t n) {
+    return hs_buf_append(b, v, sizeof(float) * n);
+}
+
+static int need(const uint8_t *p, const uint8_t *end, size_t n) {
+    if ((size_t)(end - p) < n)
+        return hs__err(HS_EFORMAT, "algorithm state: truncated (%zu bytes left, %zu needed)",
+                       (size_t)(end - p), n);
+    return 0;
+}
+
+int hs__get_u32(const uint8_t **p, const uint8_t *end, uint32_t *v) {
+    int err = need(*p, end, 4);
+    if (err < 0) return err;
+    memcpy(v, *p, 4);
+    *p += 4;
+    return 0;
+}
+
+int hs__get_u64(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    int err = need(*p, end, 8);
+    if (err < 0) return err;
+    memcpy(v, *p, 8);
+    *p += 8;
+    return 0;
+}
+
+int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v) {
+    int err = need(*p, end, 8);
+    if (err < 0) return err;
+    memcpy(v, *p, 8);
+    *p += 8;
+    if (!isfinite(*v)) return hs__err(HS_EFORMAT, "algorithm state: a number is not finite");
+    return 0;
+}
+
+int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n) {
+    int err = need(*p, end, sizeof(float) * n);
+    if (err < 0) return err;
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, *p + 4 * i, 4);
+        if (!isfinite(f)) return hs__err(HS_EFORMAT, "algorithm state: value %zu is not finite", i);
+    }
+    memcpy(dst, *p, sizeof(float) * n);
+    *p += sizeof(float) * n;
+    return 0;
+}
+
+/* Layout: magic, version, kind, d (u64), compressor name (u32 length + bytes), epoch (u64),
+ * have_view, own vector (d floats), w (f64), neighbour count, then per neighbour: id, flags
+ * (is_in | is_out << 1 | synced << 2 | sent_full << 3), next_round (u64), replica (d floats)
+ * when it has one; then the algorithm's own tail. */
+int hs_algo_save(const hs_algo *a, hs_buf *out) {
+    int err = 0;
+    const char *cn = hs_compressor_name(a->comp);
+    uint32_t cl = (uint32_t)strlen(cn);
+    if ((err = hs__put_u32(out, SAVE_MAGIC)) < 0 || (err = hs__put_u32(out, SAVE_VERSION)) < 0 ||
+        (err = hs__put_u32(out, (uint32_t)a->cfg.kind)) < 0 ||
+        (err = hs__put_u64(out, a->d)) < 0 || (err = hs__put_u32(out, cl)) < 0 ||
+        (err = hs_buf_append(out, cn, cl)) < 0 || (err = hs__put_u64(out, a->epoch)) < 0 ||
+        (err = hs__put_u32(out, (uint32_t)a->have_view)) < 0 ||
+        (err = hs__put_floats(out, a->own, a->d)) < 0 || (err = hs__put_f64(out, a->w)) < 0 ||
+        (err = hs__put_u32(out, (uint32_t)a->n_nbrs)) < 0)
+        return err;
+    for (int i = 0; i < a->n_nbrs; i++) {
+        const hs__nbr *n = &a->nbrs[i];
+        uint32_t flags = (uint32_t)(n->is_in | n->is_out << 1 | n->synced << 2 | n->sent_full << 3 |
+                                    (n->rep != NULL) << 4);
+        if ((err = hs__put_u32(out, n->id)) < 0 || (err = hs__put_u32(out, flags)) < 0 ||
+            (err = hs__put_u64(out, n->next_round)) < 0)
+            return err;
+        if (n->rep && (err = hs__put_floats(out, n->rep, a->d)) < 0) return err;
+    }
+    return a->ops->save ? a->ops->save(a, out) : 0;
+}
+
+int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    uint32_t magic, version, kind, cl, have_view, nn;
+    uint64_t d, epoch;
+    double w;
+    int err;
+    if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
+    if (magic != SAVE_MAGIC) return hs__err(HS_EFORMAT, "algorithm state: bad magic 0x%08x", magic);
+    if ((err = hs__get_u32(&p, end, &version)) < 0) return err;
+    if (version != SAVE_VERSION)
+        return hs__err(HS_EFORMAT, "algorithm state: version %u (this build reads %u)", version,
+                       SAVE_VERSION);
+    if ((err = hs__get_u32(&p, end, &kind)) < 0 || (err = hs__get_u64(&p, end, &d)) < 0 ||
+        (err = hs__get_u32(&p, end, &cl)) < 0)
+        return err;
+    if (kind != (uint32_t)a->cfg.kind)
+        return hs__err(HS_EMISMATCH, "algorithm state is for %s, this run uses %s",
+                       hs_algo_kind_name((hs_algo_kind)kind), hs_algo_kind_name(a->cfg.kind));
+    if (d != a->d)
+        return hs__err(HS_EMISMATCH, "algorithm state has %llu parameters, the model %zu",
+                       (unsigned long long)d, a->d);
+    const char *cn = hs_compressor_name(a->comp);
+    if ((err = need(p, end, cl)) < 0) return err;
+    if (cl != strlen(cn) || memcmp(p, cn, cl) != 0)
+        return hs__err(HS_EMISMATCH, "algorithm state uses compressor %.*s, this run %s",
+                       (int)(cl > 64 ? 64 : cl), (const char *)p, cn);
+    p += cl;
+    if ((err = hs__get_u64(&p, end, &epoch)) < 0 || (err = hs__get_u32(&p, end, &have_view)) < 0)
+        return err;
+    /* Parse everything into new storage first, so a bad tail leaves the algorithm untouched. */
+    float *own = malloc(sizeof(float) * a->d);
+    hs__nbr *nbrs = NULL;
+    uint32_t got = 0;
+    if (!own) return hs__err(HS_ENOMEM, "algorithm state: out of memory");
+    if ((err = hs__get_floats(&p, end, own, a->d)) < 0 || (err = hs__get_f64(&p, end, &w)) < 0 ||
+        (err = hs__get_u32(&p, end, &nn)) < 0)
+        goto fail;
+    if (nn > 1u << 16) {
+        err = hs__err(HS_EFORMAT, "algorithm state: %u neighbours", nn);
+        goto fail;
+    }
+    if (nn && !(nbrs = calloc(nn, sizeof(*nbrs)))) {
+        err = hs__err(HS_ENOMEM, "algorithm state: out of memory");
+        goto fail;
+    }
+    for (got = 0; got < nn; got++) {
+        hs__nbr *n = &nbrs[got];
+        uint32_t flags;
+        if ((err = hs__get_u32(&p, end, &n->id)) < 0 || (err = hs__get_u32(&p, end, &flags)) < 0 ||
+            (err = hs__get_u64(&p, end, &n->next_round)) < 0)
+            goto fail;
+        n->is_in = flags & 1;
+        n->is_out = (flags >> 1) & 1;
+        n->synced = (flags >> 2) & 1;
+        n->sent_full = (flags >> 3) & 1;
+        if (flags & 16) {
+            if (!(n->rep = malloc(sizeof(float) * a->d))) {
+                err = hs__err(HS_ENOMEM, "algorithm state: out of memory");
+                goto fail;
+            }
+            if ((err = hs__get_floats(&p, end, n->rep, a->d)) < 0) goto fail;
+        }
+    }
+    if (a->ops->load && (err = a->ops->load(a, &p, end)) < 0) goto fail;
+    if (p != end) {
+        err = hs__err(HS_EFORMAT, "algorithm state: %zu trailing bytes", (size_t)(end - p));
+        goto fail;
+    }
+    for (int i = 0; i < a->n_nbrs; i++) free(a->nbrs[i].rep);
+    free(a->nbrs);
+    free(a->own);
+    a->nbrs = nbrs;
+    a->n_nbrs = a->cap_nbrs = (int)nn;
+    a->own = own;
+    a->w = w;
+    a->stats.push_weight = w;
+    a->epoch = epoch;
+    a->have_view = (int)have_view;
+    return 0;
+fail:
+    for (uint32_t i = 0; i < nn && nbrs; i++) free(nbrs[i].rep);
+    free(nbrs);
+    free(own);
+    return err;
+}

@@ -1,0 +1,118 @@
+/* Internals shared by the four algorithms: the neighbour table (replicas, per-neighbour round
+ * cursors, which edges are new and need a full replica), payload framing, and the ops table
+ * each algorithm file fills in. */
+#ifndef HS_ALGO_INTERNAL_H
+#define HS_ALGO_INTERNAL_H
+
+#include <stdint.h>
+
+#include "hearsay/algo.h"
+#include "hearsay/compress.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "payloads are little-endian IEEE floats: this host is not little-endian"
+#endif
+
+/* Byte 0 of every algorithm payload. */
+enum {
+    HS_PAYLOAD_DELTA = 1, /* a compressor message (hearsay/compress.h) */
+    HS_PAYLOAD_FULL = 2,  /* a full replica: d little-endian fp32 values */
+    HS_PAYLOAD_PUSH = 3,  /* push-sum: fp64 weight share, then a compressor message */
+};
+
+typedef struct hs__nbr {
+    uint32_t id;
+    int is_in, is_out;
+    float *rep;          /* replica of the neighbour's public vector (dcd, choco) or NULL */
+    int synced;          /* rep holds the neighbour's current value */
+    int sent_full;       /* this peer's replica reached the neighbour (out-edges) */
+    uint64_t next_round; /* first round of this neighbour's messages not yet consumed */
+    int lagging;         /* sgp: missed a staleness wait; not waited for until it catches up */
+} hs__nbr;
+
+typedef struct hs__algo_ops {
+    int needs_replicas;
+    int (*init)(hs_algo *a, const float *x0);
+    void (*fini)(hs_algo *a);
+    int (*begin)(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
+    int (*end)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+    const float *(*eval_point)(hs_algo *a, const float *x);
+    int (*save)(const hs_algo *a, hs_buf *out);
+    int (*load)(hs_algo *a, const uint8_t **p, const uint8_t *end);
+} hs__algo_ops;
+
+struct hs_algo {
+    hs_algo_cfg cfg;
+    char compress_spec[96];
+    uint32_t self;
+    size_t d;
+    const hs__algo_ops *ops;
+    hs_compressor *comp;
+    hs__nbr *nbrs;
+    int n_nbrs, cap_nbrs;
+    uint64_t epoch;
+    int have_view;
+    float *own;   /* dcd: x at round start; choco: xhat_self; dpsgd: x at round start */
+    float *tmp;   /* scratch of d floats */
+    float *tmp2;  /* scratch of d floats */
+    double w;     /* sgp push-sum weight */
+    uint8_t *present; /* scratch flags, one per in-neighbour */
+    int present_cap;
+    void *priv;   /* the algorithm's own state */
+    hs_algo_stats stats;
+};
+
+extern const hs__algo_ops hs__algo_dpsgd, hs__algo_dcd, hs__algo_choco, hs__algo_sgp;
+
+/* Fetches the view of round r and reconciles the neighbour table with it: neighbours that left
+ * are dropped, new ones added (with a replica that is synced only when every peer starts from
+ * x0 and this is the first view), so edges created by a membership change resynchronise. */
+int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, const float *x0);
+
+/* The table entry of neighbour id, or NULL. */
+hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id);
+
+/* Sends payload (one reference taken per send) to `to` and counts it. */
+int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload);
+
+/* A payload starting with `type`; *out owned by the caller. */
+int hs__payload_new(hs_buf **out, int type, size_t reserve);
+/* A FULL payload carrying v (d floats). */
+int hs__payload_full(hs_buf **out, const float *v, size_t d);
+/* Validates a FULL payload and copies its d values to dst (unchanged on error). */
+int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, uint32_t from);
+
+/* Receives neighbour n's messages of rounds n->next_round .. r in order, handing each to
+ * apply(a, n, round, bytes, len, ctx). Returns 1 when round r was applied, 0 when a message did
+ * not come in time or the neighbour is gone (n->next_round then names the round still owed),
+ * or a negative error. Rounds before r are waited for like round r. */
+typedef int (*hs__apply_fn)(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
+                            void *ctx);
+int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
+                      hs__apply_fn apply, void *ctx);
+
+/* Replica algorithms (choco, dcd): send `delta` to out-neighbours that hold this peer's
+ * replica (a->own) and the full replica to new ones; bring in-neighbours' replicas up to round
+ * r, marking in present[i] (one per v->in[i]) those that are current. */
+int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                          hs_buf *delta);
+int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                           uint8_t *present);
+/* Applies a FULL or DELTA payload of neighbour n to its replica (an hs__apply_fn). */
+int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
+                      void *ctx);
+/* A scratch array of n flags owned by a. */
+int hs__algo_present(hs_algo *a, int n, uint8_t **out);
+
+/* Little-endian serialisation helpers for save/load. */
+int hs__put_u32(hs_buf *b, uint32_t v);
+int hs__put_u64(hs_buf *b, uint64_t v);
+int hs__put_f64(hs_buf *b, double v);
+int hs__put_floats(hs_buf *b, const float *v, size_t n);
+int hs__get_u32(const uint8_t **p, const uint8_t *end, uint32_t *v);
+int hs__get_u64(const uint8_t **p, const uint8_t *end, uint64_t *v);
+int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v);
+/* Reads n floats, all finite, into dst (unchanged on error). */
+int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n);
+
+#endif

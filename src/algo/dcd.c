@@ -1,0 +1,95 @@
+/* DCD-PSGD (Tang, Gan, Zhang, Zhang and Liu, NeurIPS 2018, Algorithm 1; DESIGN.md section 4):
+ *   x_half = sum_j W_ij xhat_j - gamma g_i       (xhat_i = x_i: every replica is exact)
+ *   z_i    = x_half - x_i;  x_i += C(z_i);  every holder of a replica of x_i adds C(z_i)
+ * The caller's local steps give x - gamma g at the start of end(); the mix uses the replicas
+ * as they were at the start of the round (messages of round r-1 applied), the update C(z_i)
+ * goes out, and the neighbours' round-r updates are applied to their replicas afterwards.
+ * C must be unbiased (hs_algo_new refuses others): the average of the x_i is then kept in
+ * expectation, not exactly, and the method is known to break down at high compression. */
+#include <string.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+
+static int dcd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, x);
+    if (err < 0) return err;
+    memcpy(a->own, x, sizeof(float) * a->d);
+    return 0;
+}
+
+static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, a->own);
+    if (err < 0) return err;
+    size_t d = a->d;
+    float *xr = a->own, *acc = a->tmp;
+    uint8_t *present;
+    if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
+    /* Replicas must reflect round r-1 before they are mixed. */
+    double self_w = v.self_w;
+    a->stats.missing = 0;
+    for (int i = 0; i < v.n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
+        int got = r == 0 ? 1
+                         : hs__algo_catch_up(a, ex, n, r - 1, a->cfg.recv_timeout_ms,
+                                             hs__apply_replica, NULL);
+        if (got < 0) return got;
+        present[i] = (uint8_t)(got && n->synced);
+        if (!present[i]) {
+            self_w += v.in[i].w;
+            a->stats.missing++;
+        }
+    }
+    /* acc = sum_j W_ij xhat_j (a missing neighbour's weight on x_r), in ascending order. */
+    float sw = (float)self_w;
+    for (size_t k = 0; k < d; k++) acc[k] = sw * xr[k];
+    double dis = 0;
+    for (int i = 0; i < v.n_in; i++) {
+        if (!present[i]) continue;
+        const float *rj = hs__algo_nbr(a, v.in[i].id)->rep;
+        float w = (float)v.in[i].w;
+        double s = 0;
+        for (size_t k = 0; k < d; k++) {
+            acc[k] = acc[k] + w * rj[k];
+            float dk = rj[k] - xr[k];
+            s += (double)dk * dk;
+        }
+        dis += v.in[i].w * s;
+    }
+    /* z = acc + (x - x_r) - x_r, i.e. the mixed model after the local update, minus x_r. */
+    for (size_t k = 0; k < d; k++) acc[k] = (acc[k] + (x[k] - xr[k])) - xr[k];
+    hs_buf *msg;
+    if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
+        return err;
+    if ((err = hs_compress_encode(a->comp, acc, d, a->self, r, msg)) < 0) goto out;
+    /* x_{r+1} = x_r + C(z), decoded from the same bytes the neighbours decode. */
+    memcpy(x, xr, sizeof(float) * d);
+    if ((err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, x, d,
+                                      1.0f)) < 0)
+        goto out;
+    memcpy(a->own, x, sizeof(float) * d);
+    if ((err = hs__algo_send_replica(a, ex, &v, r, msg)) < 0) goto out;
+    /* Apply the neighbours' round-r updates now if they are here; late ones are applied at the
+     * start of the next round. */
+    for (int i = 0; i < v.n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
+        if (!present[i] && n->next_round < r) continue; /* still owes an older round */
+        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica, NULL);
+        if (got < 0) {
+            err = got;
+            goto out;
+        }
+    }
+    a->stats.disagreement = dis / (double)d;
+out:
+    hs_buf_unref(msg);
+    return err;
+}
+
+const hs__algo_ops hs__algo_dcd = {
+    .needs_replicas = 1,
+    .begin = dcd_begin,
+    .end = dcd_end,
+};

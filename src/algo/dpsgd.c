@@ -1,0 +1,95 @@
+/* D-PSGD (Lian et al., NeurIPS 2017, Algorithm 1): x_i <- sum_j W_ij x_j - gamma g_i(x_i).
+ * The model of round r is sent at the start of the round, so it travels while the gradient is
+ * computed; at the end the peer mixes what it received and adds its own local update:
+ *   x_{r+1} = W_ii x_r + sum_j W_ij C(x_j,r) + (x_after_local_steps - x_r).
+ * The wire carries C(x) (C = none for the paper's algorithm; a lossy cast such as fp16 is
+ * accepted as well). A neighbour whose model does not come is left out: its weight goes to the
+ * peer's own x_r. */
+#include <string.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+
+static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, NULL);
+    if (err < 0) return err;
+    memcpy(a->own, x, sizeof(float) * a->d);
+    if (v.n_out == 0) return 0;
+    hs_buf *msg;
+    if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
+        return err;
+    if ((err = hs_compress_encode(a->comp, x, a->d, a->self, r, msg)) < 0) goto out;
+    for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
+out:
+    hs_buf_unref(msg);
+    return err;
+}
+
+typedef struct mix_ctx {
+    float *buf; /* receives C(x_j) */
+    int used;
+} mix_ctx;
+
+/* Only the message of the current round is mixed; older ones (from a round in which the
+ * neighbour was late) are consumed and dropped: D-PSGD keeps no replicas. */
+static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
+                       void *vctx) {
+    mix_ctx *c = vctx;
+    if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
+        return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id, len ? p[0] : -1);
+    if (c->used == -1) return 0; /* a stale round: drop */
+    memset(c->buf, 0, sizeof(float) * a->d);
+    int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
+    if (err == 0) c->used = 1;
+    return err;
+}
+
+static int dpsgd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, NULL);
+    if (err < 0) return err;
+    size_t d = a->d;
+    const float *xr = a->own;
+    float *acc = a->tmp, *xj = a->tmp2;
+    double self_w = v.self_w, dis = 0;
+    memset(acc, 0, sizeof(float) * d);
+    a->stats.missing = 0;
+    /* In ascending id order, so every run (simulated or networked) sums in the same order. */
+    for (int i = 0; i < v.n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
+        /* Rounds this neighbour still owes from earlier are taken without waiting and dropped. */
+        mix_ctx stale = {xj, -1};
+        if (n->next_round < r &&
+            (err = hs__algo_catch_up(a, ex, n, r - 1, 0, apply_model, &stale)) < 0)
+            return err;
+        if (n->next_round < r) n->next_round = r;
+        mix_ctx c = {xj, 0};
+        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, &c);
+        if (got < 0) return got;
+        if (!got || !c.used) {
+            self_w += v.in[i].w;
+            a->stats.missing++;
+            continue;
+        }
+        float w = (float)v.in[i].w;
+        double s = 0;
+        for (size_t k = 0; k < d; k++) {
+            acc[k] = acc[k] + w * xj[k];
+            float diff = xj[k] - xr[k];
+            s += (double)diff * diff;
+        }
+        dis += v.in[i].w * s;
+    }
+    /* x_{r+1} = self_w x_r + sum_j W_ij C(x_j) + (x - x_r). */
+    float sw = (float)self_w;
+    for (size_t k = 0; k < d; k++) x[k] = (sw * xr[k] + acc[k]) + (x[k] - xr[k]);
+    a->stats.disagreement = dis / (double)d;
+    return 0;
+}
+
+const hs__algo_ops hs__algo_dpsgd = {
+    .needs_replicas = 0,
+    .begin = dpsgd_begin,
+    .end = dpsgd_end,
+};

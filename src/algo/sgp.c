@@ -1,0 +1,228 @@
+/* Stochastic Gradient Push (Assran, Loizou, Ballas and Rabbat, ICML 2019, Algorithm 1):
+ * push-sum over a directed, possibly time-varying graph with column-stochastic shares p_ji.
+ *   x_half = x_i - gamma g(z_i),  z_i = x_i / w_i          (local steps, by the caller)
+ *   keep p_ii (x_half, w_i); push (p_ji x_half, p_ji w_i) to each out-neighbour j
+ *   x_i, w_i += every (x, w) share that has arrived, of any round
+ * Peers never wait for each other in lockstep: a share is added whenever it arrives, so a slow
+ * peer slows nobody. With --staleness TAU > 0 a peer waits (up to the receive timeout) for the
+ * shares of round r - TAU from in-neighbours that keep up; one that misses the wait is marked
+ * lagging and not waited for again until its shares catch up (stragglers and crashed peers never
+ * stall the others). Mass is conserved: a compressed share C(p x) leaves its compression error
+ * p x - C(p x) with the sender, so the sum of all x (and of all w), shares in flight included,
+ * is unchanged by a round. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+#include "core/log.h"
+
+/* The largest push-sum weight a share may carry: weights sum to the number of peers. */
+#define SGP_MAX_WEIGHT 1e9
+
+typedef struct sender {
+    uint32_t id;
+    uint64_t next_round; /* rounds below this one have all been received */
+    int lagging;
+} sender;
+
+typedef struct sgp_state {
+    float *z;     /* x / w, the evaluation point */
+    float *res;   /* decoded share, for the compression residual and the disagreement */
+    sender *snd;
+    int n_snd, cap_snd;
+    hs_msg *msgs;
+    int cap_msgs;
+    int lossless; /* the compressor reproduces its input exactly */
+} sgp_state;
+
+static int sgp_init(hs_algo *a, const float *x0) {
+    (void)x0;
+    sgp_state *s = calloc(1, sizeof(*s));
+    if (!s) return hs__err(HS_ENOMEM, "sgp: out of memory");
+    a->priv = s;
+    if (!(s->z = malloc(sizeof(float) * a->d)) || !(s->res = malloc(sizeof(float) * a->d)))
+        return hs__err(HS_ENOMEM, "sgp: out of memory for %zu parameters", a->d);
+    s->cap_msgs = 64;
+    if (!(s->msgs = malloc(sizeof(hs_msg) * (size_t)s->cap_msgs)))
+        return hs__err(HS_ENOMEM, "sgp: out of memory");
+    s->lossless = hs_compressor_codec(a->comp) == HS_CODEC_NONE;
+    a->w = 1.0;
+    return 0;
+}
+
+static void sgp_fini(hs_algo *a) {
+    sgp_state *s = a->priv;
+    if (!s) return;
+    free(s->z);
+    free(s->res);
+    free(s->snd);
+    free(s->msgs);
+    free(s);
+    a->priv = NULL;
+}
+
+static const float *sgp_eval_point(hs_algo *a, const float *x) {
+    sgp_state *s = a->priv;
+    float inv = (float)(1.0 / a->w);
+    for (size_t k = 0; k < a->d; k++) s->z[k] = x[k] * inv;
+    return s->z;
+}
+
+static sender *find_sender(sgp_state *s, uint32_t id, uint64_t first_round) {
+    for (int i = 0; i < s->n_snd; i++)
+        if (s->snd[i].id == id) return &s->snd[i];
+    if (s->n_snd == s->cap_snd) {
+        int cap = s->cap_snd ? s->cap_snd * 2 : 8;
+        sender *n = realloc(s->snd, sizeof(*n) * (size_t)cap);
+        if (!n) return NULL;
+        s->snd = n;
+        s->cap_snd = cap;
+    }
+    sender *n = &s->snd[s->n_snd++];
+    n->id = id;
+    n->next_round = first_round;
+    n->lagging = 0;
+    return n;
+}
+
+/* Adds one arrived share to (x, w). A malformed share is dropped with a warning: its mass is
+ * lost, but no state is touched by half. */
+static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
+                     const hs_buf *b, double *dis, int *nshares) {
+    sgp_state *s = a->priv;
+    a->stats.bytes_recv += b->len;
+    double wj;
+    if (b->len < 9 || b->data[0] != HS_PAYLOAD_PUSH) {
+        HS_LOGW("sgp: dropped a share from peer %u of round %llu: not a push-sum payload", from,
+                (unsigned long long)round);
+        return 0;
+    }
+    memcpy(&wj, b->data + 1, 8);
+    if (!(wj > 0.0 && wj <= SGP_MAX_WEIGHT)) {
+        HS_LOGW("sgp: dropped a share from peer %u of round %llu: weight %g out of range", from,
+                (unsigned long long)round, wj);
+        return 0;
+    }
+    /* Decode into scratch first so a bad share leaves x untouched, and to measure how far the
+     * sender's z is from ours. */
+    memset(s->res, 0, sizeof(float) * a->d);
+    int err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, round, s->res, a->d, 1.0f);
+    if (err < 0) {
+        HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
+                (unsigned long long)round, hs_error_message());
+        return 0;
+    }
+    double zi_scale = 1.0 / a->w, zj_scale = 1.0 / wj, d2 = 0;
+    for (size_t k = 0; k < a->d; k++) {
+        double dz = s->res[k] * zj_scale - x[k] * zi_scale;
+        d2 += dz * dz;
+        x[k] = x[k] + s->res[k];
+    }
+    *dis += d2;
+    a->w += wj;
+    (*nshares)++;
+    int st = round <= r ? (int)(r - round) : 0;
+    if (st > a->stats.staleness_max) a->stats.staleness_max = st;
+    a->stats.staleness_mean += st;
+    sender *sn = find_sender(s, from, round);
+    if (sn && round >= sn->next_round) {
+        sn->next_round = round + 1;
+        sn->lagging = 0;
+    }
+    return 0;
+}
+
+static int sgp_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    sgp_state *s = a->priv;
+    hs_peer_view v;
+    int err = ex->ops->view(ex, r, &v);
+    if (err < 0) return err;
+    size_t d = a->d;
+    /* The kept part: p_ii x and p_ii w, plus each share's compression residual. */
+    float *keep = a->tmp, *share = a->tmp2;
+    float pself = (float)v.self_w;
+    for (size_t k = 0; k < d; k++) keep[k] = pself * x[k];
+    double w_keep = v.self_w * a->w;
+    for (int i = 0; i < v.n_out; i++) {
+        float p = (float)v.out[i].w;
+        for (size_t k = 0; k < d; k++) share[k] = p * x[k];
+        hs_buf *msg;
+        if ((err = hs__payload_new(&msg, HS_PAYLOAD_PUSH, 8 + hs_compress_max_bytes(a->comp, d))) < 0)
+            return err;
+        double wj = v.out[i].w * a->w;
+        if ((err = hs_buf_append(msg, &wj, 8)) < 0 ||
+            (err = hs_compress_encode(a->comp, share, d, a->self, r, msg)) < 0) {
+            hs_buf_unref(msg);
+            return err;
+        }
+        if (!s->lossless) {
+            memset(s->res, 0, sizeof(float) * d);
+            if ((err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self, r,
+                                              s->res, d, 1.0f)) < 0) {
+                hs_buf_unref(msg);
+                return err;
+            }
+            for (size_t k = 0; k < d; k++) keep[k] = keep[k] + (share[k] - s->res[k]);
+        }
+        err = hs__algo_send(a, ex, v.out[i].id, r, msg);
+        hs_buf_unref(msg);
+        if (err < 0) return err;
+    }
+    memcpy(x, keep, sizeof(float) * d);
+    a->w = w_keep;
+    a->stats.staleness_max = 0;
+    a->stats.staleness_mean = 0;
+    a->stats.missing = 0;
+    double dis = 0;
+    int nshares = 0;
+    /* Everything that has arrived, of any round. */
+    for (;;) {
+        int n = ex->ops->drain(ex, s->msgs, s->cap_msgs);
+        if (n < 0) return n;
+        for (int i = 0; i < n; i++) {
+            add_share(a, x, r, s->msgs[i].from, s->msgs[i].round, s->msgs[i].payload, &dis, &nshares);
+            hs_buf_unref(s->msgs[i].payload);
+        }
+        if (n < s->cap_msgs) break;
+    }
+    /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
+    if (a->cfg.staleness > 0 && r >= (uint64_t)a->cfg.staleness) {
+        uint64_t old = r - (uint64_t)a->cfg.staleness;
+        hs_peer_view ov;
+        if ((err = ex->ops->view(ex, old, &ov)) < 0) return err;
+        for (int i = 0; i < ov.n_in; i++) {
+            sender *sn = find_sender(s, ov.in[i].id, old);
+            if (!sn) return hs__err(HS_ENOMEM, "sgp: out of memory");
+            if (sn->lagging || sn->next_round > old) continue;
+            hs_buf *b = NULL;
+            int got = ex->ops->recv(ex, sn->id, old, a->cfg.recv_timeout_ms, &b);
+            if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
+                sn->lagging = 1;
+                a->stats.missing++;
+                HS_LOGI("sgp: round %llu: peer %u is more than %d rounds behind; not waiting for it",
+                        (unsigned long long)r, sn->id, a->cfg.staleness);
+                continue;
+            }
+            if (got < 0) return got;
+            add_share(a, x, r, sn->id, old, b, &dis, &nshares);
+            hs_buf_unref(b);
+        }
+    }
+    if (nshares) a->stats.staleness_mean /= nshares;
+    a->stats.disagreement = nshares ? dis / ((double)nshares * (double)d) : 0.0;
+    a->stats.push_weight = a->w;
+    if (!(a->w > 0.0) || !isfinite(a->w))
+        return hs__err(HS_EDIVERGED, "sgp: push-sum weight became %g at round %llu", a->w,
+                       (unsigned long long)r);
+    return 0;
+}
+
+const hs__algo_ops hs__algo_sgp = {
+    .needs_replicas = 0,
+    .init = sgp_init,
+    .fini = sgp_fini,
+    .end = sgp_end,
+    .eval_point = sgp_eval_point,
+};

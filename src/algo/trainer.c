@@ -1,0 +1,258 @@
+/* One peer's training loop (see hearsay/trainer.h). Keeps the algorithm's host vector x and
+ * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
+ * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
+ * uploaded after each mixing step and downloaded after the local steps. One thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+#include "hearsay/trainer.h"
+
+struct hs_trainer {
+    hs_backend *be;
+    hs_trainer_cfg cfg;
+    hs_model *model;
+    hs_optim *opt;
+    hs_batcher *batch;
+    hs_algo *algo;
+    size_t d;
+    int split_eval;     /* the gradient is taken somewhere else than x (SGP's x / w) */
+    float *x_host;      /* the algorithm's x */
+    float *x_dev;       /* the optimizer's x, in backend memory */
+    int own_host, own_dev;
+    long steps;
+};
+
+void hs_trainer_free(hs_trainer *t) {
+    if (!t) return;
+    if (t->own_dev) hs_be_free(t->be, t->x_dev);
+    if (t->own_host) free(t->x_host);
+    hs_algo_free(t->algo);
+    hs_batcher_free(t->batch);
+    hs_optim_free(t->opt);
+    hs_model_free(t->model);
+    free(t);
+}
+
+int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
+                   const hs_dataset *shard, const hs_algo_cfg *acfg, uint32_t self) {
+    if (cfg->local_steps < 1)
+        return hs__err(HS_EINVAL, "--local-steps %d: must be >= 1", cfg->local_steps);
+    hs_trainer *t = calloc(1, sizeof(*t));
+    if (!t) return hs__err(HS_ENOMEM, "trainer: out of memory");
+    t->be = be;
+    t->cfg = *cfg;
+    int err;
+    if ((err = hs_model_new(&t->model, be, &cfg->model, cfg->batch)) < 0 ||
+        (err = hs_model_init(t->model, cfg->seed)) < 0)
+        goto fail;
+    t->d = hs_model_nparams(t->model);
+    if ((err = hs_optim_new(&t->opt, be, t->d, &cfg->optim)) < 0 ||
+        (err = hs_batcher_new(&t->batch, shard, cfg->batch, cfg->seed, cfg->stream, 0)) < 0)
+        goto fail;
+    t->split_eval = acfg->kind == HS_ALGO_SGP;
+    float *params = hs_model_params(t->model);
+    if (be->host_memory) {
+        if (t->split_eval) {
+            if ((err = hs_be_alloc_f(be, t->d, &t->x_dev)) < 0) goto fail;
+            t->own_dev = 1;
+            memcpy(t->x_dev, params, sizeof(float) * t->d);
+        } else {
+            t->x_dev = params;
+        }
+        t->x_host = t->x_dev;
+    } else {
+        if (t->split_eval) {
+            if ((err = hs_be_alloc_f(be, t->d, &t->x_dev)) < 0) goto fail;
+            t->own_dev = 1;
+            if ((err = hs_be_copy_f(be, t->x_dev, params, t->d)) < 0) goto fail;
+        } else {
+            t->x_dev = params;
+        }
+        if (!(t->x_host = malloc(sizeof(float) * t->d))) {
+            err = hs__err(HS_ENOMEM, "trainer: out of memory");
+            goto fail;
+        }
+        t->own_host = 1;
+        if ((err = hs_be_download(be, t->x_host, t->x_dev, sizeof(float) * t->d)) < 0) goto fail;
+    }
+    if ((err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) goto fail;
+    *out = t;
+    return 0;
+fail:
+    hs_trainer_free(t);
+    return err;
+}
+
+int hs_trainer_set_x(hs_trainer *t, const float *x) {
+    if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
+    if (!t->be->host_memory)
+        return hs_be_upload(t->be, t->x_dev, t->x_host, sizeof(float) * t->d);
+    return 0;
+}
+
+/* Puts the evaluation point into the model's parameters, when it is not already there. */
+static int stage_eval_point(hs_trainer *t) {
+    if (!t->split_eval) return 0;
+    const float *p = hs_algo_eval_point(t->algo, t->x_host);
+    float *params = hs_model_params(t->model);
+    if (t->be->host_memory) {
+        memcpy(params, p, sizeof(float) * t->d);
+        return 0;
+    }
+    return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
+}
+
+int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r) {
+    return hs_algo_begin(t->algo, ex, r, t->x_host);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
+    (void)r;
+    double t0 = now_s(), loss = 0;
+    int samples = 0, err;
+    float lr = 0;
+    for (int h = 0; h < t->cfg.local_steps; h++) {
+        const float *bx;
+        const int32_t *by;
+        int bs = hs_batcher_next(t->batch, &bx, &by);
+        hs_step_stats ss;
+        if ((err = stage_eval_point(t)) < 0) return err;
+        if ((err = hs_model_grad(t->model, bx, by, bs, &ss)) < 0) return err;
+        if ((err = hs_optim_step(t->opt, t->x_dev, hs_model_grads(t->model), t->steps, &lr)) < 0)
+            return err;
+        t->steps++;
+        if (!isfinite(ss.loss))
+            return hs__err(HS_EDIVERGED, "training loss is %g at step %ld (lower --lr)", ss.loss,
+                           t->steps);
+        loss += ss.loss;
+        samples += bs;
+        /* SGP's next evaluation point needs the updated x on the host. */
+        if (!t->be->host_memory && (t->split_eval || h + 1 == t->cfg.local_steps) &&
+            (err = hs_be_download(t->be, t->x_host, t->x_dev, sizeof(float) * t->d)) < 0)
+            return err;
+    }
+    if (st) {
+        st->loss = loss / t->cfg.local_steps;
+        st->samples = samples;
+        st->lr = lr;
+        st->compute_s = now_s() - t0;
+    }
+    return 0;
+}
+
+int hs_trainer_end(hs_trainer *t, hs_exchange *ex, uint64_t r) {
+    int err = hs_algo_end(t->algo, ex, r, t->x_host);
+    if (err < 0) return err;
+    if (!t->be->host_memory)
+        return hs_be_upload(t->be, t->x_dev, t->x_host, sizeof(float) * t->d);
+    return 0;
+}
+
+int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st) {
+    int err = hs_trainer_begin(t, ex, r);
+    if (err < 0) return err;
+    if ((err = hs_trainer_local(t, r, st)) < 0) return err;
+    return hs_trainer_end(t, ex, r);
+}
+
+int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy) {
+    int err = stage_eval_point(t);
+    if (err < 0) return err;
+    return hs_model_evaluate(t->model, ds, loss, accuracy);
+}
+
+const float *hs_trainer_x(const hs_trainer *t) { return t->x_host; }
+const float *hs_trainer_eval_x(hs_trainer *t) { return hs_algo_eval_point(t->algo, t->x_host); }
+size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
+hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }
+hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
+long hs_trainer_steps(const hs_trainer *t) { return t->steps; }
+long hs_trainer_steps_per_epoch(const hs_trainer *t) { return hs_batcher_steps_per_epoch(t->batch); }
+
+/* ---------------------------------------------------------------- checkpoints */
+
+#define TR_MAGIC 0x52545348u /* "HSTR" */
+#define TR_VERSION 1u
+
+/* Layout: magic, version, d (u64), steps (u64), x (d floats), has_velocity (u32), velocity
+ * (d floats), algorithm state length (u64) and bytes. */
+int hs_trainer_save(hs_trainer *t, hs_buf *out) {
+    int err;
+    float *vel = hs_optim_velocity(t->opt);
+    if ((err = hs__put_u32(out, TR_MAGIC)) < 0 || (err = hs__put_u32(out, TR_VERSION)) < 0 ||
+        (err = hs__put_u64(out, t->d)) < 0 || (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
+        (err = hs__put_floats(out, t->x_host, t->d)) < 0 ||
+        (err = hs__put_u32(out, vel != NULL)) < 0)
+        return err;
+    if (vel) {
+        size_t at = out->len;
+        if ((err = hs_buf_reserve(out, out->len + sizeof(float) * t->d)) < 0) return err;
+        if ((err = hs_be_download(t->be, out->data + at, vel, sizeof(float) * t->d)) < 0)
+            return err;
+        out->len += sizeof(float) * t->d;
+    }
+    size_t len_at = out->len;
+    if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(t->algo, out)) < 0) return err;
+    uint64_t alen = out->len - len_at - 8;
+    memcpy(out->data + len_at, &alen, 8);
+    return 0;
+}
+
+int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    uint32_t magic, version, has_vel;
+    uint64_t d, steps, alen;
+    int err;
+    if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
+    if (magic != TR_MAGIC) return hs__err(HS_EFORMAT, "trainer state: bad magic 0x%08x", magic);
+    if ((err = hs__get_u32(&p, end, &version)) < 0) return err;
+    if (version != TR_VERSION)
+        return hs__err(HS_EFORMAT, "trainer state: version %u (this build reads %u)", version,
+                       TR_VERSION);
+    if ((err = hs__get_u64(&p, end, &d)) < 0 || (err = hs__get_u64(&p, end, &steps)) < 0) return err;
+    if (d != t->d)
+        return hs__err(HS_EMISMATCH, "trainer state has %llu parameters, the model %zu",
+                       (unsigned long long)d, t->d);
+    if (steps > (uint64_t)1 << 48) return hs__err(HS_EFORMAT, "trainer state: step %llu", (unsigned long long)steps);
+    float *x = malloc(sizeof(float) * t->d), *vel = malloc(sizeof(float) * t->d);
+    if (!x || !vel) {
+        err = hs__err(HS_ENOMEM, "trainer state: out of memory");
+        goto out;
+    }
+    if ((err = hs__get_floats(&p, end, x, t->d)) < 0 || (err = hs__get_u32(&p, end, &has_vel)) < 0)
+        goto out;
+    if ((has_vel != 0) != (hs_optim_velocity(t->opt) != NULL)) {
+        err = hs__err(HS_EMISMATCH, "trainer state %s a momentum buffer, this run %s",
+                      has_vel ? "has" : "has no", hs_optim_velocity(t->opt) ? "uses momentum" : "does not");
+        goto out;
+    }
+    if (has_vel && (err = hs__get_floats(&p, end, vel, t->d)) < 0) goto out;
+    if ((err = hs__get_u64(&p, end, &alen)) < 0) goto out;
+    if (alen != (uint64_t)(end - p)) {
+        err = hs__err(HS_EFORMAT, "trainer state: algorithm state of %llu bytes, %zu left",
+                      (unsigned long long)alen, (size_t)(end - p));
+        goto out;
+    }
+    /* The algorithm validates its whole state before changing anything; after it, nothing
+     * here can fail but a device copy. */
+    if ((err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
+    if ((err = hs_trainer_set_x(t, x)) < 0) goto out;
+    if (has_vel && (err = hs_be_upload(t->be, hs_optim_velocity(t->opt), vel, sizeof(float) * t->d)) < 0)
+        goto out;
+    t->steps = (long)steps;
+    err = hs_batcher_seek(t->batch, t->steps);
+out:
+    free(x);
+    free(vel);
+    return err;
+}

@@ -1,0 +1,179 @@
+/* The simulator driver: n trainers on one backend, sharded from one dataset, over an
+ * hs_simnet. Synchronous algorithms advance in lockstep phases; SGP advances the peer with the
+ * earliest virtual clock, one round at a time. Single-threaded and deterministic. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error_internal.h"
+#include "hearsay/sim.h"
+
+struct hs_sim {
+    hs_sim_cfg cfg;
+    int n;
+    int sync;
+    hs_topo *topo;
+    hs_simnet *net;
+    hs_dataset **shards;
+    hs_trainer **tr;
+    uint64_t *rounds;
+    double *clock, *slow;
+    hs_round_stats *rs;
+    uint64_t lockstep_round;
+};
+
+void hs_sim_free(hs_sim *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) {
+        if (s->tr) hs_trainer_free(s->tr[i]);
+        if (s->shards) hs_dataset_free(s->shards[i]);
+    }
+    free(s->tr);
+    free(s->shards);
+    hs_simnet_free(s->net);
+    hs_topo_free(s->topo);
+    free(s->rounds);
+    free(s->clock);
+    free(s->slow);
+    free(s->rs);
+    free(s);
+}
+
+int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dataset *train) {
+    if (cfg->n < 1 || cfg->n > 4096) return hs__err(HS_EINVAL, "-n %d: must be in 1..4096", cfg->n);
+    hs_sim *s = calloc(1, sizeof(*s));
+    if (!s) return hs__err(HS_ENOMEM, "simulator: out of memory");
+    s->cfg = *cfg;
+    s->n = cfg->n;
+    s->sync = hs_algo_kind_synchronous(cfg->algo.kind);
+    int err;
+    if ((err = hs_topo_new(&s->topo, cfg->topology, cfg->n, cfg->seed)) < 0) goto fail;
+    if (hs_topo_n(s->topo) != cfg->n) {
+        err = hs__err(HS_EINVAL, "topology %s has %d peers, -n is %d", cfg->topology,
+                      hs_topo_n(s->topo), cfg->n);
+        goto fail;
+    }
+    if (s->sync && hs_topo_directed(s->topo)) {
+        err = hs__err(HS_EINVAL, "--algo %s needs an undirected (symmetric) topology; %s is "
+                                 "directed (use --algo sgp)",
+                      hs_algo_kind_name(cfg->algo.kind), hs_topo_name(s->topo));
+        goto fail;
+    }
+    if ((cfg->algo.kind == HS_ALGO_CHOCO || cfg->algo.kind == HS_ALGO_DCD) &&
+        hs_topo_period(s->topo) != 1) {
+        err = hs__err(HS_EINVAL, "--algo %s keeps replicas of fixed neighbours; topology %s "
+                                 "changes every round (use dpsgd or sgp)",
+                      hs_algo_kind_name(cfg->algo.kind), hs_topo_name(s->topo));
+        goto fail;
+    }
+    if ((err = hs_simnet_new(&s->net, s->topo)) < 0) goto fail;
+    hs_simnet_set_latency(s->net, cfg->latency);
+    s->shards = calloc((size_t)s->n, sizeof(*s->shards));
+    s->tr = calloc((size_t)s->n, sizeof(*s->tr));
+    s->rounds = calloc((size_t)s->n, sizeof(*s->rounds));
+    s->clock = calloc((size_t)s->n, sizeof(*s->clock));
+    s->slow = calloc((size_t)s->n, sizeof(*s->slow));
+    s->rs = calloc((size_t)s->n, sizeof(*s->rs));
+    if (!s->shards || !s->tr || !s->rounds || !s->clock || !s->slow || !s->rs) {
+        err = hs__err(HS_ENOMEM, "simulator: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < s->n; i++) {
+        s->slow[i] = cfg->slowdown ? cfg->slowdown[i] : 1.0;
+        if (!(s->slow[i] >= 1.0) || !isfinite(s->slow[i])) {
+            err = hs__err(HS_EINVAL, "--slowdown of peer %d is %g: must be >= 1", i, s->slow[i]);
+            goto fail;
+        }
+        uint32_t *idx;
+        size_t cnt;
+        if ((err = hs_shard(train, &cfg->partition, i, s->n, cfg->seed, &idx, &cnt)) < 0) goto fail;
+        err = hs_dataset_subset(&s->shards[i], train, idx, cnt);
+        free(idx);
+        if (err < 0) goto fail;
+        hs_trainer_cfg tc = cfg->trainer;
+        tc.stream = (uint32_t)i;
+        if ((err = hs_trainer_new(&s->tr[i], be, &tc, s->shards[i], &cfg->algo, (uint32_t)i)) < 0) {
+            hs__err_prefix(err, "peer %d", i);
+            goto fail;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    hs_sim_free(s);
+    return err;
+}
+
+int hs_sim_step(hs_sim *s, int *peer) {
+    int err;
+    if (s->sync) {
+        uint64_t r = s->lockstep_round;
+        for (int i = 0; i < s->n; i++)
+            if (hs_simnet_alive(s->net, i) &&
+                (err = hs_trainer_begin(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
+                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        for (int i = 0; i < s->n; i++)
+            if (hs_simnet_alive(s->net, i) && (err = hs_trainer_local(s->tr[i], r, &s->rs[i])) < 0)
+                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        for (int i = 0; i < s->n; i++) {
+            if (!hs_simnet_alive(s->net, i)) continue;
+            if ((err = hs_trainer_end(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
+                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+            s->rounds[i]++;
+            s->clock[i] += 1.0;
+        }
+        s->lockstep_round++;
+        if (peer) *peer = -1;
+        return 0;
+    }
+    int best = -1;
+    for (int i = 0; i < s->n; i++)
+        if (hs_simnet_alive(s->net, i) && (best < 0 || s->clock[i] < s->clock[best])) best = i;
+    if (best < 0) return hs__err(HS_EINVAL, "simulator: no peer is alive");
+    uint64_t r = s->rounds[best];
+    hs_exchange *ex = hs_simnet_exchange(s->net, best);
+    /* The round's messages go out, and arrived ones are taken, when its compute is done. */
+    hs_simnet_set_clock(s->net, best, s->clock[best] + s->slow[best]);
+    if ((err = hs_trainer_round(s->tr[best], ex, r, &s->rs[best])) < 0)
+        return hs__err_prefix(err, "peer %d, round %llu", best, (unsigned long long)r);
+    s->clock[best] = hs_simnet_clock(s->net, best);
+    s->rounds[best]++;
+    if (peer) *peer = best;
+    return 0;
+}
+
+int hs_sim_n(const hs_sim *s) { return s->n; }
+hs_trainer *hs_sim_trainer(hs_sim *s, int i) { return s->tr[i]; }
+hs_simnet *hs_sim_net(hs_sim *s) { return s->net; }
+uint64_t hs_sim_rounds(const hs_sim *s, int i) { return s->rounds[i]; }
+double hs_sim_clock(const hs_sim *s, int i) { return s->clock[i]; }
+size_t hs_sim_shard_size(const hs_sim *s, int i) { return s->shards[i]->n; }
+const hs_round_stats *hs_sim_round_stats(const hs_sim *s, int i) { return &s->rs[i]; }
+
+int hs_sim_consensus(hs_sim *s, double *dist, float *avg) {
+    size_t d = hs_trainer_dim(s->tr[0]);
+    double *mean = calloc(d, sizeof(double));
+    if (!mean) return hs__err(HS_ENOMEM, "simulator: out of memory");
+    int alive = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!hs_simnet_alive(s->net, i)) continue;
+        const float *z = hs_trainer_eval_x(s->tr[i]);
+        for (size_t k = 0; k < d; k++) mean[k] += z[k];
+        alive++;
+    }
+    for (size_t k = 0; k < d; k++) mean[k] /= alive;
+    double sum = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!hs_simnet_alive(s->net, i)) continue;
+        const float *z = hs_trainer_eval_x(s->tr[i]);
+        for (size_t k = 0; k < d; k++) {
+            double e = z[k] - mean[k];
+            sum += e * e;
+        }
+    }
+    if (avg)
+        for (size_t k = 0; k < d; k++) avg[k] = (float)mean[k];
+    free(mean);
+    *dist = sum / ((double)alive * (double)d);
+    return 0;
+}

@@ -1,0 +1,432 @@
+/* Consensus-only tests of the four algorithms in the simulator's exchange (learning rate 0,
+ * random starting vectors, no model): the network average is kept, the consensus distance
+ * shrinks 1000x within a number of rounds set by the topology's spectral gap, push-sum
+ * conserves mass (shares in flight included) and its z_i reach the true average. Plus the
+ * refusals, churn, and checkpoint round trips. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/rng.h"
+#include "hearsay/algo.h"
+#include "hearsay/error.h"
+#include "hearsay/sim.h"
+#include "hearsay/topo.h"
+
+typedef struct net {
+    int n;
+    size_t d;
+    hs_topo *topo;
+    hs_simnet *sim;
+    hs_algo **a;
+    float **x;
+} net;
+
+/* n peers on `spec`, each with its own random vector of d floats (consensus experiments do
+ * not share a starting point, so the first round sends full replicas). */
+static void net_new(net *nt, const char *spec, int n, size_t d, hs_algo_cfg *cfg) {
+    nt->n = n;
+    nt->d = d;
+    assert_int_equal(hs_topo_new(&nt->topo, spec, n, 5), 0);
+    assert_int_equal(hs_simnet_new(&nt->sim, nt->topo), 0);
+    nt->a = calloc((size_t)n, sizeof(*nt->a));
+    nt->x = calloc((size_t)n, sizeof(*nt->x));
+    cfg->same_start = 0;
+    cfg->seed = 77;
+    for (int i = 0; i < n; i++) {
+        nt->x[i] = malloc(sizeof(float) * d);
+        hs_rng r;
+        hs_rng_init(&r, 123, HS_RNG_TEST, (uint32_t)i, 0);
+        for (size_t k = 0; k < d; k++) nt->x[i][k] = (float)hs_rng_normal(&r) + (float)i * 0.1f;
+        int err = hs_algo_new(&nt->a[i], cfg, (uint32_t)i, d, nt->x[i]);
+        if (err) fail_msg("hs_algo_new: %s", hs_error_message());
+    }
+}
+
+static void net_free(net *nt) {
+    for (int i = 0; i < nt->n; i++) {
+        hs_algo_free(nt->a[i]);
+        free(nt->x[i]);
+    }
+    free(nt->a);
+    free(nt->x);
+    hs_simnet_free(nt->sim);
+    hs_topo_free(nt->topo);
+}
+
+/* One round with no local update: every begin, then every end (virtual time r + 1). */
+static void net_round(net *nt, uint64_t r) {
+    for (int i = 0; i < nt->n; i++) {
+        if (!hs_simnet_alive(nt->sim, i)) continue;
+        int err = hs_algo_begin(nt->a[i], hs_simnet_exchange(nt->sim, i), r, nt->x[i]);
+        if (err) fail_msg("begin peer %d round %llu: %s", i, (unsigned long long)r, hs_error_message());
+    }
+    for (int i = 0; i < nt->n; i++) {
+        if (!hs_simnet_alive(nt->sim, i)) continue;
+        hs_simnet_set_clock(nt->sim, i, (double)r + 1);
+        int err = hs_algo_end(nt->a[i], hs_simnet_exchange(nt->sim, i), r, nt->x[i]);
+        if (err) fail_msg("end peer %d round %llu: %s", i, (unsigned long long)r, hs_error_message());
+    }
+}
+
+/* Average (of the evaluation points z_i) in double, and the consensus distance
+ * (1/n) sum_i ||z_i - avg||^2. */
+static double net_stats(net *nt, double *avg) {
+    size_t d = nt->d;
+    int alive = 0;
+    memset(avg, 0, sizeof(double) * d);
+    for (int i = 0; i < nt->n; i++) {
+        if (!hs_simnet_alive(nt->sim, i)) continue;
+        const float *z = hs_algo_eval_point(nt->a[i], nt->x[i]);
+        for (size_t k = 0; k < d; k++) avg[k] += z[k];
+        alive++;
+    }
+    for (size_t k = 0; k < d; k++) avg[k] /= alive;
+    double dist = 0;
+    for (int i = 0; i < nt->n; i++) {
+        if (!hs_simnet_alive(nt->sim, i)) continue;
+        const float *z = hs_algo_eval_point(nt->a[i], nt->x[i]);
+        for (size_t k = 0; k < d; k++) dist += (z[k] - avg[k]) * (z[k] - avg[k]);
+    }
+    return dist / alive;
+}
+
+static double rel_diff(const double *a, const double *b, size_t d) {
+    double num = 0, den = 0;
+    for (size_t k = 0; k < d; k++) {
+        num += (a[k] - b[k]) * (a[k] - b[k]);
+        den += b[k] * b[k];
+    }
+    return sqrt(num / den);
+}
+
+/* Spectral gap 1 - max_{i>=2} |lambda_i| of the topology's matrix, by power iteration on the
+ * part orthogonal to the all-ones vector (W symmetric doubly stochastic). The topology module
+ * has its own LAPACK-based gap; this independent estimate keeps the test self-contained. */
+static double gap_of(const hs_topo *t) {
+    int n = hs_topo_n(t);
+    double *W = malloc(sizeof(double) * (size_t)n * n), *v = malloc(sizeof(double) * n),
+           *u = malloc(sizeof(double) * n);
+    assert_int_equal(hs_topo_matrix(t, 0, W), 0);
+    hs_rng r;
+    hs_rng_init(&r, 1, HS_RNG_TEST, 99, 0);
+    for (int i = 0; i < n; i++) v[i] = hs_rng_normal(&r);
+    double lam = 0;
+    for (int it = 0; it < 20000; it++) {
+        double m = 0;
+        for (int i = 0; i < n; i++) m += v[i];
+        for (int i = 0; i < n; i++) v[i] -= m / n;
+        double nv = 0;
+        for (int i = 0; i < n; i++) {
+            u[i] = 0;
+            for (int j = 0; j < n; j++) u[i] += W[i * n + j] * v[j];
+            nv += v[i] * v[i];
+        }
+        double nu = 0;
+        for (int i = 0; i < n; i++) nu += u[i] * u[i];
+        lam = sqrt(nu / nv);
+        for (int i = 0; i < n; i++) v[i] = u[i] / sqrt(nu);
+    }
+    free(W);
+    free(v);
+    free(u);
+    return 1.0 - lam;
+}
+
+typedef struct cons_case {
+    const char *algo, *compress, *topo;
+    int n;
+    size_t d;
+    float gamma_c;
+    double slack; /* allowed rounds / rounds of exact gossip at this gap */
+} cons_case;
+
+/* Runs until the consensus distance falls 1000x, checking the average every round. Exact
+ * gossip contracts the distance by at least (1 - gap)^2 per round, so it needs
+ * R0 = ln(1000) / (-2 ln(1 - gap)) rounds; a case may take `slack` times that (compression
+ * slows CHOCO by about the compressor's quality k/d, and the gossip step by gamma_c). */
+static void run_consensus(const cons_case *c, int exact_average) {
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    assert_int_equal(hs_algo_kind_parse(c->algo, &cfg.kind), 0);
+    cfg.compress = c->compress;
+    cfg.gamma_c = c->gamma_c;
+    net nt;
+    net_new(&nt, c->topo, c->n, c->d, &cfg);
+    double gap = gap_of(nt.topo);
+    double r0 = log(1000.0) / (-2.0 * log(1.0 - gap));
+    int budget = (int)ceil(c->slack * r0) + 10;
+    double *avg0 = malloc(sizeof(double) * c->d), *avg = malloc(sizeof(double) * c->d);
+    double d0 = net_stats(&nt, avg0), dist = d0, worst_avg = 0;
+    int r;
+    for (r = 0; r < budget && dist > d0 / 1000.0; r++) {
+        net_round(&nt, (uint64_t)r);
+        dist = net_stats(&nt, avg);
+        double e = rel_diff(avg, avg0, c->d);
+        if (e > worst_avg) worst_avg = e;
+    }
+    printf("# %s %s on %s n=%d: gap %.4f, 1000x in %d rounds (exact gossip bound %.0f, budget %d), "
+           "average drift %.2e\n",
+           c->algo, c->compress, c->topo, c->n, gap, r, r0, budget, worst_avg);
+    if (dist > d0 / 1000.0)
+        fail_msg("%s/%s on %s: distance %.3g of %.3g after %d rounds", c->algo, c->compress,
+                 c->topo, dist, d0, r);
+    if (exact_average && worst_avg > 1e-5) fail_msg("average drifted by %.3g", worst_avg);
+    free(avg0);
+    free(avg);
+    net_free(&nt);
+}
+
+static void test_consensus_dpsgd(void **state) {
+    (void)state;
+    const cons_case cases[] = {
+        {"dpsgd", "none", "ring", 16, 50, 1, 1.2},
+        {"dpsgd", "none", "ring", 64, 20, 1, 1.2},
+        {"dpsgd", "none", "torus:8x8", 64, 20, 1, 1.2},
+        {"dpsgd", "none", "exponential", 64, 20, 1, 1.2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_consensus(&cases[i], 1);
+}
+
+static void test_consensus_choco(void **state) {
+    (void)state;
+    /* gamma_c = 1 with exact messages is plain gossip; with top-k the rate drops by about
+     * gamma_c * k / d, which sets the slack. */
+    const cons_case cases[] = {
+        {"choco", "none", "ring", 16, 50, 1.0f, 1.2},
+        {"choco", "topk:0.25", "ring", 16, 64, 0.4f, 30},
+        {"choco", "topk:0.1", "torus:4x4", 16, 100, 0.2f, 150},
+        {"choco", "qsgd:16", "exponential", 64, 20, 0.5f, 20},
+        {"choco", "sign", "ring", 8, 64, 0.2f, 150},
+        {"choco", "topk:0.25", "torus:8x8", 64, 16, 0.4f, 30},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_consensus(&cases[i], 1);
+}
+
+static void test_consensus_dcd(void **state) {
+    (void)state;
+    /* With exact messages DCD keeps the average exactly; with an unbiased random compressor
+     * only in expectation (checked below), so only its distance is asserted here. */
+    const cons_case exact[] = {
+        {"dcd", "none", "ring", 16, 50, 1, 1.2},
+        {"dcd", "none", "torus:8x8", 64, 20, 1, 1.2},
+    };
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) run_consensus(&exact[i], 1);
+    const cons_case noisy[] = {
+        {"dcd", "qsgd:256", "exponential", 16, 50, 1, 3},
+    };
+    for (size_t i = 0; i < sizeof(noisy) / sizeof(noisy[0]); i++) run_consensus(&noisy[i], 0);
+}
+
+/* DCD with an unbiased compressor: the average moves by sum_i C(z_i) - z_i per round, a
+ * zero-mean error whose size shrinks with the z_i. Over the whole run it stays within a few
+ * standard deviations of QSGD's noise, i.e. far below the vectors' spread. */
+static void test_dcd_average_in_expectation(void **state) {
+    (void)state;
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_DCD;
+    cfg.compress = "qsgd:256";
+    net nt;
+    net_new(&nt, "exponential", 16, 64, &cfg);
+    double avg0[64], avg[64];
+    double d0 = net_stats(&nt, avg0);
+    for (int r = 0; r < 60; r++) net_round(&nt, (uint64_t)r);
+    net_stats(&nt, avg);
+    double e = rel_diff(avg, avg0, 64);
+    printf("# dcd qsgd:256: average drift %.2e after 60 rounds (spread %.2e)\n", e, sqrt(d0));
+    assert_true(e < 0.02);
+    net_free(&nt);
+}
+
+static void test_dcd_refuses_biased(void **state) {
+    (void)state;
+    float x[10] = {0};
+    hs_algo *a;
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_DCD;
+    const char *biased[] = {"topk:0.1", "sign", "ef:qsgd:16", "fp16"};
+    for (int i = 0; i < 4; i++) {
+        cfg.compress = biased[i];
+        assert_int_equal(hs_algo_new(&a, &cfg, 0, 10, x), HS_EINVAL);
+        assert_non_null(strstr(hs_error_message(), "unbiased"));
+    }
+    cfg.compress = "qsgd:16";
+    assert_int_equal(hs_algo_new(&a, &cfg, 0, 10, x), 0);
+    hs_algo_free(a);
+    cfg.compress = "bogus:1";
+    assert_true(hs_algo_new(&a, &cfg, 0, 10, x) < 0);
+    assert_non_null(strstr(hs_error_message(), "bogus"));
+    cfg.kind = HS_ALGO_CHOCO;
+    cfg.compress = "topk:0.1";
+    cfg.gamma_c = 0;
+    assert_int_equal(hs_algo_new(&a, &cfg, 0, 10, x), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "--gamma-c"));
+    hs_algo_kind k;
+    assert_int_equal(hs_algo_kind_parse("adpsgd", &k), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "adpsgd"));
+}
+
+/* Push-sum on the time-varying one-peer exponential graph: the weights of all peers plus the
+ * shares in flight sum to n every round, and every z_i reaches the true average. */
+static void run_sgp(const char *spec, int n, const char *compress, double latency) {
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_SGP;
+    cfg.compress = compress;
+    net nt;
+    net_new(&nt, spec, n, 32, &cfg);
+    hs_simnet_set_latency(nt.sim, latency);
+    double avg0[32], avg[32];
+    double d0 = net_stats(&nt, avg0), dist = d0, worst_mass = 0;
+    int r;
+    for (r = 0; r < 3000 && dist > d0 * 1e-6; r++) {
+        net_round(&nt, (uint64_t)r);
+        double mass = hs_simnet_inflight_weight(nt.sim);
+        for (int i = 0; i < n; i++) {
+            hs_algo_stats st;
+            hs_algo_get_stats(nt.a[i], &st);
+            mass += st.push_weight;
+        }
+        if (fabs(mass - n) > worst_mass) worst_mass = fabs(mass - n);
+        dist = net_stats(&nt, avg);
+    }
+    /* The numerators too: sum_i x_i (plus x in flight) stays sum_i x_i(0); checked through
+     * the limit: z_i -> sum x / sum w = the initial average. */
+    double e = rel_diff(avg, avg0, 32);
+    printf("# sgp %s %s n=%d latency %.0f: distance 1e-6 of start in %d rounds, |sum w - n| <= %.1e, "
+           "z average off by %.1e\n", compress, spec, n, latency, r, worst_mass, e);
+    assert_true(worst_mass < 1e-6);
+    assert_true(dist <= d0 * 1e-6);
+    assert_true(e < 1e-4);
+    net_free(&nt);
+}
+
+static void test_sgp_push_sum(void **state) {
+    (void)state;
+    run_sgp("onepeer-exp", 16, "none", 0);
+    run_sgp("onepeer-exp", 64, "none", 0);
+    run_sgp("onepeer-exp", 16, "none", 2.5); /* shares arrive rounds late */
+    run_sgp("ring", 16, "none", 0);           /* undirected graphs are column stochastic too */
+    run_sgp("exponential", 16, "fp16", 0);    /* lossy shares leave their error at home */
+}
+
+/* A peer that crashes mid-run: the survivors' views become the restricted topology
+ * (Metropolis-Hastings, doubly stochastic), and they still reach consensus among themselves. */
+static void test_churn_choco(void **state) {
+    (void)state;
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_CHOCO;
+    cfg.compress = "topk:0.5";
+    cfg.gamma_c = 0.5f;
+    net nt;
+    net_new(&nt, "torus:4x4", 16, 32, &cfg);
+    double avg[32];
+    for (int r = 0; r < 20; r++) net_round(&nt, (uint64_t)r);
+    assert_int_equal(hs_simnet_kill(nt.sim, 5), 0);
+    /* Every survivor's row of the new matrix sums to 1 and it is symmetric. */
+    double W[16][16] = {{0}};
+    for (int i = 0; i < 16; i++) {
+        if (i == 5) continue;
+        hs_peer_view v;
+        hs_exchange *ex = hs_simnet_exchange(nt.sim, i);
+        assert_int_equal(ex->ops->view(ex, 20, &v), 0);
+        assert_int_equal(v.n_members, 15);
+        double row = v.self_w;
+        for (int k = 0; k < v.n_in; k++) {
+            assert_true(v.in[k].id != 5);
+            W[i][v.in[k].id] = v.in[k].w;
+            row += v.in[k].w;
+        }
+        assert_true(fabs(row - 1.0) < 1e-6);
+    }
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) assert_true(fabs(W[i][j] - W[j][i]) < 1e-12);
+    double d0 = net_stats(&nt, avg), dist = d0;
+    int r;
+    for (r = 20; r < 2000 && dist > d0 / 1000; r++) {
+        net_round(&nt, (uint64_t)r);
+        dist = net_stats(&nt, avg);
+    }
+    printf("# choco after a crash: 1000x closer in %d more rounds\n", r - 20);
+    assert_true(dist <= d0 / 1000);
+    net_free(&nt);
+}
+
+/* Saving an algorithm mid-run and loading it into a fresh object continues identically. */
+static void test_save_load(void **state) {
+    (void)state;
+    const char *algos[] = {"dpsgd", "dcd", "choco", "sgp"};
+    const char *comp[] = {"none", "randk:0.5", "ef:topk:0.3", "none"};
+    for (int k = 0; k < 4; k++) {
+        hs_algo_cfg cfg;
+        hs_algo_cfg_default(&cfg);
+        assert_int_equal(hs_algo_kind_parse(algos[k], &cfg.kind), 0);
+        cfg.compress = comp[k];
+        net a, b;
+        const char *spec = k == 3 ? "onepeer-exp" : "ring";
+        net_new(&a, spec, 8, 40, &cfg);
+        net_new(&b, spec, 8, 40, &cfg);
+        for (int r = 0; r < 7; r++) net_round(&a, (uint64_t)r);
+        /* A loaded state saves to the same bytes: nothing is lost or reinterpreted. */
+        for (int i = 0; i < 8; i++) {
+            hs_buf *s1, *s2;
+            assert_int_equal(hs_buf_new(&s1, 0), 0);
+            assert_int_equal(hs_buf_new(&s2, 0), 0);
+            assert_int_equal(hs_algo_save(a.a[i], s1), 0);
+            int err = hs_algo_load(b.a[i], s1->data, s1->len);
+            if (err) fail_msg("%s load: %s", algos[k], hs_error_message());
+            assert_int_equal(hs_algo_save(b.a[i], s2), 0);
+            assert_int_equal(s1->len, s2->len);
+            assert_memory_equal(s1->data, s2->data, s1->len);
+            /* Corruptions are refused and leave the state as it was. */
+            assert_true(hs_algo_load(b.a[i], s1->data, s1->len - 1) < 0);
+            s1->data[0] ^= 1;
+            assert_int_equal(hs_algo_load(b.a[i], s1->data, s1->len), HS_EFORMAT);
+            hs_buf_unref(s1);
+            hs_buf_unref(s2);
+        }
+        net_free(&a);
+        net_free(&b);
+    }
+    /* Another algorithm's state is refused by name. */
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    float x[4] = {0};
+    hs_algo *p, *q;
+    cfg.kind = HS_ALGO_DPSGD;
+    assert_int_equal(hs_algo_new(&p, &cfg, 0, 4, x), 0);
+    cfg.kind = HS_ALGO_CHOCO;
+    assert_int_equal(hs_algo_new(&q, &cfg, 0, 4, x), 0);
+    hs_buf *s;
+    assert_int_equal(hs_buf_new(&s, 0), 0);
+    assert_int_equal(hs_algo_save(p, s), 0);
+    assert_int_equal(hs_algo_load(q, s->data, s->len), HS_EMISMATCH);
+    assert_non_null(strstr(hs_error_message(), "dpsgd"));
+    hs_buf_unref(s);
+    hs_algo_free(p);
+    hs_algo_free(q);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_consensus_dpsgd),
+        cmocka_unit_test(test_consensus_choco),
+        cmocka_unit_test(test_consensus_dcd),
+        cmocka_unit_test(test_dcd_average_in_expectation),
+        cmocka_unit_test(test_dcd_refuses_biased),
+        cmocka_unit_test(test_sgp_push_sum),
+        cmocka_unit_test(test_churn_choco),
+        cmocka_unit_test(test_save_load),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
