@@ -217,6 +217,11 @@ static int cmd_check(int argc, char **argv) {
     return worst;
 }
 
+static int cmp_int(const void *x, const void *y) {
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
 static void print_edges(const hs_edge *e, int n, const char *arrow) {
     printf("  %s", arrow);
     if (!n) printf(" -");
@@ -241,6 +246,42 @@ static int show_round(const hs_topo *t, long round) {
         hs_view_free(&v);
     }
     return 0;
+}
+
+/* The emulation spec of every link of the union graph (each sender's out-neighbours over one
+ * period, ascending). */
+static int show_emulation(const hs_topo *t) {
+    int n = hs_topo_n(t);
+    int *seen = malloc((size_t)n * sizeof(int)), *peers = malloc((size_t)n * sizeof(int));
+    if (!seen || !peers) {
+        free(seen);
+        free(peers);
+        fprintf(stderr, "hearsay %s: out of memory\n", hs_cli_cmd);
+        return HS_EXIT_FAIL;
+    }
+    for (int j = 0; j < n; j++) seen[j] = -1;
+    printf("link emulation (from -> to: spec)\n");
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int r = 0; r < hs_topo_period(t); r++) {
+            hs_view v;
+            if (hs_topo_view(t, i, (uint64_t)r, &v) < 0) continue;
+            for (int q = 0; q < v.n_out; q++)
+                if (seen[v.out[q].peer] != i) {
+                    seen[v.out[q].peer] = i;
+                    peers[k++] = v.out[q].peer;
+                }
+            hs_view_free(&v);
+        }
+        qsort(peers, (size_t)k, sizeof(int), cmp_int);
+        for (int q = 0; q < k; q++) {
+            const char *s = hs_topo_link_emulation(t, i, peers[q]);
+            if (s) printf("  %d -> %d: %s\n", i, peers[q], s);
+        }
+    }
+    free(seen);
+    free(peers);
+    return HS_EXIT_OK;
 }
 
 static int cmd_show(int argc, char **argv) {
@@ -308,16 +349,9 @@ static int cmd_show(int argc, char **argv) {
         }
     }
     if (a.matrix && n > 32) printf("(--matrix: more than 32 peers, not printed)\n");
-    if (hs_topo_has_emulation(t)) {
-        printf("link emulation (from -> to: spec)\n");
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-                const char *s = i == j ? NULL : hs_topo_link_emulation(t, i, j);
-                if (s) printf("  %d -> %d: %s\n", i, j, s);
-            }
-    }
+    code = hs_topo_has_emulation(t) ? show_emulation(t) : HS_EXIT_OK;
     hs_topo_free(t);
-    return HS_EXIT_OK;
+    return code;
 }
 
 static int cmd_gen(int argc, char **argv) {

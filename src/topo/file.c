@@ -181,8 +181,8 @@ static int parse_edges(ctx *c, const cJSON *arr, const char *field, hs__arc **ou
             c->weights = has_w;
             snprintf(c->weights_at, sizeof(c->weights_at), "%s", f);
         } else if (c->weights != has_w) {
-            err = bad(c, "%s: %s a weight but %s %s (give every edge a weight, or none)", f,
-                      has_w ? "has" : "has no", c->weights_at, c->weights ? "has one" : "has none");
+            err = bad(c, "%s: has %s weight but %s has %s (give every edge a weight, or none)",
+                      f, has_w ? "a" : "no", c->weights_at, c->weights ? "one" : "none");
             goto done;
         }
         double w = 0;
@@ -223,6 +223,9 @@ static int parse_self(const ctx *c, const cJSON *v, const char *field, double **
     char d[96], f[128];
     *out = NULL;
     if (!v || (cJSON_IsString(v) && v->valuestring && !strcmp(v->valuestring, "auto"))) return 0;
+    if (!cJSON_IsNumber(v) && !cJSON_IsArray(v))
+        return bad(c, "%s: expected \"auto\", a weight or an array of %d weights, got %s", field,
+                   c->n, describe(v, d, sizeof(d)));
     if (c->weights == 0)
         return bad(c, "%s: explicit self weights need explicit edge weights (without them the "
                    "weights are Metropolis-Hastings and %s must be \"auto\")", field, field);
