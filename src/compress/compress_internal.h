@@ -1,0 +1,189 @@
+/* Internal interface of the compression operators: the compressor object, the per-operator ops
+ * table, the common message header, little-endian helpers and the bulk kernels (simd.c).
+ *
+ * Every message starts with a 12-byte header (little-endian):
+ *   u8 codec id | u8 flags | u16 param | u32 d | u32 n
+ * where param and n are per codec (docs/PROTOCOL.md): qsgd puts s in param and its bucket size
+ * in n, sign its bucket size in n, topk/randk k in n, the dense codecs d in n. */
+#ifndef HS_COMPRESS_INTERNAL_H
+#define HS_COMPRESS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/error_internal.h"
+#include "hearsay/compress.h"
+
+#define HS__CHDR 12
+
+/* Header flag bits. Bits a codec does not define must be zero. */
+#define HS__CF_FP16 0x01u     /* topk, randk: values are binary16 */
+#define HS__CF_BITMAP 0x02u   /* topk: indices as a bitmap of d bits (else gap varints) */
+#define HS__CF_UNSCALED 0x04u /* randk: values are not multiplied by their stratum size */
+
+typedef struct hs__cops hs__cops;
+
+/* Top-k selection candidates (index, low key bits), grown on demand. */
+typedef struct hs__topk_scratch {
+    uint32_t *ci, *ck;
+    size_t cap;
+} hs__topk_scratch;
+
+struct hs_compressor {
+    const hs__cops *ops;
+    size_t d;
+    uint64_t seed;
+    uint32_t k;      /* topk, randk: values per message */
+    double frac;     /* topk, randk: k as a fraction of d (0: given as a count) */
+    uint32_t s;      /* qsgd: levels */
+    uint32_t bucket; /* qsgd, sign: bucket length as configured (0: the whole vector) */
+    uint32_t flags;  /* HS__CF_FP16 / HS__CF_UNSCALED as configured */
+    int ef;
+    float *residual; /* ef: e, d floats */
+    float *ef_tmp;   /* ef: x + e, d floats */
+    uint32_t *idx;   /* topk, randk: k indices (encode scratch) */
+    hs__topk_scratch sel; /* topk: selection candidates */
+    void *aux;       /* qsgd: per-bucket random words and fields */
+    char name[80];
+};
+
+struct hs__cops {
+    const char *name;
+    hs_codec_id id;
+    /* Checks the parameters parsed into c and allocates its scratch. */
+    int (*init)(hs_compressor *c);
+    int (*unbiased)(const hs_compressor *c);
+    size_t (*max_bytes)(const hs_compressor *c);
+    /* Writes the message of C(x) to dst (max_bytes free bytes) and its length to *n. */
+    int (*encode)(hs_compressor *c, const float *x, uint32_t peer, uint64_t round, uint8_t *dst,
+                  size_t *n);
+    int (*decode)(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                  uint64_t round, float *acc, float alpha);
+    int (*apply)(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                 float *out);
+};
+
+extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
+    hs__cops_randk, hs__cops_qsgd, hs__cops_sign;
+
+/* ---------------------------------------------------------------- little-endian access */
+
+static inline uint16_t hs__ld16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t hs__ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void hs__st16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void hs__st32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+static inline float hs__ldf(const uint8_t *p) {
+    uint32_t u = hs__ld32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline void hs__stf(uint8_t *p, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    hs__st32(p, u);
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HS__LE 1
+#else
+#define HS__LE 0
+#endif
+
+/* ---------------------------------------------------------------- header */
+
+void hs__chdr_put(uint8_t *p, hs_codec_id id, uint32_t flags, uint32_t param, uint32_t d,
+                  uint32_t n);
+
+/* What a decoder expects of a header: values outside [min, max] are malformed (HS_EFORMAT),
+ * values inside but different from the configuration mismatch (HS_EMISMATCH). */
+typedef struct hs__chdr_want {
+    uint32_t legal_flags;  /* bits the codec defines */
+    uint32_t config_flags; /* of those, the bits that must equal c->flags */
+    uint32_t param, param_min, param_max;
+    uint32_t n, n_min, n_max;
+    const char *param_name, *n_name;
+} hs__chdr_want;
+
+/* Checks the header of p[0..len) against c: length, codec id, d, flags, param, n. Format errors
+ * (HS_EFORMAT) are reported before mismatches (HS_EMISMATCH). Writes the flags to *flags. */
+int hs__chdr_check(const hs_compressor *c, const uint8_t *p, size_t len,
+                   const hs__chdr_want *want, uint32_t *flags);
+
+/* Checks that a message of `have` bytes is exactly `want` bytes long. */
+int hs__clen_check(const hs_compressor *c, size_t have, size_t want, const char *what);
+
+/* Error for a non-finite or unrepresentable input value. */
+int hs__cerr_value(const hs_compressor *c, const float *x, size_t d, uint32_t limit_key,
+                   const char *format);
+
+/* ---------------------------------------------------------------- top-k selection (topk.c) */
+
+/* Writes to idx[0..k) the indices of the k largest |x_i| of x[0..d), ties to the lower index,
+ * in increasing order. HS_ERANGE (with c's name) if x holds a non-finite value; HS_ENOMEM. */
+int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, uint32_t *idx,
+                    hs__topk_scratch *s);
+int hs__topk_scratch_grow(hs__topk_scratch *s, size_t n);
+void hs__topk_scratch_free(hs__topk_scratch *s);
+
+/* ---------------------------------------------------------------- bulk kernels (simd.c) */
+
+/* Highest instruction set the kernels use: 0 portable C, 1 AVX2 (+F16C, BMI2), 2 AVX-512.
+ * hs__csimd_cap lowers the ceiling (tests compare the paths; benchmarks report them) and
+ * returns the level now in effect. All levels give identical bits. */
+int hs__csimd_level(void);
+int hs__csimd_cap(int max_level);
+
+/* Largest hs_cw_key (|x| bits) of x[0..n); 0 for n == 0. */
+uint32_t hs__cmax_key(const float *x, size_t n);
+
+/* dst[i] = binary16 / bfloat16 of x[i], little-endian (inputs already range-checked). */
+void hs__cf16_encode(const float *x, size_t n, uint8_t *dst);
+void hs__cbf16_encode(const float *x, size_t n, uint8_t *dst);
+
+/* acc[i] += alpha * value of the i-th little-endian fp32 / fp16 / bf16 of p. */
+void hs__cf32_add(const uint8_t *p, size_t n, float *acc, float alpha);
+void hs__cf16_add(const uint8_t *p, size_t n, float *acc, float alpha);
+void hs__cbf16_add(const uint8_t *p, size_t n, float *acc, float alpha);
+
+/* Largest magnitude bits (hs_cw_key) of n little-endian fp32 values, and of n binary16 /
+ * bfloat16 values (as 16-bit magnitudes), to check finiteness in one pass. */
+uint32_t hs__cf32_max_key(const uint8_t *p, size_t n);
+uint16_t hs__c16_max_mag(const uint8_t *p, size_t n);
+
+/* Philox4x32-10 words first .. first + n - 1 of the stream (seed, purpose, peer, round):
+ * out[j] = hs_rng_at(seed, purpose, peer, round, first + j). first must be a multiple of 4. */
+void hs__cphilox_fill(uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t round,
+                      uint64_t first, size_t n, uint32_t *out);
+
+/* Sum of |x_i| of x[0..n) in the 8-lane order of compress_ew.h. */
+double hs__cl1(const float *x, size_t n);
+/* Sum of x_i^2 of x[0..n) in the same order. */
+double hs__cl2sq(const float *x, size_t n);
+
+/* Sign bits of x[0..n): bit i of the LSB-first stream = signbit(x[i]); writes ceil(n/8) bytes,
+ * zero padding. */
+void hs__csign_pack(const float *x, size_t n, uint8_t *dst);
+
+/* QSGD fields of one bucket x[0..n) (n <= 512 would do; any n) given its factors and 16-bit
+ * random draws u[0..n): f[i] = hs_cw_qsgd_field(...) as one byte (b <= 8) or two. */
+void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv, uint32_t s, uint32_t b,
+                       const uint16_t *u, uint8_t *f);
+
+/* Packs n fields of b bits (1..8, one per byte of f) LSB-first into ceil(n*b/8) bytes of dst,
+ * and the inverse (the unused high bits of each byte of f are zero). */
+void hs__cbits_pack8(const uint8_t *f, size_t n, uint32_t b, uint8_t *dst);
+void hs__cbits_unpack8(const uint8_t *src, size_t n, uint32_t b, uint8_t *f);
+
+#endif

@@ -1,0 +1,129 @@
+/* The dense codecs: none (fp32), fp16 and bf16 (round to nearest even). A message is the
+ * 12-byte header (n = d) followed by d little-endian values; non-finite values are refused on
+ * both ends, and values that would overflow the 16-bit formats on encode. */
+#include <stdlib.h>
+
+#include "compress/compress_ew.h"
+#include "compress/compress_internal.h"
+
+typedef struct dense_fmt {
+    size_t width;      /* bytes per value */
+    uint32_t overflow; /* smallest |x| bits that do not fit */
+    uint16_t inf_mag;  /* smallest non-finite 16-bit magnitude (16-bit formats) */
+    const char *fmt;
+} dense_fmt;
+
+static const dense_fmt fmt_none = {4, HS_CW_KEY_INF, 0, "fp32"};
+static const dense_fmt fmt_fp16 = {2, HS_CW_F16_OVERFLOW, 0x7C00, "fp16"};
+static const dense_fmt fmt_bf16 = {2, HS_CW_BF16_OVERFLOW, 0x7F80, "bf16"};
+
+static const dense_fmt *fmt_of(const hs_compressor *c) {
+    return c->ops->id == HS_CODEC_NONE ? &fmt_none
+           : c->ops->id == HS_CODEC_FP16 ? &fmt_fp16
+                                         : &fmt_bf16;
+}
+
+static int dense_init(hs_compressor *c) {
+    (void)c;
+    return 0;
+}
+
+static int dense_unbiased(const hs_compressor *c) { return c->ops->id == HS_CODEC_NONE; }
+
+static size_t dense_max_bytes(const hs_compressor *c) {
+    return HS__CHDR + c->d * fmt_of(c)->width;
+}
+
+static int dense_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                        uint8_t *dst, size_t *n) {
+    (void)peer;
+    (void)round;
+    const dense_fmt *f = fmt_of(c);
+    if (hs__cmax_key(x, c->d) >= f->overflow) return hs__cerr_value(c, x, c->d, f->overflow, f->fmt);
+    hs__chdr_put(dst, c->ops->id, 0, 0, (uint32_t)c->d, (uint32_t)c->d);
+    uint8_t *v = dst + HS__CHDR;
+    switch (c->ops->id) {
+    case HS_CODEC_NONE:
+#if HS__LE
+        memcpy(v, x, c->d * 4);
+#else
+        for (size_t i = 0; i < c->d; i++) hs__stf(v + 4 * i, x[i]);
+#endif
+        break;
+    case HS_CODEC_FP16:
+        hs__cf16_encode(x, c->d, v);
+        break;
+    default:
+        hs__cbf16_encode(x, c->d, v);
+        break;
+    }
+    *n = dense_max_bytes(c);
+    return 0;
+}
+
+static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                        uint64_t round, float *acc, float alpha) {
+    (void)peer;
+    (void)round;
+    const dense_fmt *f = fmt_of(c);
+    uint32_t d = (uint32_t)c->d, flags;
+    hs__chdr_want want = {0, 0, 0, 0, 0, d, d, d, "parameter", "count"};
+    int err = hs__chdr_check(c, p, len, &want, &flags);
+    if (err < 0) return err;
+    if ((err = hs__clen_check(c, len, dense_max_bytes(c), "header and values")) < 0) return err;
+    const uint8_t *v = p + HS__CHDR;
+    int bad = f->width == 4 ? hs__cf32_max_key(v, c->d) >= HS_CW_KEY_INF
+                            : hs__c16_max_mag(v, c->d) >= f->inf_mag;
+    if (bad) {
+        for (size_t i = 0; i < c->d; i++) {
+            int fin = f->width == 4 ? hs_cw_key(hs__ldf(v + 4 * i)) < HS_CW_KEY_INF
+                                    : (hs__ld16(v + 2 * i) & 0x7FFFu) < f->inf_mag;
+            if (!fin)
+                return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name,
+                               i);
+        }
+    }
+    switch (c->ops->id) {
+    case HS_CODEC_NONE:
+        hs__cf32_add(v, c->d, acc, alpha);
+        break;
+    case HS_CODEC_FP16:
+        hs__cf16_add(v, c->d, acc, alpha);
+        break;
+    default:
+        hs__cbf16_add(v, c->d, acc, alpha);
+        break;
+    }
+    return 0;
+}
+
+/* The reference, element by element from compress_ew.h. */
+static int dense_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                       float *out) {
+    (void)peer;
+    (void)round;
+    const dense_fmt *f = fmt_of(c);
+    for (size_t i = 0; i < c->d; i++)
+        if (hs_cw_key(x[i]) >= f->overflow) return hs__cerr_value(c, x, c->d, f->overflow, f->fmt);
+    for (size_t i = 0; i < c->d; i++) {
+        switch (c->ops->id) {
+        case HS_CODEC_NONE:
+            out[i] = x[i];
+            break;
+        case HS_CODEC_FP16:
+            out[i] = hs_cw_f32_from_f16(hs_cw_f16_from_f32(x[i]));
+            break;
+        default:
+            out[i] = hs_cw_f32_from_bf16(hs_cw_bf16_from_f32(x[i]));
+            break;
+        }
+    }
+    return 0;
+}
+
+const hs__cops hs__cops_none = {"none",          HS_CODEC_NONE,   dense_init,  dense_unbiased,
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};
+const hs__cops hs__cops_fp16 = {"fp16",          HS_CODEC_FP16,   dense_init,  dense_unbiased,
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};
+const hs__cops hs__cops_bf16 = {"bf16",          HS_CODEC_BF16,   dense_init,  dense_unbiased,
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};

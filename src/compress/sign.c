@@ -1,0 +1,114 @@
+/* Scaled sign with one scale per bucket (compress_ew.h): C(x)_i = +-scale_b by the sign bit of
+ * x_i, scale_b = ||x_b||_1 / |b|. The default bucket is the whole vector.
+ *
+ * Message: header (n = configured bucket size, 0 for the whole vector) | one fp32 scale per
+ * bucket | d sign bits, LSB-first (element i is bit i % 8 of byte i / 8), zero padding. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "compress/compress_ew.h"
+#include "compress/compress_internal.h"
+
+static size_t bucket_len(const hs_compressor *c) {
+    return c->bucket == 0 || c->bucket > c->d ? c->d : c->bucket;
+}
+
+static size_t n_buckets(const hs_compressor *c) {
+    return (c->d + bucket_len(c) - 1) / bucket_len(c);
+}
+
+static int sign_init(hs_compressor *c) {
+    (void)c;
+    return 0;
+}
+
+static int sign_unbiased(const hs_compressor *c) {
+    (void)c;
+    return 0;
+}
+
+static size_t sign_max_bytes(const hs_compressor *c) {
+    return HS__CHDR + 4 * n_buckets(c) + (c->d + 7) / 8;
+}
+
+static int scale_of(const hs_compressor *c, double l1, size_t len, size_t j, float *scale) {
+    if (!isfinite(l1))
+        return hs__err(HS_ERANGE, "compressor %s: bucket %zu holds a non-finite value", c->name,
+                       j);
+    *scale = hs_cw_sign_scale(l1, (uint32_t)len);
+    return 0;
+}
+
+static int sign_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                       uint8_t *dst, size_t *n) {
+    (void)peer;
+    (void)round;
+    size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
+    uint8_t *scales = dst + HS__CHDR;
+    for (size_t j = 0; j < nb; j++) {
+        size_t lo = j * bl, len = d - lo < bl ? d - lo : bl;
+        float sc = 0;
+        int err = scale_of(c, hs__cl1(x + lo, len), len, j, &sc);
+        if (err < 0) return err;
+        hs__stf(scales + 4 * j, sc);
+    }
+    hs__csign_pack(x, d, scales + 4 * nb);
+    hs__chdr_put(dst, HS_CODEC_SIGN, 0, 0, (uint32_t)d, c->bucket);
+    *n = sign_max_bytes(c);
+    return 0;
+}
+
+/* acc[i] += alpha * (+-scale): alpha * -s is exactly -(alpha * s), so one product per bucket. */
+static void add_bits(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
+    float v[2] = {as, -as};
+    for (size_t i = lo; i < hi; i++) acc[i] = acc[i] + v[(bits[i >> 3] >> (i & 7)) & 1];
+}
+
+static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                       uint64_t round, float *acc, float alpha) {
+    (void)peer;
+    (void)round;
+    uint32_t flags;
+    hs__chdr_want want = {0, 0, 0, 0, 0, c->bucket, 0, UINT32_MAX, "parameter", "bucket size"};
+    int err = hs__chdr_check(c, p, len, &want, &flags);
+    if (err < 0) return err;
+    if ((err = hs__clen_check(c, len, sign_max_bytes(c), "header, scales and sign bits")) < 0)
+        return err;
+    size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
+    const uint8_t *scales = p + HS__CHDR, *bits = scales + 4 * nb;
+    for (size_t j = 0; j < nb; j++) {
+        uint32_t u = hs__ld32(scales + 4 * j);
+        if (u >= HS_CW_KEY_INF) /* also the sign bit */
+            return hs__err(HS_EFORMAT, "sign message: bucket %zu has scale %g (not finite and "
+                                       ">= 0)",
+                           j, (double)hs_cw_float(u));
+    }
+    if (d % 8 && (bits[(d - 1) / 8] >> (d % 8)))
+        return hs__err(HS_EFORMAT, "sign message: nonzero padding bits after the last sign");
+    for (size_t j = 0; j < nb; j++) {
+        size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
+        add_bits(bits, lo, hi, alpha * hs__ldf(scales + 4 * j), acc);
+    }
+    return 0;
+}
+
+/* The reference, element by element, with the scalar 8-lane sums. */
+static int sign_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                      float *out) {
+    (void)peer;
+    (void)round;
+    size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
+    for (size_t j = 0; j < nb; j++) {
+        size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t i = lo; i < hi; i++) l[(i - lo) % 8] += (double)fabsf(x[i]);
+        float sc = 0;
+        int err = scale_of(c, hs_cw_lanes8(l), hi - lo, j, &sc);
+        if (err < 0) return err;
+        for (size_t i = lo; i < hi; i++) out[i] = hs_cw_sign_value(hs_cw_bits(x[i]) >> 31, sc);
+    }
+    return 0;
+}
+
+const hs__cops hs__cops_sign = {"sign",         HS_CODEC_SIGN, sign_init,   sign_unbiased,
+                                sign_max_bytes, sign_encode,   sign_decode, sign_apply};

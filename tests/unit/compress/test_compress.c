@@ -1,0 +1,842 @@
+/* Unit tests of src/compress: specs and names, exact round trips against the dense reference
+ * (hs_compress_apply) for every operator, sizes and layouts on the wire, top-k selection
+ * against a sort, error feedback, and the vector kernels against the portable ones. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compress/compress_ew.h"
+#include "compress/compress_internal.h"
+#include "util.h"
+
+static hs_compressor *mk(const char *spec, size_t d, uint64_t seed) {
+    hs_compressor *c = NULL;
+    int err = hs_compressor_new(&c, spec, d, seed);
+    if (err < 0) fprintf(stderr, "%s (d=%zu): %s\n", spec, d, hs_error_message());
+    assert_int_equal(err, 0);
+    return c;
+}
+
+static hs_buf *newbuf(void) {
+    hs_buf *b = NULL;
+    assert_int_equal(hs_buf_new(&b, 0), 0);
+    return b;
+}
+
+/* ---------------------------------------------------------------- specs */
+
+static void test_specs(void **state) {
+    (void)state;
+    struct {
+        const char *spec, *name;
+        size_t d, count;
+        int unbiased;
+        hs_codec_id id;
+    } ok[] = {
+        {"none", "none", 10, 10, 1, HS_CODEC_NONE},
+        {"fp16", "fp16", 10, 10, 0, HS_CODEC_FP16},
+        {"bf16", "bf16", 10, 10, 0, HS_CODEC_BF16},
+        {"topk:0.01", "topk:0.01", 235146, 2351, 0, HS_CODEC_TOPK},
+        {"topk:1e-2", "topk:0.01", 1000000, 10000, 0, HS_CODEC_TOPK},
+        {"topk:500", "topk:500", 1000, 500, 0, HS_CODEC_TOPK},
+        {"topk:1.0", "topk:1.0", 7, 7, 0, HS_CODEC_TOPK},
+        {"topk:1", "topk:1", 7, 1, 0, HS_CODEC_TOPK},
+        {"topk:0.001", "topk:0.001", 10, 1, 0, HS_CODEC_TOPK}, /* at least 1 */
+        /* k = nearbyint(0.5 * 9): 4.5 rounds to even. */
+        {"topk:0.5:fp16", "topk:0.5:fp16", 9, 4, 0, HS_CODEC_TOPK},
+        {"randk:0.01", "randk:0.01", 1000, 10, 1, HS_CODEC_RANDK},
+        {"randk:3:unscaled:fp16", "randk:3:fp16:unscaled", 10, 3, 0, HS_CODEC_RANDK},
+        {"qsgd:16", "qsgd:16:512", 100, 100, 1, HS_CODEC_QSGD},
+        {"qsgd:4:64", "qsgd:4:64", 100, 100, 1, HS_CODEC_QSGD},
+        {"sign", "sign", 100, 100, 0, HS_CODEC_SIGN},
+        {"sign:512", "sign:512", 100, 100, 0, HS_CODEC_SIGN},
+        {"ef:topk:0.1", "ef:topk:0.1", 100, 10, 0, HS_CODEC_TOPK},
+        {"ef:qsgd:2", "ef:qsgd:2:512", 100, 100, 0, HS_CODEC_QSGD},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        hs_compressor *c = mk(ok[i].spec, ok[i].d, 1);
+        assert_string_equal(hs_compressor_name(c), ok[i].name);
+        size_t count = hs_compressor_count(c);
+        assert_int_equal(count, ok[i].count);
+        assert_int_equal(hs_compressor_unbiased(c), ok[i].unbiased);
+        assert_int_equal(hs_compressor_codec(c), ok[i].id);
+        assert_int_equal(hs_compressor_dim(c), ok[i].d);
+        assert_true((hs_compressor_residual(c) != NULL) == (strncmp(ok[i].spec, "ef:", 3) == 0));
+        /* The canonical name parses to the same compressor. */
+        hs_compressor *c2 = mk(hs_compressor_name(c), ok[i].d, 1);
+        assert_string_equal(hs_compressor_name(c2), hs_compressor_name(c));
+        assert_int_equal(hs_compressor_count(c2), count);
+        hs_compressor_free(c2);
+        hs_compressor_free(c);
+    }
+    const char *bad[] = {"",          "zip",        "topk",        "topk:0",      "topk:11",
+                         "topk:1.5",  "topk:0.0",   "topk:-0.1",   "topk:abc",    "topk:0.1:fp8",
+                         "topk:0.1:fp16:fp16",      "topk:0.1:unscaled",          "randk",
+                         "qsgd",      "qsgd:0",     "qsgd:32768",  "qsgd:16:0",   "qsgd:16:x",
+                         "qsgd:1:2:3", "sign:0",    "sign:1:2",    "none:1",      "fp16:x",
+                         "ef:",       "ef:ef:none", "topk:nan",    "topk:0.1:",   "topk::0.1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        hs_compressor *c = NULL;
+        assert_int_equal(hs_compressor_new(&c, bad[i], 10, 1), HS_EINVAL);
+        assert_null(c);
+        assert_true(strlen(hs_error_message()) > 0);
+    }
+    hs_compressor *c = NULL;
+    assert_int_equal(hs_compressor_new(&c, "none", 0, 1), HS_EINVAL);
+    assert_int_equal(hs_compressor_new(&c, "none", HS_COMPRESS_MAX_D + 1, 1), HS_EINVAL);
+    hs_compressor_free(NULL);
+}
+
+/* ---------------------------------------------------------------- round trips */
+
+/* Encodes x with c, checks the size, then checks that decoding adds exactly alpha * C(x) as
+ * given by the reference, for two accumulators and two alphas. Also checks that every level of
+ * the vector kernels produces the same bytes. Returns the message size. */
+static size_t roundtrip(hs_compressor *c, const float *x, size_t d, uint32_t peer,
+                        uint64_t round) {
+    float *ref = malloc(d * sizeof(float));
+    int err = hs_compress_apply(c, x, d, peer, round, ref);
+    if (err < 0) fprintf(stderr, "%s: %s\n", hs_compressor_name(c), hs_error_message());
+    assert_int_equal(err, 0);
+    hs_buf *b = newbuf();
+    assert_int_equal(hs_buf_append(b, "xyz", 3), 0); /* encode appends */
+    int n = hs_compress_encode(c, x, d, peer, round, b);
+    if (n < 0) fprintf(stderr, "%s: %s\n", hs_compressor_name(c), hs_error_message());
+    assert_true(n > 0);
+    assert_int_equal(b->len, 3 + (size_t)n);
+    assert_memory_equal(b->data, "xyz", 3);
+    size_t max = hs_compress_max_bytes(c, d);
+    assert_true((size_t)n <= max);
+    if (hs_compressor_codec(c) != HS_CODEC_TOPK) assert_int_equal((size_t)n, max);
+    const uint8_t *msg = b->data + 3;
+    assert_int_equal(msg[0], hs_compressor_codec(c));
+
+    /* Same bytes at every kernel level. */
+    if (!hs_compressor_residual(c)) {
+        int top = hs__csimd_level();
+        for (int lv = 0; lv < top; lv++) {
+            hs__csimd_cap(lv);
+            hs_buf *b2 = newbuf();
+            assert_int_equal(hs_compress_encode(c, x, d, peer, round, b2), n);
+            assert_memory_equal(b2->data, msg, (size_t)n);
+            hs_buf_unref(b2);
+        }
+        hs__csimd_cap(2);
+    }
+
+    float alphas[2] = {1.0f, -0.375f};
+    for (int t = 0; t < 2; t++) {
+        float *acc = test_acc(d, (uint64_t)t + 7), *want = malloc(d * sizeof(float));
+        for (size_t i = 0; i < d; i++) want[i] = acc[i] + alphas[t] * ref[i];
+        for (int lv = 0; lv <= 2; lv++) {
+            float *a = malloc(d * sizeof(float));
+            memcpy(a, acc, d * sizeof(float));
+            hs__csimd_cap(lv);
+            err = hs_compress_decode_add(c, msg, (size_t)n, peer, round, a, d, alphas[t]);
+            hs__csimd_cap(2);
+            if (err < 0) fprintf(stderr, "%s: %s\n", hs_compressor_name(c), hs_error_message());
+            assert_int_equal(err, 0);
+            for (size_t i = 0; i < d; i++) {
+                if (memcmp(&a[i], &want[i], 4) != 0) {
+                    fprintf(stderr, "%s d=%zu: element %zu: decoded %a, reference %a (x %a)\n",
+                            hs_compressor_name(c), d, i, (double)a[i], (double)want[i],
+                            (double)x[i]);
+                    fail();
+                }
+            }
+            free(a);
+        }
+        free(acc);
+        free(want);
+    }
+    hs_buf_unref(b);
+    free(ref);
+    return (size_t)n;
+}
+
+static const char *rt_specs[] = {
+    "none",         "fp16",          "bf16",         "topk:1",          "topk:0.01",
+    "topk:0.3",     "topk:1.0",      "topk:0.05:fp16", "topk:0.7:fp16", "randk:1",
+    "randk:0.01",   "randk:0.3:fp16", "randk:0.2:unscaled", "randk:1.0", "qsgd:1",
+    "qsgd:4",       "qsgd:16",       "qsgd:127",     "qsgd:128",        "qsgd:1000:100",
+    "qsgd:16:7",    "qsgd:16:1",     "qsgd:3:100000", "sign",           "sign:512",
+    "sign:3",       "sign:1",
+};
+
+static void test_roundtrip(void **state) {
+    (void)state;
+    size_t sizes[] = {1, 2, 3, 7, 8, 9, 15, 17, 63, 100, 513, 1000, 4097, 65537};
+    for (size_t s = 0; s < sizeof(rt_specs) / sizeof(rt_specs[0]); s++) {
+        for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+            size_t d = sizes[z];
+            for (int kind = 0; kind < VEC_KINDS; kind++) {
+                hs_compressor *c = mk(rt_specs[s], d, 42 + z);
+                float *x = test_vec(d, 1000 + z, kind);
+                /* fp16 operators need |x| <= 65504: VEC_WIDE stays below 2^15 * 6. */
+                for (size_t i = 0; i < d; i++)
+                    if (fabsf(x[i]) > 60000.0f) x[i] = copysignf(60000.0f, x[i]);
+                roundtrip(c, x, d, (uint32_t)(kind + 3), 5 + z);
+                free(x);
+                hs_compressor_free(c);
+            }
+        }
+    }
+}
+
+/* Large vectors (and k = 1% of a million) keep the sizes and the index coding honest. */
+static void test_large(void **state) {
+    (void)state;
+    size_t d = 1000000;
+    float *x = test_vec(d, 5, VEC_GAUSS);
+    hs_compressor *c = mk("topk:0.01", d, 9);
+    assert_int_equal(hs_compressor_count(c), 10000);
+    size_t n = roundtrip(c, x, d, 1, 2);
+    /* At most 1/60 of the fp32 vector, indices included (gap varints: ~1.3 bytes each). */
+    assert_true(n <= d * 4 / 60);
+    assert_true(n < 12 + 10000 * 4 + 10000 * 3 / 2);
+    hs_compressor_free(c);
+    const char *more[] = {"none", "fp16", "bf16", "randk:0.01", "qsgd:16", "sign", "sign:512",
+                          "topk:0.2"};
+    for (size_t s = 0; s < sizeof(more) / sizeof(more[0]); s++) {
+        c = mk(more[s], d, 9);
+        roundtrip(c, x, d, 3, 4);
+        hs_compressor_free(c);
+    }
+    free(x);
+    /* d = 4M: the benchmark's large size. */
+    d = 4194304;
+    x = test_vec(d, 6, VEC_GAUSS);
+    const char *big[] = {"topk:0.01", "qsgd:16", "sign"};
+    for (size_t s = 0; s < sizeof(big) / sizeof(big[0]); s++) {
+        c = mk(big[s], d, 9);
+        roundtrip(c, x, d, 3, 4);
+        hs_compressor_free(c);
+    }
+    free(x);
+}
+
+/* The exact bytes of small messages: the layouts of docs/PROTOCOL.md. */
+static void test_golden(void **state) {
+    (void)state;
+    hs_buf *b = newbuf();
+    /* topk:2 of (1, -3, 0.5, 2, 0, ...) in d = 40: indices 1, 3 as gaps 2, 2 from -1 (2 bytes,
+     * smaller than a 5-byte bitmap). */
+    float x1[40] = {1, -3, 0.5f, 2, 0};
+    hs_compressor *c = mk("topk:2", 40, 0);
+    assert_int_equal(hs_compress_encode(c, x1, 40, 0, 0, b), 22);
+    const uint8_t g1[22] = {4, 0, 0, 0, 40, 0, 0, 0, 2, 0, 0, 0, 0x00, 0x00, 0x40, 0xC0,
+                            0x00, 0x00, 0x00, 0x40, 2, 2};
+    assert_memory_equal(b->data, g1, 22);
+    hs_compressor_free(c);
+    /* Bitmap when smaller: topk:6 of 8 elements (6 gap bytes > 1 bitmap byte). */
+    float x2[8] = {8, 7, 0, 6, 5, 0, 4, 3};
+    c = mk("topk:6:fp16", 8, 0);
+    b->len = 0;
+    assert_int_equal(hs_compress_encode(c, x2, 8, 0, 0, b), 12 + 12 + 1);
+    assert_int_equal(b->data[1], HS__CF_FP16 | HS__CF_BITMAP);
+    assert_int_equal(b->data[12], 0x00); /* 8.0 in fp16 = 0x4800, little-endian */
+    assert_int_equal(b->data[13], 0x48);
+    assert_int_equal(b->data[24], 0xDB); /* bits 0,1,3,4,6,7 */
+    hs_compressor_free(c);
+    /* sign: scale 6 / 3 = 2, bits 0b010. */
+    float x3[3] = {1, -2, 3};
+    c = mk("sign", 3, 0);
+    b->len = 0;
+    assert_int_equal(hs_compress_encode(c, x3, 3, 0, 0, b), 17);
+    const uint8_t g3[17] = {7, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x02};
+    assert_memory_equal(b->data, g3, 17);
+    hs_compressor_free(c);
+    /* qsgd:2 of (0, 5, -0): norm 5, levels 0, 2, 0 (no rounding is random here), 3-bit fields
+     * 000 010 000 -> 0x10 0x00. */
+    float x4[3] = {0, 5, -0.0f};
+    c = mk("qsgd:2", 3, 0);
+    b->len = 0;
+    assert_int_equal(hs_compress_encode(c, x4, 3, 0, 0, b), 18);
+    const uint8_t g4[18] = {6, 0, 2, 0, 3, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0xA0, 0x40, 0x10, 0x00};
+    assert_memory_equal(b->data, g4, 18);
+    hs_compressor_free(c);
+    /* none, and the fp16 / bf16 casts of 1.0 and -2.5. */
+    float x5[2] = {1.0f, -2.5f};
+    const char *dense[] = {"none", "fp16", "bf16"};
+    const uint8_t g5[3][8] = {{0, 0, 0x80, 0x3F, 0, 0, 0x20, 0xC0},
+                              {0x00, 0x3C, 0x00, 0xC1},
+                              {0x80, 0x3F, 0x20, 0xC0}};
+    for (int i = 0; i < 3; i++) {
+        c = mk(dense[i], 2, 0);
+        b->len = 0;
+        int n = hs_compress_encode(c, x5, 2, 0, 0, b);
+        assert_int_equal(n, 12 + (i == 0 ? 8 : 4));
+        assert_int_equal(b->data[0], i + 1);
+        assert_int_equal(hs__ld32(b->data + 8), 2);
+        assert_memory_equal(b->data + 12, g5[i], (size_t)n - 12);
+        hs_compressor_free(c);
+    }
+    /* randk:1 of d = 4 unscaled: 12-byte header, the stream check, one value. */
+    c = mk("randk:1:unscaled", 4, 77);
+    b->len = 0;
+    float x6[4] = {10, 11, 12, 13};
+    assert_int_equal(hs_compress_encode(c, x6, 4, 2, 3, b), 20);
+    assert_int_equal(b->data[1], HS__CF_UNSCALED);
+    assert_int_equal(hs__ld32(b->data + 12), hs_cw_randk_check(77, 2, 3));
+    uint32_t at = hs_cw_randk_offset(hs_cw_randk_word(77, 2, 3, 0), 4);
+    assert_true(hs__ldf(b->data + 16) == x6[at]);
+    hs_compressor_free(c);
+    hs_buf_unref(b);
+}
+
+/* ---------------------------------------------------------------- top-k */
+
+static const float *sort_x;
+static int by_mag_then_index(const void *a, const void *b) {
+    uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+    uint32_t ki = hs_cw_key(sort_x[i]), kj = hs_cw_key(sort_x[j]);
+    if (ki != kj) return ki > kj ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static void test_topk_selection(void **state) {
+    (void)state;
+    size_t sizes[] = {1, 2, 5, 33, 1000, 20000};
+    for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+        size_t d = sizes[z];
+        for (int kind = 0; kind < VEC_KINDS; kind++) {
+            float *x = test_vec(d, 77 + z, kind);
+            uint32_t *order = malloc(d * sizeof(uint32_t));
+            for (size_t i = 0; i < d; i++) order[i] = (uint32_t)i;
+            sort_x = x;
+            qsort(order, d, sizeof(uint32_t), by_mag_then_index);
+            size_t ks[] = {1, 2, d / 100, d / 10, d / 2, d - 1, d};
+            for (size_t q = 0; q < sizeof(ks) / sizeof(ks[0]); q++) {
+                size_t k = ks[q];
+                if (k < 1 || k > d) continue;
+                char spec[32];
+                snprintf(spec, sizeof(spec), "topk:%zu", k);
+                hs_compressor *c = mk(spec, d, 0);
+                float *out = malloc(d * sizeof(float));
+                assert_int_equal(hs_compress_apply(c, x, d, 0, 0, out), 0);
+                /* Exactly the first k of the sorted order are kept, with their values. */
+                char *in = calloc(d, 1);
+                for (size_t j = 0; j < k; j++) in[order[j]] = 1;
+                for (size_t i = 0; i < d; i++) {
+                    float want = in[i] ? x[i] : 0.0f;
+                    assert_memory_equal(&out[i], &want, 4);
+                }
+                free(in);
+                free(out);
+                hs_compressor_free(c);
+            }
+            free(order);
+            free(x);
+        }
+    }
+}
+
+/* ||x - topk(x)||^2 <= (1 - k/d) ||x||^2: top-k keeps at least the average share of energy. */
+static void test_topk_contraction(void **state) {
+    (void)state;
+    size_t sizes[] = {1, 10, 257, 10000};
+    for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+        size_t d = sizes[z];
+        for (int kind = 0; kind < VEC_KINDS; kind++) {
+            for (int rep = 0; rep < 4; rep++) {
+                float *x = test_vec(d, 1000 * z + 10 * (uint64_t)kind + (uint64_t)rep, kind);
+                size_t ks[] = {1, (d + 99) / 100, d / 3 + 1, d};
+                for (size_t q = 0; q < 4; q++) {
+                    char spec[32];
+                    snprintf(spec, sizeof(spec), "topk:%zu", ks[q]);
+                    hs_compressor *c = mk(spec, d, 0);
+                    float *out = malloc(d * sizeof(float));
+                    assert_int_equal(hs_compress_apply(c, x, d, 0, 0, out), 0);
+                    double err = 0, nrm = 0;
+                    for (size_t i = 0; i < d; i++) {
+                        double e = (double)x[i] - (double)out[i];
+                        err += e * e;
+                        nrm += (double)x[i] * (double)x[i];
+                    }
+                    assert_true(err <= (1.0 - (double)ks[q] / (double)d) * nrm * (1 + 1e-12));
+                    free(out);
+                    hs_compressor_free(c);
+                }
+                free(x);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+/* Random-k (rescaled): each stratum of size m keeps one element times m, so C(x)_i is m x_i
+ * with probability 1/m, else 0: E = x_i, Var = (m - 1) x_i^2. The mean of N independent draws
+ * (different rounds) has standard deviation |x_i| sqrt((m - 1) / N); we allow 5 of them per
+ * element (the mean of N = 10^4 Bernoulli(1/m) counts, m <= 8, is near normal: expected hits
+ * >= 1250). With 64 elements, P(any beyond 5 sd) ~ 64 * 6e-7. Plus a float term for summing
+ * 10^4 values in double (negligible) and the multiply-shift bias of the draw (< m / 2^32). */
+static void test_randk_unbiased(void **state) {
+    (void)state;
+    const size_t d = 64, N = 10000;
+    hs_compressor *c = mk("randk:9", d, 2024); /* strata of 8 and 7 */
+    float *x = test_vec(d, 3, VEC_GAUSS), *acc = malloc(d * sizeof(float));
+    double *sum = calloc(d, sizeof(double));
+    hs_buf *b = newbuf();
+    for (size_t r = 0; r < N; r++) {
+        b->len = 0;
+        assert_true(hs_compress_encode(c, x, d, 5, r, b) > 0);
+        memset(acc, 0, d * sizeof(float));
+        assert_int_equal(hs_compress_decode_add(c, b->data, b->len, 5, r, acc, d, 1.0f), 0);
+        /* Stratified: exactly one nonzero per stratum. */
+        for (uint32_t j = 0; j < 9; j++) {
+            uint32_t st, m, nz = 0;
+            hs_cw_randk_stratum((uint32_t)d, 9, j, &st, &m);
+            for (uint32_t i = st; i < st + m; i++) nz += acc[i] != 0.0f;
+            assert_int_equal(nz, 1);
+        }
+        for (size_t i = 0; i < d; i++) sum[i] += acc[i];
+    }
+    for (uint32_t j = 0; j < 9; j++) {
+        uint32_t st, m;
+        hs_cw_randk_stratum((uint32_t)d, 9, j, &st, &m);
+        assert_int_equal(m, j == 0 ? 8 : 7);
+        for (size_t i = st; i < st + m; i++) {
+            double mean = sum[i] / (double)N;
+            double sd = fabs((double)x[i]) * sqrt((m - 1.0) / (double)N);
+            double tol = 5 * sd + 1e-6 * fabs((double)x[i]);
+            if (fabs(mean - x[i]) > tol)
+                fprintf(stderr, "randk element %zu: mean %g, x %g, tol %g\n", i, mean,
+                        (double)x[i], tol);
+            assert_true(fabs(mean - x[i]) <= tol);
+        }
+    }
+    hs_buf_unref(b);
+    free(sum);
+    free(acc);
+    free(x);
+    hs_compressor_free(c);
+}
+
+/* QSGD: Q(x_i) = u * l with u = norm / s and l = floor(r) + Bernoulli(p), p = r - floor(r), so
+ * Var = u^2 p (1 - p) per element; the mean of N draws has sd = u sqrt(p (1 - p) / N), and we
+ * allow 5 sd (>= N p(1-p) effective trials; elements with p near 0 or 1 have tiny sd, so the
+ * tolerance also carries the deterministic error: the draw resolution (bias < 2^-16 levels),
+ * float rounding of r (relative 2^-23, i.e. < s 2^-22 levels) and of the value (|x| 2^-22)). */
+static void test_qsgd_unbiased(void **state) {
+    (void)state;
+    const size_t d = 1000, N = 10000;
+    const uint32_t s = 4;
+    hs_compressor *c = mk("qsgd:4", d, 99); /* buckets of 512 and 488 */
+    float *x = test_vec(d, 4, VEC_GAUSS), *acc = malloc(d * sizeof(float));
+    double *sum = calloc(d, sizeof(double));
+    hs_buf *b = newbuf();
+    for (size_t r = 0; r < N; r++) {
+        b->len = 0;
+        assert_true(hs_compress_encode(c, x, d, 1, r, b) > 0);
+        memset(acc, 0, d * sizeof(float));
+        assert_int_equal(hs_compress_decode_add(c, b->data, b->len, 1, r, acc, d, 1.0f), 0);
+        for (size_t i = 0; i < d; i++) sum[i] += acc[i];
+    }
+    int wide = 0;
+    for (size_t j = 0; j < 2; j++) {
+        size_t lo = 512 * j, hi = j ? d : 512;
+        double ss = 0;
+        for (size_t i = lo; i < hi; i++) ss += (double)x[i] * x[i];
+        double u = sqrt(ss) / s;
+        for (size_t i = lo; i < hi; i++) {
+            double rr = fabs((double)x[i]) / u, p = rr - floor(rr);
+            double sd = u * sqrt(p * (1 - p) / (double)N);
+            double tol = 5 * sd + u * (0x1p-16 + s * 0x1p-22) + fabs((double)x[i]) * 0x1p-21;
+            double mean = sum[i] / (double)N;
+            if (fabs(mean - x[i]) > tol)
+                fprintf(stderr, "qsgd element %zu: mean %.9g, x %.9g, tol %g\n", i, mean,
+                        (double)x[i], tol);
+            assert_true(fabs(mean - x[i]) <= tol);
+            wide += sd > 0 && fabs(mean - x[i]) > 3 * sd;
+        }
+    }
+    /* A sanity check that the tolerance is not vacuous: beyond 3 sd happens for ~0.3% of the
+     * elements, so at most a handful here. */
+    assert_true(wide < 20);
+    hs_buf_unref(b);
+    free(sum);
+    free(acc);
+    free(x);
+    hs_compressor_free(c);
+}
+
+/* Different rounds and peers draw different numbers; the same ones draw the same. */
+static void test_random_streams(void **state) {
+    (void)state;
+    size_t d = 1000;
+    float *x = test_vec(d, 8, VEC_GAUSS);
+    const char *specs[] = {"randk:0.1", "qsgd:4"};
+    for (int s = 0; s < 2; s++) {
+        hs_compressor *c = mk(specs[s], d, 5), *c2 = mk(specs[s], d, 5), *c3 = mk(specs[s], d, 6);
+        hs_buf *a = newbuf(), *b = newbuf();
+        assert_true(hs_compress_encode(c, x, d, 1, 2, a) > 0);
+        assert_true(hs_compress_encode(c2, x, d, 1, 2, b) > 0);
+        assert_int_equal(a->len, b->len);
+        assert_memory_equal(a->data, b->data, a->len);
+        uint64_t variants[3][2] = {{1, 3}, {2, 2}, {1, 2 + (1ull << 32)}};
+        for (int v = 0; v < 3; v++) {
+            b->len = 0;
+            assert_true(hs_compress_encode(c, x, d, (uint32_t)variants[v][0], variants[v][1], b) >
+                        0);
+            assert_true(memcmp(a->data + 12, b->data + 12, a->len - 12) != 0);
+        }
+        b->len = 0;
+        assert_true(hs_compress_encode(c3, x, d, 1, 2, b) > 0);
+        assert_true(memcmp(a->data + 12, b->data + 12, a->len - 12) != 0);
+        hs_buf_unref(a);
+        hs_buf_unref(b);
+        hs_compressor_free(c);
+        hs_compressor_free(c2);
+        hs_compressor_free(c3);
+    }
+    free(x);
+}
+
+/* ---------------------------------------------------------------- sign and casts */
+
+static void test_sign_values(void **state) {
+    (void)state;
+    size_t d = 1001;
+    float *x = test_vec(d, 12, VEC_GAUSS), *out = malloc(d * sizeof(float));
+    hs_compressor *c = mk("sign", d, 0);
+    assert_int_equal(hs_compress_apply(c, x, d, 0, 0, out), 0);
+    double l1 = 0;
+    for (size_t i = 0; i < d; i++) l1 += fabs((double)x[i]);
+    for (size_t i = 0; i < d; i++) {
+        assert_true(fabs(fabs((double)out[i]) - l1 / d) <= 1e-6 * l1 / d);
+        assert_true(signbit(out[i]) == signbit(x[i]));
+    }
+    hs_compressor_free(c);
+    c = mk("sign:100", d, 0);
+    assert_int_equal(hs_compress_apply(c, x, d, 0, 0, out), 0);
+    for (size_t j = 0; j < 11; j++) {
+        size_t lo = 100 * j, hi = j == 10 ? d : lo + 100;
+        double s = 0;
+        for (size_t i = lo; i < hi; i++) s += fabs((double)x[i]);
+        s /= (double)(hi - lo);
+        for (size_t i = lo; i < hi; i++) assert_true(fabs(fabs((double)out[i]) - s) <= 1e-6 * s);
+    }
+    hs_compressor_free(c);
+    free(out);
+    free(x);
+}
+
+/* The integer fp16 conversion against exact rounding in double, and against F16C. */
+static void test_half_conversions(void **state) {
+    (void)state;
+    hs_rng r;
+    hs_rng_init(&r, 1, HS_RNG_TEST, 0, 0);
+    int top = hs__csimd_level();
+    enum { N = 1 << 16 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *h = malloc(2 * N);
+    for (int rep = 0; rep < 64; rep++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = hs_rng_u32(&r);
+            /* Mostly around the fp16 range, including subnormals and the rounding edges. */
+            if (i % 2) u = (u & 0x80001FFFu) | ((0x33000000u + (u >> 13 & 0x7FFu) * 0x8000u) & 0x7FFFE000u);
+            if ((u & 0x7FFFFFFFu) >= HS_CW_F16_OVERFLOW) u &= 0xBFFFFFFFu;
+            memcpy(&x[i], &u, 4);
+        }
+        for (int i = 0; i < N; i++) {
+            /* Exact: round |x| / 2^e to an integer (ties to even) on the fp16 grid. */
+            double a = fabs((double)x[i]);
+            int e;
+            frexp(a, &e);
+            int q = e - 11 < -24 ? -24 : e - 11; /* grid spacing exponent */
+            double want = nearbyint(a / ldexp(1, q)) * ldexp(1, q);
+            float got = hs_cw_f32_from_f16(hs_cw_f16_from_f32(x[i]));
+            if (fabs((double)got) != want) {
+                fprintf(stderr, "fp16 of %a: got %a, want %a\n", (double)x[i], (double)got, want);
+                fail();
+            }
+            assert_true(signbit(got) == signbit(x[i]));
+        }
+        for (int lv = 0; lv <= top; lv++) {
+            hs__csimd_cap(lv);
+            hs__cf16_encode(x, N, h);
+            for (int i = 0; i < N; i++)
+                assert_int_equal(hs__ld16(h + 2 * i), hs_cw_f16_from_f32(x[i]));
+        }
+        hs__csimd_cap(2);
+    }
+    /* Edges: the largest half, the first value rounding to infinity, the smallest subnormal. */
+    assert_int_equal(hs_cw_f16_from_f32(65504.0f), 0x7BFF);
+    assert_int_equal(hs_cw_f16_from_f32(65519.996f), 0x7BFF);
+    assert_int_equal(hs_cw_f16_from_f32(65520.0f), 0x7C00);
+    assert_int_equal(hs_cw_f16_from_f32(0x1p-24f), 0x0001);
+    assert_int_equal(hs_cw_f16_from_f32(0x1p-25f), 0x0000);          /* tie to even: 0 */
+    assert_int_equal(hs_cw_f16_from_f32(0x1.8p-24f), 0x0002);        /* tie to even: 2 */
+    assert_int_equal(hs_cw_f16_from_f32(0x1.ffcp-15f), 0x0400);      /* rounds up to normal */
+    assert_int_equal(hs_cw_f16_from_f32(-0.0f), 0x8000);
+    assert_int_equal(hs_cw_bf16_from_f32(1.00390625f), 0x3F80);      /* tie to even */
+    assert_int_equal(hs_cw_bf16_from_f32(1.01171875f), 0x3F82);      /* tie to even, up */
+    assert_true(hs_cw_f32_from_f16(0x0001) == 0x1p-24f);
+    assert_true(hs_cw_f32_from_f16(0xFBFF) == -65504.0f);
+    free(x);
+    free(h);
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+static void test_kernels(void **state) {
+    (void)state;
+    int top = hs__csimd_level();
+    /* Philox: bulk fill = the stream's words, any start block and length. */
+    uint32_t *w = malloc(4096 * sizeof(uint32_t));
+    for (int lv = 0; lv <= top; lv++) {
+        hs__csimd_cap(lv);
+        size_t lens[] = {0, 1, 3, 4, 31, 32, 33, 64, 65, 1000, 4096};
+        for (size_t q = 0; q < sizeof(lens) / sizeof(lens[0]); q++) {
+            uint64_t first = 4 * (uint64_t)(q * 977);
+            hs__cphilox_fill(0x1234567887654321ull, HS_RNG_QSGD, 7, 9, first, lens[q], w);
+            for (size_t j = 0; j < lens[q]; j++)
+                assert_int_equal(w[j], hs_rng_at(0x1234567887654321ull, HS_RNG_QSGD, 7, 9,
+                                                 first + j));
+        }
+    }
+    hs__csimd_cap(2);
+    free(w);
+    /* Bit packing of b-bit fields: all levels agree and invert. */
+    uint8_t f[1003], g[1003], p0[1003], p1[1003];
+    for (uint32_t b = 1; b <= 8; b++) {
+        for (size_t n = 0; n <= 1003; n += (n < 40 ? 1 : 97)) {
+            for (size_t i = 0; i < n; i++) f[i] = (uint8_t)((i * 2654435761u >> 7) & ((1u << b) - 1));
+            size_t bytes = (n * b + 7) / 8;
+            memset(p0, 0xEE, sizeof(p0));
+            hs__csimd_cap(0);
+            hs__cbits_pack8(f, n, b, p0);
+            for (int lv = 1; lv <= top; lv++) {
+                hs__csimd_cap(lv);
+                memset(p1, 0xEE, sizeof(p1));
+                hs__cbits_pack8(f, n, b, p1);
+                assert_memory_equal(p0, p1, sizeof(p0)); /* nothing written past the end */
+            }
+            for (int lv = 0; lv <= top; lv++) {
+                hs__csimd_cap(lv);
+                memset(g, 0xAA, sizeof(g));
+                hs__cbits_unpack8(p0, n, b, g);
+                if (n) assert_memory_equal(f, g, n);
+            }
+            hs__csimd_cap(2);
+            for (size_t i = bytes; i < sizeof(p0); i++) assert_int_equal(p0[i], 0xEE);
+        }
+    }
+    /* Reductions, sign bits and QSGD fields at every level, bit for bit. */
+    size_t n = 4099;
+    float *x = test_vec(n, 13, VEC_WIDE);
+    x[5] = -0.0f;
+    uint16_t *u = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) u[i] = (uint16_t)hs_cw_qsgd_draw(3, 4, 5, i);
+    hs__csimd_cap(0);
+    double l1 = hs__cl1(x, n), l2 = hs__cl2sq(x, n);
+    uint8_t *s0 = malloc(n / 8 + 1), *s1 = malloc(n / 8 + 1), *q0 = malloc(n), *q1 = malloc(n);
+    hs__csign_pack(x, n, s0);
+    float pre, inv;
+    hs_cw_qsgd_factors(hs_cw_qsgd_norm(l2), 100, &pre, &inv);
+    hs__cqsgd_fields8(x, n, pre, inv, 100, 8, u, q0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(q0[i], hs_cw_qsgd_field(x[i], pre, inv, 100, 8, u[i]));
+    for (int lv = 1; lv <= top; lv++) {
+        hs__csimd_cap(lv);
+        double a = hs__cl1(x, n), b2 = hs__cl2sq(x, n);
+        assert_memory_equal(&a, &l1, sizeof(double));
+        assert_memory_equal(&b2, &l2, sizeof(double));
+        hs__csign_pack(x, n, s1);
+        assert_memory_equal(s0, s1, n / 8 + 1);
+        hs__cqsgd_fields8(x, n, pre, inv, 100, 8, u, q1);
+        assert_memory_equal(q0, q1, n);
+    }
+    hs__csimd_cap(2);
+    free(s0);
+    free(s1);
+    free(q0);
+    free(q1);
+    free(u);
+    free(x);
+}
+
+/* Tiny and zero QSGD buckets: the 2^64 lift keeps s / norm finite. */
+static void test_qsgd_tiny(void **state) {
+    (void)state;
+    float x[16] = {0x1p-149f, -0x1p-149f, 0x1p-140f, 0, 0, 0, 0, 0,
+                   0,         0,          0,         0, 0, 0, 0, 0};
+    hs_compressor *c = mk("qsgd:8:8", 16, 1);
+    roundtrip(c, x, 16, 0, 0);
+    float out[16];
+    assert_int_equal(hs_compress_apply(c, x, 16, 0, 0, out), 0);
+    for (int i = 8; i < 16; i++) assert_true(out[i] == 0.0f);
+    hs_compressor_free(c);
+    /* Largest finite floats: the norm is above 2^127, refused. */
+    float big[2] = {3e38f, 3e38f};
+    c = mk("qsgd:8", 2, 1);
+    hs_buf *b = newbuf();
+    assert_int_equal(hs_compress_encode(c, big, 2, 0, 0, b), HS_ERANGE);
+    assert_int_equal(b->len, 0);
+    hs_buf_unref(b);
+    hs_compressor_free(c);
+}
+
+/* ---------------------------------------------------------------- encode errors */
+
+static void test_encode_errors(void **state) {
+    (void)state;
+    const char *specs[] = {"none", "fp16",   "bf16",   "topk:3", "topk:10", "randk:10",
+                           "qsgd:4", "sign", "sign:3", "ef:topk:3"};
+    size_t d = 10;
+    float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        for (int v = 0; v < 3; v++) {
+            float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+            x[7] = bad[v];
+            hs_compressor *c = mk(specs[s], d, 0);
+            hs_buf *b = newbuf();
+            assert_int_equal(hs_buf_append(b, "ab", 2), 0);
+            assert_int_equal(hs_compress_encode(c, x, d, 0, 0, b), HS_ERANGE);
+            assert_int_equal(b->len, 2);
+            assert_non_null(strstr(hs_error_message(), hs_compressor_name(c)));
+            float out[10];
+            assert_int_equal(hs_compress_apply(c, x, d, 0, 0, out), HS_ERANGE);
+            if (hs_compressor_residual(c))
+                for (size_t i = 0; i < d; i++) assert_true(hs_compressor_residual(c)[i] == 0.0f);
+            hs_buf_unref(b);
+            hs_compressor_free(c);
+        }
+    }
+    /* Overflow of the 16-bit formats. */
+    float x[4] = {1, 70000.0f, 2, 3};
+    const char *f16[] = {"fp16", "topk:2:fp16", "randk:4:fp16"};
+    for (int s = 0; s < 3; s++) {
+        hs_compressor *c = mk(f16[s], 4, 0);
+        hs_buf *b = newbuf();
+        assert_int_equal(hs_compress_encode(c, x, 4, 0, 0, b), HS_ERANGE);
+        assert_non_null(strstr(hs_error_message(), "fp16"));
+        hs_buf_unref(b);
+        hs_compressor_free(c);
+    }
+    float y[2] = {3.4e38f, 1};
+    hs_compressor *c = mk("bf16", 2, 0);
+    hs_buf *b = newbuf();
+    assert_int_equal(hs_compress_encode(c, y, 2, 0, 0, b), HS_ERANGE);
+    /* A wrong length is refused everywhere. */
+    assert_int_equal(hs_compress_encode(c, y, 1, 0, 0, b), HS_EINVAL);
+    float acc[2] = {0, 0};
+    assert_int_equal(hs_compress_decode_add(c, b->data, 0, 0, 0, acc, 1, 1.0f), HS_EINVAL);
+    assert_int_equal(hs_compress_decode_add(c, b->data, 0, 0, 0, acc, 2, NAN), HS_EINVAL);
+    assert_int_equal(hs_compress_apply(c, y, 3, 0, 0, acc), HS_EINVAL);
+    assert_int_equal(hs_compress_max_bytes(c, 3), 0);
+    hs_buf_unref(b);
+    hs_compressor_free(c);
+    /* Random-k rescaling that would overflow. */
+    float z[4] = {3e38f, 1, 1, 1};
+    c = mk("randk:1", 4, 0);
+    b = newbuf();
+    /* Only an error if the drawn element is the huge one; find a round where it is. */
+    int seen = 0;
+    for (uint64_t r = 0; r < 64 && !seen; r++) {
+        uint32_t at = hs_cw_randk_offset(hs_cw_randk_word(0, 0, r, 0), 4);
+        if (at != 0) continue;
+        assert_int_equal(hs_compress_encode(c, z, 4, 0, r, b), HS_ERANGE);
+        seen = 1;
+    }
+    assert_true(seen);
+    hs_buf_unref(b);
+    hs_compressor_free(c);
+}
+
+/* ---------------------------------------------------------------- error feedback */
+
+/* Error feedback needs a contractive operator (E||C(x) - x||^2 < ||x||^2): qsgd:64 qualifies
+ * on 512-element buckets (variance <= 512 / (4 * 64^2) ||x||^2), qsgd:2 does not (32 ||x||^2)
+ * and its residual grows without bound. */
+static void test_error_feedback(void **state) {
+    (void)state;
+    const char *specs[] = {"ef:topk:0.05", "ef:sign", "ef:qsgd:64", "ef:fp16", "ef:randk:0.1:unscaled"};
+    size_t d = 333;
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        hs_compressor *c = mk(specs[s], d, 3), *inner = mk(specs[s] + 3, d, 3);
+        hs_compressor *rx = mk(specs[s], d, 3); /* a receiver: same spec, own (unused) state */
+        float *e = calloc(d, sizeof(float)), *xp = malloc(d * sizeof(float));
+        float *ref = malloc(d * sizeof(float)), *mine = calloc(d, sizeof(float));
+        float *theirs = calloc(d, sizeof(float));
+        double *sent = calloc(d, sizeof(double)), *given = calloc(d, sizeof(double));
+        hs_buf *b = newbuf();
+        for (uint64_t r = 0; r < 50; r++) {
+            float *x = test_vec(d, 500 + r, VEC_GAUSS);
+            for (size_t i = 0; i < d; i++) {
+                xp[i] = x[i] + e[i];
+                given[i] += x[i];
+            }
+            assert_int_equal(hs_compress_apply(inner, xp, d, 9, r, ref), 0);
+            b->len = 0;
+            int n = hs_compress_encode(c, x, d, 9, r, b);
+            assert_true(n > 0);
+            /* The wire format is the inner operator's. */
+            hs_buf *b2 = newbuf();
+            assert_int_equal(hs_compress_encode(inner, xp, d, 9, r, b2), n);
+            assert_memory_equal(b->data, b2->data, (size_t)n);
+            hs_buf_unref(b2);
+            /* e' = x' - C(x'), bit for bit. */
+            for (size_t i = 0; i < d; i++) {
+                float want = xp[i] + -1.0f * ref[i];
+                assert_memory_equal(&hs_compressor_residual(c)[i], &want, 4);
+                e[i] = want;
+            }
+            /* Sender's replica (its own bytes) = a receiver's. */
+            assert_int_equal(hs_compress_decode_add(c, b->data, b->len, 9, r, mine, d, 1.0f), 0);
+            assert_int_equal(hs_compress_decode_add(rx, b->data, b->len, 9, r, theirs, d, 1.0f), 0);
+            assert_memory_equal(mine, theirs, d * sizeof(float));
+            for (size_t i = 0; i < d; i++) sent[i] += ref[i];
+            free(x);
+        }
+        /* Nothing is lost: what was sent plus the residual is what was given. */
+        for (size_t i = 0; i < d; i++) {
+            if (!(fabs(sent[i] + e[i] - given[i]) <= 1e-3 * (1 + fabs(given[i]))))
+                fprintf(stderr, "%s: element %zu: sent %g + residual %g, given %g\n", specs[s], i,
+                        sent[i], (double)e[i], given[i]);
+            assert_true(fabs(sent[i] + e[i] - given[i]) <= 1e-3 * (1 + fabs(given[i])));
+        }
+        hs_compressor_reset(c);
+        for (size_t i = 0; i < d; i++) assert_true(hs_compressor_residual(c)[i] == 0.0f);
+        hs_buf_unref(b);
+        free(e);
+        free(xp);
+        free(ref);
+        free(mine);
+        free(theirs);
+        free(sent);
+        free(given);
+        hs_compressor_free(c);
+        hs_compressor_free(inner);
+        hs_compressor_free(rx);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_specs),
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_topk_selection),
+        cmocka_unit_test(test_topk_contraction),
+        cmocka_unit_test(test_randk_unbiased),
+        cmocka_unit_test(test_qsgd_unbiased),
+        cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_sign_values),
+        cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_kernels),
+        cmocka_unit_test(test_qsgd_tiny),
+        cmocka_unit_test(test_encode_errors),
+        cmocka_unit_test(test_error_feedback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
