@@ -14,9 +14,11 @@
  *
  * A round r of peer i is: hs_algo_begin (sends what can travel before the gradient), then
  * one or more local optimizer steps on x with the gradient taken at hs_algo_eval_point, then
- * hs_algo_end (receives, mixes, leaves the next x). The exchange (hearsay/exchange.h) carries
- * the messages; the algorithm never sees a socket, so the network runtime and the in-process
- * simulator run the same code.
+ * hs_algo_push (sends what depends on the local update) and hs_algo_pull (receives, mixes,
+ * leaves the next x). The exchange (hearsay/exchange.h) carries the messages; the algorithm
+ * never sees a socket, so the network runtime and the in-process simulator run the same code:
+ * a networked peer runs the phases back to back, the simulator runs each phase for every peer
+ * before the next, so a receive never waits for a send that has not happened.
  *
  * Vectors are host memory of d floats. Threading: one thread per algorithm object. */
 #ifndef HEARSAY_ALGO_H
@@ -83,10 +85,17 @@ const float *hs_algo_eval_point(hs_algo *a, const float *x);
 /* Start of round r: x is the current model (before this round's local steps). */
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
 
-/* End of round r: x holds the result of this round's local steps and receives the next model.
- * A neighbour that is gone (HS_ECONNRESET from the exchange) or times out is left out of this
+/* After the local steps of round r: x holds their result; sends what depends on it (and, for
+ * DCD-PSGD, already applies this peer's own compressed update to x). */
+int hs_algo_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+
+/* Completes round r: receives the neighbours' messages and leaves the next model in x. A
+ * neighbour that is gone (HS_ECONNRESET from the exchange) or times out is left out of this
  * round by moving its weight to the peer's own value, which keeps the mixing row stochastic;
  * other errors are returned. */
+int hs_algo_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+
+/* hs_algo_push then hs_algo_pull. */
 int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 
 /* What the last round did. */

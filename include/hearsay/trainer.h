@@ -2,8 +2,8 @@
  *
  * A trainer owns the model, the optimizer, the batches of its shard and the algorithm, and
  * runs rounds: hs_algo_begin, `local_steps` optimizer steps with the gradient taken at the
- * algorithm's evaluation point, hs_algo_end. The simulator interleaves the three phases of n
- * trainers; a networked peer runs them back to back. Both therefore compute the same floats
+ * algorithm's evaluation point, hs_algo_push, hs_algo_pull. The simulator interleaves the
+ * phases of n trainers; a networked peer runs them back to back. Both therefore compute the same floats
  * in the same order: a seeded synchronous run gives the same parameters either way.
  *
  * The algorithm works on a host copy of x; on a host-memory backend that copy is the model's
@@ -54,11 +54,12 @@ typedef struct hs_round_stats {
     double compute_s; /* seconds spent in the local steps */
 } hs_round_stats;
 
-/* The three phases of round r. */
+/* The phases of round r (see hearsay/algo.h). */
 int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
-int hs_trainer_end(hs_trainer *t, hs_exchange *ex, uint64_t r);
-/* begin + local + end. */
+int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r);
+int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r);
+/* begin + local + push + pull. */
 int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st);
 
 /* Loss and accuracy of the model at the algorithm's evaluation point (x, or x / w for SGP). */

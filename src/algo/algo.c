@@ -2,6 +2,7 @@
  * framing, and checkpoint serialisation. The per-algorithm arithmetic is in dpsgd.c, dcd.c,
  * choco.c and sgp.c. One thread per algorithm object. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,8 +118,17 @@ int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return a->ops->begin ? a->ops->begin(a, ex, r, x) : 0;
 }
 
+int hs_algo_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    return a->ops->push ? a->ops->push(a, ex, r, x) : 0;
+}
+
+int hs_algo_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    return a->ops->pull ? a->ops->pull(a, ex, r, x) : 0;
+}
+
 int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
-    return a->ops->end(a, ex, r, x);
+    int err = hs_algo_push(a, ex, r, x);
+    return err < 0 ? err : hs_algo_pull(a, ex, r, x);
 }
 
 void hs_algo_get_stats(const hs_algo *a, hs_algo_stats *out) { *out = a->stats; }

@@ -35,7 +35,8 @@ typedef struct hs__algo_ops {
     int (*init)(hs_algo *a, const float *x0);
     void (*fini)(hs_algo *a);
     int (*begin)(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
-    int (*end)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+    int (*push)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
+    int (*pull)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
     const float *(*eval_point)(hs_algo *a, const float *x);
     int (*save)(const hs_algo *a, hs_buf *out);
     int (*load)(hs_algo *a, const uint8_t **p, const uint8_t *end);

@@ -13,24 +13,30 @@
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
 
-static int choco_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
     size_t d = a->d;
-    float *xh = a->own, *diff = a->tmp, *acc = a->tmp2;
+    float *xh = a->own, *diff = a->tmp;
     for (size_t k = 0; k < d; k++) diff[k] = x[k] - xh[k];
     hs_buf *msg;
     if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
-    if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) < 0 ||
+    if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
         (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh, d,
-                                      1.0f)) < 0 ||
-        (err = hs__algo_send_replica(a, ex, &v, r, msg)) < 0) {
-        hs_buf_unref(msg);
-        return err;
-    }
+                                      1.0f)) >= 0)
+        err = hs__algo_send_replica(a, ex, &v, r, msg);
     hs_buf_unref(msg);
+    return err < 0 ? err : 0;
+}
+
+static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, a->own);
+    if (err < 0) return err;
+    size_t d = a->d;
+    float *xh = a->own, *acc = a->tmp2;
     uint8_t *present;
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     int got = hs__algo_recv_replicas(a, ex, &v, r, present);
@@ -60,5 +66,6 @@ static int choco_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
 
 const hs__algo_ops hs__algo_choco = {
     .needs_replicas = 1,
-    .end = choco_end,
+    .push = choco_push,
+    .pull = choco_pull,
 };

@@ -19,7 +19,7 @@ static int dcd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return 0;
 }
 
-static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
@@ -28,7 +28,6 @@ static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     uint8_t *present;
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     /* Replicas must reflect round r-1 before they are mixed. */
-    double self_w = v.self_w;
     a->stats.missing = 0;
     for (int i = 0; i < v.n_in; i++) {
         hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
@@ -37,14 +36,11 @@ static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                                              hs__apply_replica, NULL);
         if (got < 0) return got;
         present[i] = (uint8_t)(got && n->synced);
-        if (!present[i]) {
-            self_w += v.in[i].w;
-            a->stats.missing++;
-        }
+        a->stats.missing += !present[i];
     }
-    /* acc = sum_j W_ij xhat_j (a missing neighbour's weight on x_r), in ascending order. */
-    float sw = (float)self_w;
-    for (size_t k = 0; k < d; k++) acc[k] = sw * xr[k];
+    /* acc = sum_j W_ij (xhat_j - x_r) in ascending order (differences, so the float weights'
+     * rounding cannot move the average; a missing neighbour's weight stays on x_r). */
+    memset(acc, 0, sizeof(float) * d);
     double dis = 0;
     for (int i = 0; i < v.n_in; i++) {
         if (!present[i]) continue;
@@ -52,14 +48,15 @@ static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         float w = (float)v.in[i].w;
         double s = 0;
         for (size_t k = 0; k < d; k++) {
-            acc[k] = acc[k] + w * rj[k];
             float dk = rj[k] - xr[k];
+            acc[k] = acc[k] + w * dk;
             s += (double)dk * dk;
         }
         dis += v.in[i].w * s;
     }
-    /* z = acc + (x - x_r) - x_r, i.e. the mixed model after the local update, minus x_r. */
-    for (size_t k = 0; k < d; k++) acc[k] = (acc[k] + (x[k] - xr[k])) - xr[k];
+    a->stats.disagreement = dis / (double)d;
+    /* z = (x_r + acc + (x - x_r)) - x_r = acc + (x - x_r). */
+    for (size_t k = 0; k < d; k++) acc[k] = acc[k] + (x[k] - xr[k]);
     hs_buf *msg;
     if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
@@ -70,26 +67,31 @@ static int dcd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                                       1.0f)) < 0)
         goto out;
     memcpy(a->own, x, sizeof(float) * d);
-    if ((err = hs__algo_send_replica(a, ex, &v, r, msg)) < 0) goto out;
-    /* Apply the neighbours' round-r updates now if they are here; late ones are applied at the
-     * start of the next round. */
-    for (int i = 0; i < v.n_in; i++) {
-        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
-        if (!present[i] && n->next_round < r) continue; /* still owes an older round */
-        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica, NULL);
-        if (got < 0) {
-            err = got;
-            goto out;
-        }
-    }
-    a->stats.disagreement = dis / (double)d;
+    err = hs__algo_send_replica(a, ex, &v, r, msg);
 out:
     hs_buf_unref(msg);
-    return err;
+    return err < 0 ? err : 0;
+}
+
+/* Applies the neighbours' round-r updates to their replicas; late ones are applied at the
+ * start of the next round. */
+static int dcd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    (void)x;
+    hs_peer_view v;
+    int err = hs__algo_view(a, ex, r, &v, a->own);
+    if (err < 0) return err;
+    for (int i = 0; i < v.n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
+        if (n->next_round < r) continue; /* still owes an older round: wait for it next time */
+        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica, NULL);
+        if (got < 0) return got;
+    }
+    return 0;
 }
 
 const hs__algo_ops hs__algo_dcd = {
     .needs_replicas = 1,
     .begin = dcd_begin,
-    .end = dcd_end,
+    .push = dcd_push,
+    .pull = dcd_pull,
 };

@@ -1,7 +1,7 @@
 /* D-PSGD (Lian et al., NeurIPS 2017, Algorithm 1): x_i <- sum_j W_ij x_j - gamma g_i(x_i).
  * The model of round r is sent at the start of the round, so it travels while the gradient is
  * computed; at the end the peer mixes what it received and adds its own local update:
- *   x_{r+1} = W_ii x_r + sum_j W_ij C(x_j,r) + (x_after_local_steps - x_r).
+ *   x_{r+1} = x_r + sum_j W_ij (C(x_j,r) - x_r) + (x_after_local_steps - x_r).
  * The wire carries C(x) (C = none for the paper's algorithm; a lossy cast such as fp16 is
  * accepted as well). A neighbour whose model does not come is left out: its weight goes to the
  * peer's own x_r. */
@@ -45,14 +45,14 @@ static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p,
     return err;
 }
 
-static int dpsgd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
     size_t d = a->d;
     const float *xr = a->own;
     float *acc = a->tmp, *xj = a->tmp2;
-    double self_w = v.self_w, dis = 0;
+    double dis = 0;
     memset(acc, 0, sizeof(float) * d);
     a->stats.missing = 0;
     /* In ascending id order, so every run (simulated or networked) sums in the same order. */
@@ -68,22 +68,23 @@ static int dpsgd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, &c);
         if (got < 0) return got;
         if (!got || !c.used) {
-            self_w += v.in[i].w;
             a->stats.missing++;
             continue;
         }
         float w = (float)v.in[i].w;
         double s = 0;
         for (size_t k = 0; k < d; k++) {
-            acc[k] = acc[k] + w * xj[k];
             float diff = xj[k] - xr[k];
+            acc[k] = acc[k] + w * diff;
             s += (double)diff * diff;
         }
         dis += v.in[i].w * s;
     }
-    /* x_{r+1} = self_w x_r + sum_j W_ij C(x_j) + (x - x_r). */
-    float sw = (float)self_w;
-    for (size_t k = 0; k < d; k++) x[k] = (sw * xr[k] + acc[k]) + (x[k] - xr[k]);
+    /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r). Mixing
+     * differences rather than weighted values keeps the network average exact for any float
+     * weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j W_ij x_j would
+     * drift with the rounding of the weights' sum. A missing neighbour's weight stays on x_r. */
+    for (size_t k = 0; k < d; k++) x[k] = x[k] + acc[k];
     a->stats.disagreement = dis / (double)d;
     return 0;
 }
@@ -91,5 +92,5 @@ static int dpsgd_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
 const hs__algo_ops hs__algo_dpsgd = {
     .needs_replicas = 0,
     .begin = dpsgd_begin,
-    .end = dpsgd_end,
+    .pull = dpsgd_pull,
 };

@@ -134,7 +134,7 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
     return 0;
 }
 
-static int sgp_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
@@ -172,6 +172,13 @@ static int sgp_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     }
     memcpy(x, keep, sizeof(float) * d);
     a->w = w_keep;
+    return 0;
+}
+
+static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    sgp_state *s = a->priv;
+    size_t d = a->d;
+    int err;
     a->stats.staleness_max = 0;
     a->stats.staleness_mean = 0;
     a->stats.missing = 0;
@@ -223,6 +230,7 @@ const hs__algo_ops hs__algo_sgp = {
     .needs_replicas = 0,
     .init = sgp_init,
     .fini = sgp_fini,
-    .end = sgp_end,
+    .push = sgp_push,
+    .pull = sgp_pull,
     .eval_point = sgp_eval_point,
 };

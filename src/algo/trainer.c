@@ -150,8 +150,12 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     return 0;
 }
 
-int hs_trainer_end(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_algo_end(t->algo, ex, r, t->x_host);
+int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r) {
+    return hs_algo_push(t->algo, ex, r, t->x_host);
+}
+
+int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r) {
+    int err = hs_algo_pull(t->algo, ex, r, t->x_host);
     if (err < 0) return err;
     if (!t->be->host_memory)
         return hs_be_upload(t->be, t->x_dev, t->x_host, sizeof(float) * t->d);
@@ -162,7 +166,8 @@ int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats 
     int err = hs_trainer_begin(t, ex, r);
     if (err < 0) return err;
     if ((err = hs_trainer_local(t, r, st)) < 0) return err;
-    return hs_trainer_end(t, ex, r);
+    if ((err = hs_trainer_push(t, ex, r)) < 0) return err;
+    return hs_trainer_pull(t, ex, r);
 }
 
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy) {

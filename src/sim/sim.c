@@ -115,9 +115,13 @@ int hs_sim_step(hs_sim *s, int *peer) {
         for (int i = 0; i < s->n; i++)
             if (hs_simnet_alive(s->net, i) && (err = hs_trainer_local(s->tr[i], r, &s->rs[i])) < 0)
                 return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        for (int i = 0; i < s->n; i++)
+            if (hs_simnet_alive(s->net, i) &&
+                (err = hs_trainer_push(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
+                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
         for (int i = 0; i < s->n; i++) {
             if (!hs_simnet_alive(s->net, i)) continue;
-            if ((err = hs_trainer_end(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
+            if ((err = hs_trainer_pull(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
                 return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
             s->rounds[i]++;
             s->clock[i] += 1.0;
