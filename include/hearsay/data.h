@@ -67,6 +67,10 @@ int hs_dataset_synthetic(hs_dataset **out, const hs_synth_cfg *cfg);
 /* A new dataset holding the examples idx[0..count) of src, in that order. */
 int hs_dataset_subset(hs_dataset **out, const hs_dataset *src, const uint32_t *idx, size_t count);
 
+/* Keeps n examples of *ds (nothing happens when n is 0 or at least ds->n): a seeded random
+ * choice when `random`, else the first n. Replaces *ds with the smaller set. */
+int hs_dataset_keep(hs_dataset **ds, size_t n, uint64_t seed, int random);
+
 /* Sharding for peer `rank` of `world`. The returned index array (malloc'd, owned by the
  * caller) lists the examples of that peer's shard in ascending order. Shards of all ranks are
  * disjoint and cover the set (IID: a seeded permutation cut into near-equal parts; Dirichlet:

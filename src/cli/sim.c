@@ -1,11 +1,299 @@
-/* hearsay sim: placeholder until its issue lands. */
-#include <stdio.h>
+/* hearsay sim: n peers in one process, deterministic (seeded), with the same algorithm code as
+ * networked peers. Synchronous algorithms run in lockstep; SGP runs in virtual time so that
+ * stragglers (--slowdown) fall behind as they would on a network. Prints progress, writes
+ * JSON-lines metrics, and ends with a summary; Ctrl-C stops after the current round. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/runopts.h"
+#include "core/jsonl.h"
+#include "hearsay/error.h"
+#include "hearsay/sim.h"
+
+enum { S_N = 'n', S_LATENCY = 256, S_WATCH_CONSENSUS };
+
+static const hs_cli_opt sim_opts[] = {
+    {"peers", S_N, "N", "number of simulated peers (default: 8)"},
+    {"slowdown", RO_SLOWDOWN, "F|I:F,..",
+     "stragglers: F slows peer 0 F-fold; I:F slows peer I (virtual time)"},
+    {"latency", S_LATENCY, "R", "message latency in rounds of a normal peer, for sgp (default: 0)"},
+    {NULL, 0, NULL, NULL},
+};
+
+typedef struct sim_args {
+    hs_runopts ro;
+    int n;
+    double latency;
+} sim_args;
+
+static int handle(void *ctx, int key, const char *v) {
+    sim_args *a = ctx;
+    int rc = hs_runopts_handle(&a->ro, key, v);
+    if (rc != 1) return rc;
+    switch (key) {
+    case S_N: return hs_cli_int("--peers", v, 1, 4096, &a->n);
+    case S_LATENCY: return hs_cli_double("--latency", v, 0, 1e6, &a->latency);
+    }
+    return hs_cli_usage_error("internal: unhandled option %d", key);
+}
+
+/* "F" (peer 0) or "I:F,J:G". */
+static int parse_slowdown(const char *s, int n, double *out) {
+    for (int i = 0; i < n; i++) out[i] = 1.0;
+    if (!s) return 0;
+    if (!strchr(s, ':')) {
+        double f;
+        if (hs_cli_double("--slowdown", s, 1.0, 1e6, &f) < 0) return -HS_EXIT_USAGE;
+        out[0] = f;
+        return 0;
+    }
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *colon = strchr(tok, ':');
+        int peer;
+        double f;
+        if (!colon) return hs_cli_usage_error("--slowdown '%s': '%s' is not PEER:FACTOR", s, tok);
+        *colon = '\0';
+        if (hs_cli_int("--slowdown peer", tok, 0, n - 1, &peer) < 0 ||
+            hs_cli_double("--slowdown factor", colon + 1, 1.0, 1e6, &f) < 0)
+            return -HS_EXIT_USAGE;
+        out[peer] = f;
+    }
+    return 0;
+}
+
+typedef struct acc_stats {
+    double mean, min, max, loss;
+} acc_stats;
+
+static int evaluate_all(hs_sim *sim, const hs_dataset *test, acc_stats *st) {
+    st->mean = st->loss = 0;
+    st->min = 1;
+    st->max = 0;
+    int n = hs_sim_n(sim), alive = 0;
+    for (int i = 0; i < n; i++) {
+        if (!hs_simnet_alive(hs_sim_net(sim), i)) continue;
+        double loss, acc;
+        int err = hs_trainer_evaluate(hs_sim_trainer(sim, i), test, &loss, &acc);
+        if (err < 0) return err;
+        st->mean += acc;
+        st->loss += loss;
+        st->min = acc < st->min ? acc : st->min;
+        st->max = acc > st->max ? acc : st->max;
+        alive++;
+    }
+    st->mean /= alive;
+    st->loss /= alive;
+    return 0;
+}
+
+static void bytes_of(hs_sim *sim, double *mean_sent, double *total) {
+    int n = hs_sim_n(sim);
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        hs_algo_stats as;
+        hs_algo_get_stats(hs_trainer_algo(hs_sim_trainer(sim, i)), &as);
+        s += (double)as.bytes_sent;
+    }
+    *total = s;
+    *mean_sent = s / n;
+}
 
 int hs_cmd_sim(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "hearsay sim: not built yet\n");
-    return HS_EXIT_FAIL;
+    sim_args a;
+    memset(&a, 0, sizeof(a));
+    hs_runopts_default(&a.ro);
+    a.n = 8;
+    const hs_cli_opt *tables[] = {sim_opts, hs_runopts_table, NULL};
+    int rc = hs_cli_parse(argc, argv, "sim", "[options]",
+                          "Simulate N decentralized peers in one process: the same algorithm code "
+                          "as networked peers, deterministic for a given --seed.",
+                          tables, handle, &a, NULL, 0, NULL);
+    if (rc == 1) return HS_EXIT_OK;
+    if (rc < 0) return -rc;
+    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    double *slow = calloc((size_t)a.n, sizeof(double));
+    if (!slow) return HS_EXIT_FAIL;
+    if ((rc = parse_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
+        free(slow);
+        return -rc;
+    }
+    hs_cli_install_signals();
+    int exit_code = HS_EXIT_FAIL, err;
+    hs_backend *be = NULL;
+    hs_dataset *train = NULL, *test = NULL;
+    hs_sim *sim = NULL;
+    hs_jsonl metrics = {0};
+    hs_backend_cfg bcfg = {a.ro.threads, 0};
+    if ((err = hs_backend_open(&be, a.ro.device, &bcfg)) < 0) {
+        fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = hs_runopts_load_data(&a.ro, &train, &test)) < 0) {
+        exit_code = -rc;
+        goto out;
+    }
+    size_t shard_n = train->n / (size_t)a.n;
+    long rounds = hs_runopts_rounds(&a.ro, shard_n);
+    long rpe = (long)ceil(ceil((double)shard_n / a.ro.batch) / a.ro.local_steps);
+    if (rpe < 1) rpe = 1;
+    hs_sim_cfg sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.n = a.n;
+    sc.topology = a.ro.topology;
+    sc.algo = a.ro.algo;
+    sc.partition = a.ro.partition;
+    sc.seed = a.ro.seed;
+    sc.slowdown = slow;
+    sc.latency = a.latency;
+    if ((rc = hs_runopts_trainer_cfg(&a.ro, train->dim, train->classes, rounds, &sc.trainer)) < 0) {
+        exit_code = -rc;
+        goto out;
+    }
+    if ((err = hs_sim_new(&sim, be, &sc, train)) < 0) {
+        fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+        exit_code = err == HS_EINVAL ? HS_EXIT_USAGE : HS_EXIT_FAIL;
+        goto out;
+    }
+    if (a.ro.metrics && (err = hs_jsonl_open(&metrics, a.ro.metrics, 0)) < 0) {
+        fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    long eval_every = a.ro.eval_every > 0 ? a.ro.eval_every : rpe;
+    int sync = hs_algo_kind_synchronous(a.ro.algo.kind);
+    if (!a.ro.quiet)
+        printf("hearsay sim: %d peers, %s, %s (%s), topology %s, %s shards of ~%zu examples; "
+               "%ld rounds (%ld per epoch) of %d local step%s, batch %d\n",
+               a.n, hs_algo_kind_name(a.ro.algo.kind), a.ro.compress,
+               a.ro.algo.kind == HS_ALGO_CHOCO ? "gamma_c set" : "-", a.ro.topology,
+               a.ro.partition_spec, shard_n, rounds, rpe, a.ro.local_steps,
+               a.ro.local_steps > 1 ? "s" : "", a.ro.batch);
+    if (!a.ro.quiet && a.ro.algo.kind == HS_ALGO_CHOCO)
+        printf("hearsay sim: CHOCO consensus step gamma_c = %g\n", (double)a.ro.algo.gamma_c);
+    fflush(stdout);
+
+    double t0 = hs_cli_now(), cons = NAN, prev_cons = NAN;
+    acc_stats acc = {NAN, NAN, NAN, NAN};
+    long next_eval = eval_every;
+    int stopped = 0, warned = 0;
+    uint64_t steps = 0;
+    for (;;) {
+        if (hs_cli_interrupted()) {
+            stopped = 1;
+            break;
+        }
+        /* Progress in rounds of a normal-speed peer: the lockstep round, or in virtual time the
+         * earliest clock (everyone has got that far). */
+        double progress = 0;
+        for (int i = 0; i < a.n; i++) {
+            double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
+            if (i == 0 || c < progress) progress = c;
+        }
+        if (progress >= (double)rounds) break;
+        int peer;
+        if ((err = hs_sim_step(sim, &peer)) < 0) {
+            fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+            goto out;
+        }
+        steps++;
+        double now = 0;
+        for (int i = 0; i < a.n; i++) {
+            double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
+            if (i == 0 || c < now) now = c;
+        }
+        int finished = now >= (double)rounds;
+        if (now < (double)next_eval && !finished) continue;
+        while (next_eval <= now) next_eval += eval_every;
+        if ((err = hs_sim_consensus(sim, &cons, NULL)) < 0 ||
+            (err = evaluate_all(sim, test, &acc)) < 0) {
+            fprintf(stderr, "hearsay sim: evaluate: %s\n", hs_error_message());
+            goto out;
+        }
+        double sent, total;
+        bytes_of(sim, &sent, &total);
+        double loss = 0;
+        for (int i = 0; i < a.n; i++) loss += hs_sim_round_stats(sim, i)->loss;
+        loss /= a.n;
+        double el = hs_cli_now() - t0;
+        if (!warned && !isnan(prev_cons) && cons > 10 * prev_cons && cons > 1e-3) {
+            fprintf(stderr, "hearsay sim: warning: the consensus distance grew from %.3g to %.3g: "
+                            "the peers are drifting apart (lower --gamma-c)\n", prev_cons, cons);
+            warned = 1;
+        }
+        prev_cons = cons;
+        if (!a.ro.quiet) {
+            printf("round %.0f/%ld (epoch %.2f)  loss %.4f  acc mean %.2f%% min %.2f%% max %.2f%%  "
+                   "consensus %.3g  sent %.2f MB/peer  %.1f s\n",
+                   now, rounds, now / rpe, loss, 100 * acc.mean, 100 * acc.min, 100 * acc.max, cons,
+                   sent / 1e6, el);
+            fflush(stdout);
+        }
+        if (metrics.f) {
+            hs_jsonl_begin(&metrics);
+            hs_jsonl_num(&metrics, "round", now);
+            hs_jsonl_num(&metrics, "epoch", now / rpe);
+            hs_jsonl_num(&metrics, "time", el);
+            hs_jsonl_num(&metrics, "loss", loss);
+            hs_jsonl_num(&metrics, "test_acc", acc.mean);
+            hs_jsonl_num(&metrics, "test_acc_min", acc.min);
+            hs_jsonl_num(&metrics, "test_acc_max", acc.max);
+            hs_jsonl_num(&metrics, "test_loss", acc.loss);
+            hs_jsonl_num(&metrics, "consensus", cons);
+            hs_jsonl_num(&metrics, "bytes_sent", sent);
+            for (int i = 0; i < a.n && !sync; i++) {
+                char k[32];
+                snprintf(k, sizeof(k), "rounds_%d", i);
+                hs_jsonl_int(&metrics, k, (long long)hs_sim_rounds(sim, i));
+            }
+            if ((err = hs_jsonl_end(&metrics)) < 0) {
+                fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+                goto out;
+            }
+        }
+        if (finished) break;
+    }
+    {
+        double el = hs_cli_now() - t0, sent, total;
+        bytes_of(sim, &sent, &total);
+        uint64_t rmin = UINT64_MAX, rmax = 0;
+        for (int i = 0; i < a.n; i++) {
+            uint64_t r = hs_sim_rounds(sim, i);
+            rmin = r < rmin ? r : rmin;
+            rmax = r > rmax ? r : rmax;
+        }
+        if (stopped && (err = evaluate_all(sim, test, &acc)) < 0) goto out;
+        if (metrics.f) {
+            hs_jsonl_begin(&metrics);
+            hs_jsonl_str(&metrics, "event", stopped ? "interrupted" : "done");
+            hs_jsonl_num(&metrics, "test_acc", acc.mean);
+            hs_jsonl_num(&metrics, "test_acc_min", acc.min);
+            hs_jsonl_num(&metrics, "test_acc_max", acc.max);
+            hs_jsonl_num(&metrics, "consensus", cons);
+            hs_jsonl_num(&metrics, "bytes_sent", sent);
+            hs_jsonl_num(&metrics, "time", el);
+            hs_jsonl_int(&metrics, "rounds_min", (long long)rmin);
+            hs_jsonl_int(&metrics, "rounds_max", (long long)rmax);
+            hs_jsonl_end(&metrics);
+        }
+        printf("%s: test accuracy mean %.2f%% min %.2f%% max %.2f%% over %d peers; consensus %.3g; "
+               "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.1f s\n",
+               stopped ? "interrupted" : "final", 100 * acc.mean, 100 * acc.min, 100 * acc.max,
+               a.n, cons, sent / 1e6, total / 1e6, (unsigned long long)rmin,
+               (unsigned long long)rmax, el);
+        fflush(stdout);
+    }
+    exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
+out:
+    hs_jsonl_close(&metrics);
+    hs_sim_free(sim);
+    hs_dataset_free(train);
+    hs_dataset_free(test);
+    hs_backend_close(be);
+    free(slow);
+    return exit_code;
 }

@@ -122,25 +122,6 @@ static int handle(void *ctx, int key, const char *v) {
 }
 
 /* Keeps a seeded random subset of n examples (or all of them), compacting the dataset. */
-static int take_subset(hs_dataset **ds, long n, uint64_t seed, int random) {
-    if (n <= 0 || (size_t)n >= (*ds)->n) return 0;
-    uint32_t *idx = malloc(sizeof(uint32_t) * (*ds)->n);
-    if (!idx) return HS_ENOMEM;
-    for (size_t i = 0; i < (*ds)->n; i++) idx[i] = (uint32_t)i;
-    if (random) {
-        hs_rng r;
-        hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFDu, 0);
-        hs_rng_shuffle_u32(&r, idx, (*ds)->n);
-    }
-    hs_dataset *sub;
-    int err = hs_dataset_subset(&sub, *ds, idx, (size_t)n);
-    free(idx);
-    if (err < 0) return err;
-    hs_dataset_free(*ds);
-    *ds = sub;
-    return 0;
-}
-
 static int save_params(const char *path, hs_model *m) {
     size_t n = hs_model_nparams(m);
     float *h = malloc(sizeof(float) * n);
@@ -211,8 +192,8 @@ int hs_cmd_train(int argc, char **argv) {
             exit_code = HS_EXIT_USAGE;
             goto out;
         }
-        if ((err = take_subset(&train, a.subset, a.seed, 1)) < 0 ||
-            (err = take_subset(&test, a.test_subset, a.seed, 0)) < 0) {
+        if ((err = hs_dataset_keep(&train, (size_t)a.subset, a.seed, 1)) < 0 ||
+            (err = hs_dataset_keep(&test, (size_t)a.test_subset, a.seed, 0)) < 0) {
             fprintf(stderr, "hearsay train: subset: %s\n", hs_error_message());
             goto out;
         }

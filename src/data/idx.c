@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "core/error_internal.h"
+#include "core/rng.h"
 #include "hearsay/data.h"
 
 /* Decompressed size above which a file is refused: Fashion-MNIST's largest is 47 MB. */
@@ -236,5 +237,24 @@ int hs_dataset_subset(hs_dataset **out, const hs_dataset *src, const uint32_t *i
         ds->y[i] = src->y[idx[i]];
     }
     *out = ds;
+    return 0;
+}
+
+int hs_dataset_keep(hs_dataset **ds, size_t n, uint64_t seed, int random) {
+    if (n == 0 || n >= (*ds)->n) return 0;
+    uint32_t *idx = malloc(sizeof(uint32_t) * (*ds)->n);
+    if (!idx) return hs__err(HS_ENOMEM, "dataset %s: out of memory", (*ds)->name);
+    for (size_t i = 0; i < (*ds)->n; i++) idx[i] = (uint32_t)i;
+    if (random) {
+        hs_rng r;
+        hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFDu, 0);
+        hs_rng_shuffle_u32(&r, idx, (*ds)->n);
+    }
+    hs_dataset *sub;
+    int err = hs_dataset_subset(&sub, *ds, idx, n);
+    free(idx);
+    if (err < 0) return err;
+    hs_dataset_free(*ds);
+    *ds = sub;
     return 0;
 }

@@ -1,0 +1,213 @@
+/* Shared options of the decentralized commands (see runopts.h). */
+#include "cli/runopts.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "hearsay/compress.h"
+#include "hearsay/error.h"
+
+const hs_cli_opt hs_runopts_table[] = {
+    {"algo", RO_ALGO, "A", "dpsgd, dcd, choco or sgp (default: choco)"},
+    {"compress", RO_COMPRESS, "C",
+     "none, fp16, bf16, topk:F, randk:F, qsgd:S, sign, ef:C (default: topk:0.01 for choco, "
+     "qsgd:16 for dcd, none otherwise)"},
+    {"gamma-c", RO_GAMMA_C, "F", "CHOCO consensus step in (0, 1] (default: by compression, 0.1 "
+                                 "for top-1%)"},
+    {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
+    {"topology", RO_TOPOLOGY, "T",
+     "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
+     "or a topology file (default: ring; onepeer-exp for sgp)"},
+    {"partition", RO_PARTITION, "P", "iid or dirichlet:ALPHA (default: iid)"},
+    {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up "
+                                     "(default: 0, never wait)"},
+    {"recv-timeout", RO_RECV_TIMEOUT, "MS", "how long a round waits for a neighbour (default: 10000)"},
+    {"data", RO_DATA, "DIR", "Fashion-MNIST directory (default: " HS_DATA_DEFAULT_DIR ")"},
+    {"synthetic", RO_SYNTHETIC, NULL, "use a synthetic Gaussian-cluster dataset instead"},
+    {"subset", RO_SUBSET, "N", "use a seeded subset of N training examples"},
+    {"test-subset", RO_TEST_SUBSET, "N", "evaluate on the first N test examples"},
+    {"hidden", RO_HIDDEN, "W,W", "hidden layer widths (default: 256,128)"},
+    {"epochs", RO_EPOCHS, "E", "passes over each peer's shard (default: 10)"},
+    {"rounds", RO_ROUNDS, "N", "communication rounds (instead of --epochs)"},
+    {"batch", RO_BATCH, "N", "examples per local step (default: 128)"},
+    {"lr", RO_LR, "F", "peak learning rate (default: 0.05)"},
+    {"momentum", RO_MOMENTUM, "F", "momentum in [0, 1) (default: 0.9)"},
+    {"nesterov", RO_NESTEROV, NULL, "Nesterov momentum"},
+    {"weight-decay", RO_WD, "F", "L2 weight decay (default: 0.0001)"},
+    {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
+    {"warmup", RO_WARMUP, "N", "linear warm-up steps (default: 0)"},
+    {"seed", RO_SEED, "N", "seed of initialisation, sharding, batches, compression (default: 1)"},
+    {"threads", RO_THREADS, "N", "CPU threads for BLAS (default: 1)"},
+    {"device", RO_DEVICE, "D", "cpu or cuda (default: cpu)"},
+    {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE"},
+    {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},
+    {"quiet", RO_QUIET, NULL, "print only the final summary"},
+    {NULL, 0, NULL, NULL},
+};
+
+void hs_runopts_default(hs_runopts *o) {
+    memset(o, 0, sizeof(*o));
+    o->hidden = "256,128";
+    o->epochs = 10;
+    o->batch = 128;
+    hs_optim_cfg_default(&o->optim);
+    o->optim.weight_decay = 1e-4f;
+    o->seed = 1;
+    o->threads = 1;
+    o->device = HS_DEVICE_CPU;
+    hs_algo_cfg_default(&o->algo);
+    o->local_steps = 1;
+    o->partition_spec = "iid";
+}
+
+static int usage_from_error(const char *flag) {
+    return hs_cli_usage_error("%s: %s", flag, hs_error_message());
+}
+
+int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
+    switch (key) {
+    case RO_DATA: o->data = v; return 0;
+    case RO_SYNTHETIC: o->synthetic = 1; return 0;
+    case RO_SUBSET: return hs_cli_long("--subset", v, 1, 1L << 32, &o->subset);
+    case RO_TEST_SUBSET: return hs_cli_long("--test-subset", v, 1, 1L << 32, &o->test_subset);
+    case RO_HIDDEN: o->hidden = v; return 0;
+    case RO_EPOCHS: return hs_cli_double("--epochs", v, 1e-6, 1e6, &o->epochs);
+    case RO_ROUNDS: return hs_cli_long("--rounds", v, 1, 1L << 40, &o->rounds);
+    case RO_BATCH: return hs_cli_int("--batch", v, 1, 1 << 16, &o->batch);
+    case RO_LR: return hs_cli_float("--lr", v, 0.0, 100.0, &o->optim.lr);
+    case RO_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
+    case RO_NESTEROV: o->optim.nesterov = 1; return 0;
+    case RO_WD: return hs_cli_float("--weight-decay", v, 0.0, 1.0, &o->optim.weight_decay);
+    case RO_SCHED:
+        return hs_lr_sched_parse(v, &o->optim.sched) < 0 ? usage_from_error("--lr-schedule") : 0;
+    case RO_WARMUP: return hs_cli_long("--warmup", v, 0, 1L << 40, &o->optim.warmup_steps);
+    case RO_SEED: return hs_cli_u64("--seed", v, &o->seed);
+    case RO_THREADS: return hs_cli_int("--threads", v, 1, 1024, &o->threads);
+    case RO_DEVICE: return hs_device_parse(v, &o->device) < 0 ? usage_from_error("--device") : 0;
+    case RO_ALGO: return hs_algo_kind_parse(v, &o->algo.kind) < 0 ? usage_from_error("--algo") : 0;
+    case RO_COMPRESS:
+        if (strlen(v) >= sizeof(o->compress))
+            return hs_cli_usage_error("--compress '%s': too long", v);
+        snprintf(o->compress, sizeof(o->compress), "%s", v);
+        return 0;
+    case RO_GAMMA_C:
+        o->gamma_c_set = 1;
+        return hs_cli_float("--gamma-c", v, 1e-6, 1.0, &o->algo.gamma_c);
+    case RO_LOCAL_STEPS: return hs_cli_int("--local-steps", v, 1, 1 << 20, &o->local_steps);
+    case RO_TOPOLOGY: o->topology = v; return 0;
+    case RO_PARTITION:
+        o->partition_spec = v;
+        return hs_partition_parse(v, &o->partition) < 0 ? usage_from_error("--partition") : 0;
+    case RO_SLOWDOWN: o->slowdown = v; return 0;
+    case RO_STALENESS: return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
+    case RO_RECV_TIMEOUT:
+        return hs_cli_int("--recv-timeout", v, 1, 3600 * 1000, &o->algo.recv_timeout_ms);
+    case RO_METRICS: o->metrics = v; return 0;
+    case RO_EVAL_EVERY: return hs_cli_long("--eval-every", v, 1, 1L << 40, &o->eval_every);
+    case RO_QUIET: o->quiet = 1; return 0;
+    }
+    return 1;
+}
+
+float hs_runopts_default_gamma_c(const char *compress) {
+    const char *c = compress;
+    if (!strncmp(c, "ef:", 3)) c += 3;
+    double delta = 1.0;
+    if (!strncmp(c, "topk:", 5) || !strncmp(c, "randk:", 6)) {
+        /* The kept fraction k/d; a count is taken relative to the default model. */
+        double k = atof(strchr(c, ':') + 1);
+        delta = k >= 1.0 ? k / 235146.0 : k;
+    } else if (!strncmp(c, "qsgd", 4)) {
+        delta = 0.25;
+    } else if (!strncmp(c, "sign", 4)) {
+        delta = 0.04;
+    }
+    /* sqrt(delta): 0.1 at top-1% (the step that trains well on a ring, where 0.2 already drifts
+     * apart after a few epochs), 1 for exact messages. */
+    double g = sqrt(delta);
+    if (g < 0.05) g = 0.05;
+    if (g > 1.0) g = 1.0;
+    return (float)g;
+}
+
+int hs_runopts_finish(hs_runopts *o) {
+    if (o->synthetic && o->data) return hs_cli_usage_error("--synthetic and --data exclude each other");
+    if (!o->compress[0])
+        snprintf(o->compress, sizeof(o->compress), "%s",
+                 o->algo.kind == HS_ALGO_CHOCO ? "topk:0.01"
+                 : o->algo.kind == HS_ALGO_DCD ? "qsgd:16"
+                                                : "none");
+    if (!o->topology) o->topology = o->algo.kind == HS_ALGO_SGP ? "onepeer-exp" : "ring";
+    /* The spec is checked here, against a vector of the default size, so a typo fails before
+     * any data is loaded. */
+    hs_compressor *c;
+    if (hs_compressor_new(&c, o->compress, 1000, 1) < 0)
+        return hs_cli_usage_error("--compress %s: %s", o->compress, hs_error_message());
+    int unbiased = hs_compressor_unbiased(c);
+    hs_compressor_free(c);
+    if (o->algo.kind == HS_ALGO_DCD && !unbiased)
+        return hs_cli_usage_error("--algo dcd needs an unbiased compressor; %s is biased (use "
+                                  "qsgd, randk or none, or --algo choco)", o->compress);
+    o->algo.compress = o->compress;
+    if (!o->gamma_c_set) o->algo.gamma_c = hs_runopts_default_gamma_c(o->compress);
+    if (o->gamma_c_set && o->algo.kind != HS_ALGO_CHOCO)
+        return hs_cli_usage_error("--gamma-c applies to --algo choco only");
+    if (o->algo.staleness && o->algo.kind != HS_ALGO_SGP)
+        return hs_cli_usage_error("--staleness applies to --algo sgp only");
+    o->algo.seed = o->seed;
+    o->algo.same_start = 1;
+    return 0;
+}
+
+int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test) {
+    *train = *test = NULL;
+    int err;
+    if (o->synthetic) {
+        hs_synth_cfg sc = {o->subset > 0 ? (size_t)o->subset : 20000, 784, 10, 6.0f, o->seed, 0};
+        hs_synth_cfg tc = sc;
+        tc.n = o->test_subset > 0 ? (size_t)o->test_subset : 5000;
+        tc.split = 1;
+        if ((err = hs_dataset_synthetic(train, &sc)) < 0 ||
+            (err = hs_dataset_synthetic(test, &tc)) < 0)
+            goto fail;
+        return 0;
+    }
+    if ((err = hs_fmnist_load(o->data, train, test)) < 0) {
+        fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+        return -HS_EXIT_USAGE;
+    }
+    if ((err = hs_dataset_keep(train, (size_t)o->subset, o->seed, 1)) < 0 ||
+        (err = hs_dataset_keep(test, (size_t)o->test_subset, o->seed, 0)) < 0)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+    hs_dataset_free(*train);
+    hs_dataset_free(*test);
+    *train = *test = NULL;
+    return -HS_EXIT_FAIL;
+}
+
+long hs_runopts_rounds(const hs_runopts *o, size_t shard_n) {
+    if (o->rounds > 0) return o->rounds;
+    double steps = ceil((double)shard_n / o->batch) * o->epochs;
+    long r = (long)ceil(steps / o->local_steps);
+    return r > 0 ? r : 1;
+}
+
+int hs_runopts_trainer_cfg(const hs_runopts *o, int dim, int classes, long rounds,
+                           hs_trainer_cfg *out) {
+    memset(out, 0, sizeof(*out));
+    if (hs_mlp_cfg_parse(&out->model, dim, o->hidden, classes) < 0)
+        return hs_cli_usage_error("%s", hs_error_message());
+    out->optim = o->optim;
+    out->optim.total_steps = rounds * o->local_steps;
+    if (!o->step_size_set && out->optim.step_size == 0)
+        out->optim.step_size = out->optim.total_steps / 3 > 0 ? out->optim.total_steps / 3 : 1;
+    out->batch = o->batch;
+    out->local_steps = o->local_steps;
+    out->seed = o->seed;
+    return 0;
+}

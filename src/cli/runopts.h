@@ -1,0 +1,104 @@
+/* The options `hearsay sim`, `hearsay run` and `hearsay launch` share (algorithm, compression,
+ * topology, data, optimizer, output), their defaults, parsing and validation, and the loading
+ * of the data they describe. One table, so the three commands' --help agree. */
+#ifndef HS_CLI_RUNOPTS_H
+#define HS_CLI_RUNOPTS_H
+
+#include "cli/cli.h"
+#include "hearsay/algo.h"
+#include "hearsay/data.h"
+#include "hearsay/model.h"
+#include "hearsay/tensor.h"
+#include "hearsay/trainer.h"
+
+typedef struct hs_runopts {
+    /* data and model */
+    const char *data;
+    int synthetic;
+    long subset, test_subset;
+    const char *hidden;
+    /* training */
+    double epochs;
+    long rounds; /* overrides epochs when > 0 */
+    int batch;
+    hs_optim_cfg optim;
+    int step_size_set;
+    unsigned long long seed;
+    int threads;
+    hs_device device;
+    /* algorithm */
+    hs_algo_cfg algo;
+    char compress[96];
+    int gamma_c_set;
+    int local_steps;
+    const char *topology;
+    hs_partition partition;
+    const char *partition_spec;
+    const char *slowdown;
+    /* output */
+    const char *metrics;
+    long eval_every; /* rounds; 0 = once per epoch */
+    int quiet;
+} hs_runopts;
+
+/* Keys of the shared options (>= 512; commands use 256..511 for their own). */
+enum {
+    RO_DATA = 512,
+    RO_SYNTHETIC,
+    RO_SUBSET,
+    RO_TEST_SUBSET,
+    RO_HIDDEN,
+    RO_EPOCHS,
+    RO_ROUNDS,
+    RO_BATCH,
+    RO_LR,
+    RO_MOMENTUM,
+    RO_NESTEROV,
+    RO_WD,
+    RO_SCHED,
+    RO_WARMUP,
+    RO_SEED,
+    RO_THREADS,
+    RO_DEVICE,
+    RO_ALGO,
+    RO_COMPRESS,
+    RO_GAMMA_C,
+    RO_LOCAL_STEPS,
+    RO_TOPOLOGY,
+    RO_PARTITION,
+    RO_SLOWDOWN,
+    RO_STALENESS,
+    RO_RECV_TIMEOUT,
+    RO_METRICS,
+    RO_EVAL_EVERY,
+    RO_QUIET,
+};
+
+extern const hs_cli_opt hs_runopts_table[];
+
+void hs_runopts_default(hs_runopts *o);
+
+/* Handles one shared option; returns 1 when key is not one of them. */
+int hs_runopts_handle(hs_runopts *o, int key, const char *v);
+
+/* The default CHOCO consensus step for a compressor spec: safe at high compression (0.1 for
+ * top-1%), 1 for exact messages. */
+float hs_runopts_default_gamma_c(const char *compress);
+
+/* Checks combinations and fills derived values (the compressor in algo, gamma_c). Prints the
+ * problem and returns -HS_EXIT_USAGE. */
+int hs_runopts_finish(hs_runopts *o);
+
+/* Loads the training and test sets the options describe (Fashion-MNIST or synthetic, with the
+ * subsets). Prints the problem and returns -HS_EXIT_USAGE or -HS_EXIT_FAIL. */
+int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test);
+
+/* The trainer configuration for a dataset of `dim` features and `classes` classes, and
+ * `rounds` rounds in total (for the learning-rate schedule). */
+int hs_runopts_trainer_cfg(const hs_runopts *o, int dim, int classes, long rounds,
+                           hs_trainer_cfg *out);
+
+/* Rounds for o->epochs passes over a shard of `shard_n` examples (or o->rounds). */
+long hs_runopts_rounds(const hs_runopts *o, size_t shard_n);
+
+#endif
