@@ -56,6 +56,9 @@ void hs_algo_free(hs_algo *a) {
     free(a->tmp);
     free(a->tmp2);
     free(a->present);
+    for (int i = 0; i < 4; i++) hs_buf_unref(a->pool[i]);
+    free(a->mix_nb);
+    free(a->mix_w);
     hs_compressor_free(a->comp);
     free(a);
 }
@@ -246,15 +249,37 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
     return 0;
 }
 
-int hs__payload_new(hs_buf **out, int type, size_t reserve) {
-    int err = hs_buf_new(out, reserve + 16);
-    if (err < 0) return err;
+int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {
+    hs_buf *b = NULL;
+    int free_slot = -1;
+    for (int i = 0; i < 4 && !b; i++) {
+        if (!a->pool[i]) {
+            if (free_slot < 0) free_slot = i;
+        } else if (__atomic_load_n(&a->pool[i]->refs, __ATOMIC_ACQUIRE) == 1) {
+            /* Only the pool holds it: no send is pending, its bytes may be overwritten. */
+            b = hs_buf_ref(a->pool[i]);
+            b->len = 0;
+        }
+    }
+    int err;
+    if (!b) {
+        if ((err = hs_buf_new(&b, reserve + 16)) < 0) return err;
+        if (free_slot >= 0) a->pool[free_slot] = hs_buf_ref(b);
+    } else if ((err = hs_buf_reserve(b, reserve + 16)) < 0) {
+        hs_buf_unref(b);
+        return err;
+    }
     uint8_t t = (uint8_t)type;
-    return hs_buf_append(*out, &t, 1);
+    if ((err = hs_buf_append(b, &t, 1)) < 0) {
+        hs_buf_unref(b);
+        return err;
+    }
+    *out = b;
+    return 0;
 }
 
-int hs__payload_full(hs_buf **out, const float *v, size_t d) {
-    int err = hs__payload_new(out, HS_PAYLOAD_FULL, sizeof(float) * d);
+int hs__payload_full(hs_algo *a, hs_buf **out, const float *v, size_t d) {
+    int err = hs__payload_new(a, out, HS_PAYLOAD_FULL, sizeof(float) * d);
     if (err < 0) return err;
     if ((err = hs_buf_append(*out, v, sizeof(float) * d)) < 0) {
         hs_buf_unref(*out);
@@ -304,6 +329,82 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
     return 1;
 }
 
+/* ---------------------------------------------------------------- mixing */
+
+double hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w) {
+    float lane[16] = {0};
+    size_t k = 0;
+    for (; k + 16 <= d; k += 16)
+        for (int l = 0; l < 16; l++) {
+            float dk = a[k + l] - b[k + l];
+            acc[k + l] = acc[k + l] + w * dk;
+            lane[l] = lane[l] + dk * dk;
+        }
+    double s = 0;
+    for (; k < d; k++) {
+        float dk = a[k] - b[k];
+        acc[k] = acc[k] + w * dk;
+        s += (double)dk * dk;
+    }
+    for (int l = 0; l < 16; l++) s += lane[l];
+    return s;
+}
+
+double hs__mix(int mode, float *out, const float *x, float g, const float *base,
+               const float *const *nb, const float *w, int m, size_t d) {
+    float lane[16] = {0};
+    size_t k = 0;
+    for (; k + 16 <= d; k += 16) {
+        float s[16] = {0};
+        for (int j = 0; j < m; j++) {
+            const float *r = nb[j] + k;
+            float wj = w[j];
+            for (int l = 0; l < 16; l++) {
+                float dk = r[l] - base[k + l];
+                s[l] = s[l] + wj * dk;
+                lane[l] = lane[l] + wj * (dk * dk);
+            }
+        }
+        if (mode == HS_MIX_STEP)
+            for (int l = 0; l < 16; l++) out[k + l] = x[k + l] + g * s[l];
+        else
+            for (int l = 0; l < 16; l++) out[k + l] = s[l] + (x[k + l] - base[k + l]);
+    }
+    double dis = 0;
+    for (; k < d; k++) {
+        float s = 0;
+        for (int j = 0; j < m; j++) {
+            float dk = nb[j][k] - base[k];
+            s = s + w[j] * dk;
+            dis += (double)w[j] * ((double)dk * dk);
+        }
+        out[k] = mode == HS_MIX_STEP ? x[k] + g * s : s + (x[k] - base[k]);
+    }
+    for (int l = 0; l < 16; l++) dis += lane[l];
+    return dis;
+}
+
+int hs__algo_mix_present(hs_algo *a, const hs_peer_view *v, const uint8_t *present, int *m) {
+    if (v->n_in > a->mix_cap) {
+        const float **nb = realloc(a->mix_nb, sizeof(*nb) * (size_t)v->n_in);
+        if (!nb) return hs__err(HS_ENOMEM, "algorithm: out of memory");
+        a->mix_nb = nb;
+        float *w = realloc(a->mix_w, sizeof(*w) * (size_t)v->n_in);
+        if (!w) return hs__err(HS_ENOMEM, "algorithm: out of memory");
+        a->mix_w = w;
+        a->mix_cap = v->n_in;
+    }
+    int k = 0;
+    for (int i = 0; i < v->n_in; i++) {
+        if (!present[i]) continue;
+        a->mix_nb[k] = hs__algo_nbr(a, v->in[i].id)->rep;
+        a->mix_w[k] = (float)v->in[i].w;
+        k++;
+    }
+    *m = k;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- replicas */
 
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
@@ -333,7 +434,7 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
             err = hs__algo_send(a, ex, n->id, r, delta);
             continue;
         }
-        if (!full && (err = hs__payload_full(&full, a->own, a->d)) < 0) break;
+        if (!full && (err = hs__payload_full(a, &full, a->own, a->d)) < 0) break;
         if ((err = hs__algo_send(a, ex, n->id, r, full)) >= 0) n->sent_full = 1;
     }
     hs_buf_unref(full);

@@ -57,6 +57,10 @@ struct hs_algo {
     float *tmp;   /* scratch of d floats */
     float *tmp2;  /* scratch of d floats */
     double w;     /* sgp push-sum weight */
+    hs_buf *pool[4];  /* payload buffers for reuse (the pool holds one reference each) */
+    const float **mix_nb; /* scratch for hs__mix: replicas and weights of present neighbours */
+    float *mix_w;
+    int mix_cap;
     uint8_t *present; /* scratch flags, one per in-neighbour */
     int present_cap;
     void *priv;   /* the algorithm's own state */
@@ -76,10 +80,12 @@ hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id);
 /* Sends payload (one reference taken per send) to `to` and counts it. */
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload);
 
-/* A payload starting with `type`; *out owned by the caller. */
-int hs__payload_new(hs_buf **out, int type, size_t reserve);
+/* A payload starting with `type`, with room for `reserve` more bytes; the caller owns one
+ * reference. Buffers come from a small per-algorithm pool and are reused once every other
+ * holder (the exchange's pending sends) has let go, so steady-state rounds allocate nothing. */
+int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve);
 /* A FULL payload carrying v (d floats). */
-int hs__payload_full(hs_buf **out, const float *v, size_t d);
+int hs__payload_full(hs_algo *a, hs_buf **out, const float *v, size_t d);
 /* Validates a FULL payload and copies its d values to dst (unchanged on error). */
 int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, uint32_t from);
 
@@ -104,6 +110,23 @@ int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, 
                       void *ctx);
 /* A scratch array of n flags owned by a. */
 int hs__algo_present(hs_algo *a, int n, uint8_t **out);
+
+/* acc[k] += w * (a[k] - b[k]) for k < d, and returns sum_k (a[k] - b[k])^2. The update is the
+ * same IEEE operations in the same order on every machine (replicas depend on it); the sum,
+ * only a statistic, is kept in 16 float lanes so the loop vectorises. */
+double hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w);
+
+/* One fused pass over the m current replicas nb[j] with weights w[j]:
+ *   s_k = sum_j w_j (nb_j[k] - base[k])            (in order j = 0..m-1)
+ *   HS_MIX_STEP:  out[k] = x[k] + g * s_k          (CHOCO's gossip step)
+ *   HS_MIX_DELTA: out[k] = s_k + (x[k] - base[k])  (DCD's z)
+ * and returns sum_j w_j ||nb_j - base||^2 (a statistic, kept in float lanes). out may be x. */
+enum { HS_MIX_STEP = 0, HS_MIX_DELTA = 1 };
+/* Gathers the replicas and weights of the present in-neighbours into a's scratch (in view
+ * order) for hs__mix: a->mix_nb, a->mix_w, *m of them. */
+int hs__algo_mix_present(hs_algo *a, const hs_peer_view *v, const uint8_t *present, int *m);
+double hs__mix(int mode, float *out, const float *x, float g, const float *base,
+               const float *const *nb, const float *w, int m, size_t d);
 
 /* Little-endian serialisation helpers for save/load. */
 int hs__put_u32(hs_buf *b, uint32_t v);

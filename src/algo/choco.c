@@ -21,7 +21,7 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     float *xh = a->own, *diff = a->tmp;
     for (size_t k = 0; k < d; k++) diff[k] = x[k] - xh[k];
     hs_buf *msg;
-    if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
+    if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
     if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
         (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh, d,
@@ -36,7 +36,7 @@ static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
     size_t d = a->d;
-    float *xh = a->own, *acc = a->tmp2;
+    float *xh = a->own;
     uint8_t *present;
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     int got = hs__algo_recv_replicas(a, ex, &v, r, present);
@@ -44,22 +44,9 @@ static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     a->stats.missing = v.n_in - got;
     /* x = x_half + gamma_c sum_j W_ij (xhat_j - xhat_i), in ascending neighbour order; a missing
      * neighbour's weight goes to the peer itself, where xhat_i - xhat_i contributes nothing. */
-    memset(acc, 0, sizeof(float) * d);
-    double dis = 0;
-    for (int i = 0; i < v.n_in; i++) {
-        if (!present[i]) continue;
-        const float *rj = hs__algo_nbr(a, v.in[i].id)->rep;
-        float w = (float)v.in[i].w;
-        double s = 0;
-        for (size_t k = 0; k < d; k++) {
-            float dk = rj[k] - xh[k];
-            acc[k] = acc[k] + w * dk;
-            s += (double)dk * dk;
-        }
-        dis += v.in[i].w * s;
-    }
-    float g = a->cfg.gamma_c;
-    for (size_t k = 0; k < d; k++) x[k] = x[k] + g * acc[k];
+    int m;
+    if ((err = hs__algo_mix_present(a, &v, present, &m)) < 0) return err;
+    double dis = hs__mix(HS_MIX_STEP, x, x, a->cfg.gamma_c, xh, a->mix_nb, a->mix_w, m, d);
     a->stats.disagreement = dis / (double)d;
     return 0;
 }

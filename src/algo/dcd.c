@@ -38,27 +38,14 @@ static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         present[i] = (uint8_t)(got && n->synced);
         a->stats.missing += !present[i];
     }
-    /* acc = sum_j W_ij (xhat_j - x_r) in ascending order (differences, so the float weights'
-     * rounding cannot move the average; a missing neighbour's weight stays on x_r). */
-    memset(acc, 0, sizeof(float) * d);
-    double dis = 0;
-    for (int i = 0; i < v.n_in; i++) {
-        if (!present[i]) continue;
-        const float *rj = hs__algo_nbr(a, v.in[i].id)->rep;
-        float w = (float)v.in[i].w;
-        double s = 0;
-        for (size_t k = 0; k < d; k++) {
-            float dk = rj[k] - xr[k];
-            acc[k] = acc[k] + w * dk;
-            s += (double)dk * dk;
-        }
-        dis += v.in[i].w * s;
-    }
-    a->stats.disagreement = dis / (double)d;
-    /* z = (x_r + acc + (x - x_r)) - x_r = acc + (x - x_r). */
-    for (size_t k = 0; k < d; k++) acc[k] = acc[k] + (x[k] - xr[k]);
+    /* z = sum_j W_ij (xhat_j - x_r) + (x - x_r), in ascending order: the mixed model after the
+     * local update, minus x_r (differences, so the float weights' rounding cannot move the
+     * average; a missing neighbour's weight stays on x_r). */
+    int m;
+    if ((err = hs__algo_mix_present(a, &v, present, &m)) < 0) return err;
+    a->stats.disagreement = hs__mix(HS_MIX_DELTA, acc, x, 0.0f, xr, a->mix_nb, a->mix_w, m, d) / (double)d;
     hs_buf *msg;
-    if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
+    if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
     if ((err = hs_compress_encode(a->comp, acc, d, a->self, r, msg)) < 0) goto out;
     /* x_{r+1} = x_r + C(z), decoded from the same bytes the neighbours decode. */

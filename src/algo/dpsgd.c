@@ -17,7 +17,7 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     memcpy(a->own, x, sizeof(float) * a->d);
     if (v.n_out == 0) return 0;
     hs_buf *msg;
-    if ((err = hs__payload_new(&msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
+    if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;
     if ((err = hs_compress_encode(a->comp, x, a->d, a->self, r, msg)) < 0) goto out;
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
@@ -71,14 +71,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             a->stats.missing++;
             continue;
         }
-        float w = (float)v.in[i].w;
-        double s = 0;
-        for (size_t k = 0; k < d; k++) {
-            float diff = xj[k] - xr[k];
-            acc[k] = acc[k] + w * diff;
-            s += (double)diff * diff;
-        }
-        dis += v.in[i].w * s;
+        dis += v.in[i].w * hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
     }
     /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r). Mixing
      * differences rather than weighted values keeps the network average exact for any float

@@ -149,7 +149,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         float p = (float)v.out[i].w;
         for (size_t k = 0; k < d; k++) share[k] = p * x[k];
         hs_buf *msg;
-        if ((err = hs__payload_new(&msg, HS_PAYLOAD_PUSH, 8 + hs_compress_max_bytes(a->comp, d))) < 0)
+        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, 8 + hs_compress_max_bytes(a->comp, d))) < 0)
             return err;
         double wj = v.out[i].w * a->w;
         if ((err = hs_buf_append(msg, &wj, 8)) < 0 ||
