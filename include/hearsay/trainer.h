@@ -77,10 +77,25 @@ long hs_trainer_steps(const hs_trainer *t);
 /* Batches per pass over the shard. */
 long hs_trainer_steps_per_epoch(const hs_trainer *t);
 
+/* Writes the model as evaluated (hs_trainer_eval_x) to path as d raw little-endian floats, the
+ * format `hearsay train --save` writes, so runs can be compared byte for byte. */
+int hs_trainer_write_params(hs_trainer *t, const char *path);
+
 /* Checkpoints: x, the optimizer's velocity, the step count and the algorithm's state. */
 int hs_trainer_save(hs_trainer *t, hs_buf *out);
-/* Validates everything before changing anything. */
-int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len);
+/* Validates everything before changing anything. With with_algo = 0 the algorithm's part is
+ * checked for length only and not restored: a peer that rejoins under a new id resumes its
+ * model and optimizer, while its neighbourhood (replicas, push-sum weight) starts afresh. */
+int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo);
+
+/* What a joiner needs from a member: the step count and the evaluation point (the model
+ * itself; x / w for SGP). */
+int hs_trainer_snapshot(hs_trainer *t, hs_buf *out);
+/* Starts from a member's snapshot: x and the step count (so the learning-rate schedule and the
+ * batch order continue where the job is). Validates first. */
+int hs_trainer_adopt(hs_trainer *t, const uint8_t *p, size_t len);
+/* Sets the number of local steps done (learning-rate schedule, batch order). */
+int hs_trainer_set_steps(hs_trainer *t, long steps);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,9 @@
  * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
  * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
  * uploaded after each mixing step and downloaded after the local steps. One thread. */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -184,6 +186,14 @@ hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
 long hs_trainer_steps(const hs_trainer *t) { return t->steps; }
 long hs_trainer_steps_per_epoch(const hs_trainer *t) { return hs_batcher_steps_per_epoch(t->batch); }
 
+int hs_trainer_write_params(hs_trainer *t, const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
+    size_t n = fwrite(hs_trainer_eval_x(t), sizeof(float), t->d, f);
+    if (fclose(f) != 0 || n != t->d) return hs__err(HS_EIO, "%s: write failed", path);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- checkpoints */
 
 #define TR_MAGIC 0x52545348u /* "HSTR" */
@@ -213,7 +223,7 @@ int hs_trainer_save(hs_trainer *t, hs_buf *out) {
     return 0;
 }
 
-int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len) {
+int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) {
     const uint8_t *end = p + len;
     uint32_t magic, version, has_vel;
     uint64_t d, steps, alen;
@@ -250,7 +260,7 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len) {
     }
     /* The algorithm validates its whole state before changing anything; after it, nothing
      * here can fail but a device copy. */
-    if ((err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
+    if (with_algo && (err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
     if ((err = hs_trainer_set_x(t, x)) < 0) goto out;
     if (has_vel && (err = hs_be_upload(t->be, hs_optim_velocity(t->opt), vel, sizeof(float) * t->d)) < 0)
         goto out;
@@ -259,5 +269,46 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len) {
 out:
     free(x);
     free(vel);
+    return err;
+}
+
+#define SN_MAGIC 0x4E535348u /* "HSSN" */
+
+int hs_trainer_snapshot(hs_trainer *t, hs_buf *out) {
+    int err;
+    if ((err = hs__put_u32(out, SN_MAGIC)) < 0 || (err = hs__put_u64(out, t->d)) < 0 ||
+        (err = hs__put_u64(out, (uint64_t)t->steps)) < 0)
+        return err;
+    return hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d);
+}
+
+int hs_trainer_set_steps(hs_trainer *t, long steps) {
+    if (steps < 0) return hs__err(HS_EINVAL, "trainer: step %ld", steps);
+    t->steps = steps;
+    return hs_batcher_seek(t->batch, steps);
+}
+
+int hs_trainer_adopt(hs_trainer *t, const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    uint32_t magic;
+    uint64_t d, steps;
+    int err;
+    if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
+    if (magic != SN_MAGIC) return hs__err(HS_EFORMAT, "model snapshot: bad magic 0x%08x", magic);
+    if ((err = hs__get_u64(&p, end, &d)) < 0 || (err = hs__get_u64(&p, end, &steps)) < 0)
+        return err;
+    if (d != t->d)
+        return hs__err(HS_EMISMATCH, "model snapshot has %llu parameters, this model %zu",
+                       (unsigned long long)d, t->d);
+    if (steps > (uint64_t)1 << 48)
+        return hs__err(HS_EFORMAT, "model snapshot: step %llu", (unsigned long long)steps);
+    if ((size_t)(end - p) != sizeof(float) * t->d)
+        return hs__err(HS_EFORMAT, "model snapshot: %zu bytes of parameters, expected %zu",
+                       (size_t)(end - p), sizeof(float) * t->d);
+    float *x = malloc(sizeof(float) * t->d);
+    if (!x) return hs__err(HS_ENOMEM, "model snapshot: out of memory");
+    if ((err = hs__get_floats(&p, end, x, t->d)) == 0 && (err = hs_trainer_set_x(t, x)) == 0)
+        err = hs_trainer_set_steps(t, (long)steps);
+    free(x);
     return err;
 }

@@ -1,11 +1,212 @@
-/* hearsay run: placeholder until its issue lands. */
-#include <stdio.h>
+/* hearsay run: one peer of a decentralized job on the network. The first peer of a job starts
+ * without --bootstrap; every other joins through any member's address. SIGINT/SIGTERM finish
+ * the current round, send BYE and exit 0 (SIGTERM writes a checkpoint first when
+ * --checkpoint-dir is set: the signal a scheduler sends before preemption). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/runopts.h"
+#include "core/log.h"
+#include "hearsay/error.h"
+#include "hearsay/peer.h"
+
+enum {
+    R_LISTEN = 256,
+    R_ADVERTISE,
+    R_BOOTSTRAP,
+    R_SECRET,
+    R_CA,
+    R_CERT,
+    R_KEY,
+    R_INSECURE,
+    R_RUN_ID,
+    R_EMULATE,
+    R_MAX_FRAME,
+    R_PEER_TIMEOUT,
+    R_JOIN_TIMEOUT,
+    R_WORLD,
+    R_WAIT_PEERS,
+    R_CK_DIR,
+    R_CK_EVERY,
+    R_RESUME,
+    R_SAVE,
+};
+
+static const hs_cli_opt run_opts[] = {
+    {"listen", R_LISTEN, "HOST:PORT", "address to listen on (default: 127.0.0.1:0, any port)"},
+    {"advertise", R_ADVERTISE, "HOST:PORT", "address other peers dial (default: the listen address)"},
+    {"bootstrap", R_BOOTSTRAP, "HOST:PORT", "join a running job through any member's address"},
+    {"secret-file", R_SECRET, "FILE", "the run's shared secret: TLS 1.3 with a pre-shared key"},
+    {"ca", R_CA, "FILE", "CA certificate (PEM): TLS 1.3 with certificates, mutual authentication"},
+    {"cert", R_CERT, "FILE", "this peer's certificate (PEM), signed by --ca"},
+    {"key", R_KEY, "FILE", "this peer's private key (PEM)"},
+    {"insecure", R_INSECURE, NULL, "plain TCP, no authentication or encryption"},
+    {"run-id", R_RUN_ID, "ID", "name of the job; peers of other jobs are refused (default: hearsay)"},
+    {"emulate", R_EMULATE, "SPEC", "emulate WAN links: delay=50ms,jitter=10ms,rate=10mbit,loss=0.01"},
+    {"max-frame", R_MAX_FRAME, "BYTES", "largest message accepted (default: 64 MiB)"},
+    {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 3000)"},
+    {"join-timeout", R_JOIN_TIMEOUT, "MS", "how long to keep trying the bootstrap (default: 30000)"},
+    {"world", R_WORLD, "N", "number of data shards; this peer takes shard (id mod N) (default: 1)"},
+    {"wait-peers", R_WAIT_PEERS, "N", "start training once N peers have joined (default: 0)"},
+    {"slowdown", RO_SLOWDOWN, "F", "compute F times slower (a straggler, for experiments)"},
+    {"checkpoint-dir", R_CK_DIR, "DIR", "write checkpoints to DIR"},
+    {"checkpoint-every", R_CK_EVERY, "K", "rounds between checkpoints (default: 100)"},
+    {"resume", R_RESUME, NULL, "restart from the newest valid checkpoint and rejoin"},
+    {"save", R_SAVE, "FILE", "write the final model to FILE (raw little-endian float32)"},
+    {NULL, 0, NULL, NULL},
+};
+
+typedef struct run_args {
+    hs_runopts ro;
+    hs_net_config net;
+    int security_set, insecure;
+    int world, wait_peers;
+    const char *emulate;
+    const char *ck_dir;
+    long ck_every;
+    int resume;
+    const char *save;
+} run_args;
+
+static int handle(void *ctx, int key, const char *v) {
+    run_args *a = ctx;
+    int rc = hs_runopts_handle(&a->ro, key, v);
+    if (rc != 1) return rc;
+    long l;
+    switch (key) {
+    case R_LISTEN: a->net.listen = v; return 0;
+    case R_ADVERTISE: a->net.advertise = v; return 0;
+    case R_BOOTSTRAP: a->net.bootstrap = v; return 0;
+    case R_SECRET: a->net.secret_file = v; return 0;
+    case R_CA: a->net.ca_file = v; return 0;
+    case R_CERT: a->net.cert_file = v; return 0;
+    case R_KEY: a->net.key_file = v; return 0;
+    case R_INSECURE: a->insecure = 1; return 0;
+    case R_RUN_ID: a->net.run_id = v; return 0;
+    case R_EMULATE: a->emulate = v; return 0;
+    case R_MAX_FRAME:
+        if ((rc = hs_cli_long("--max-frame", v, 1024, 256L << 20, &l)) < 0) return rc;
+        a->net.max_frame = (size_t)l;
+        return 0;
+    case R_PEER_TIMEOUT: return hs_cli_int("--peer-timeout", v, 100, 3600000, &a->net.peer_timeout_ms);
+    case R_JOIN_TIMEOUT: return hs_cli_int("--join-timeout", v, 100, 3600000, &a->net.join_timeout_ms);
+    case R_WORLD: return hs_cli_int("--world", v, 1, 1 << 20, &a->world);
+    case R_WAIT_PEERS: return hs_cli_int("--wait-peers", v, 0, 1 << 20, &a->wait_peers);
+    case R_CK_DIR: a->ck_dir = v; return 0;
+    case R_CK_EVERY: return hs_cli_long("--checkpoint-every", v, 1, 1L << 40, &a->ck_every);
+    case R_RESUME: a->resume = 1; return 0;
+    case R_SAVE: a->save = v; return 0;
+    }
+    return hs_cli_usage_error("internal: unhandled option %d", key);
+}
+
+static void on_stop(int sig) { hs_peer_request_stop(sig == SIGTERM); }
 
 int hs_cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "hearsay run: not built yet\n");
-    return HS_EXIT_FAIL;
+    run_args a;
+    memset(&a, 0, sizeof(a));
+    hs_runopts_default(&a.ro);
+    hs_net_config_init(&a.net);
+    a.world = 1;
+    a.ck_every = 100;
+    const hs_cli_opt *tables[] = {run_opts, hs_runopts_table, NULL};
+    int rc = hs_cli_parse(argc, argv, "run", "[options]",
+                          "Run one peer of a decentralized training job. Start the first peer "
+                          "without --bootstrap; start the others with --bootstrap HOST:PORT of "
+                          "any member.",
+                          tables, handle, &a, NULL, 0, NULL);
+    if (rc == 1) return HS_EXIT_OK;
+    if (rc < 0) return -rc;
+    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    int modes = (a.net.secret_file != NULL) + (a.net.ca_file || a.net.cert_file || a.net.key_file) + a.insecure;
+    if (modes != 1)
+        return -hs_cli_usage_error(modes ? "choose one of --secret-file, --ca/--cert/--key and --insecure"
+                                         : "no security mode: give --secret-file FILE, or --ca, "
+                                           "--cert and --key, or --insecure for plain TCP");
+    if (a.net.ca_file || a.net.cert_file || a.net.key_file) {
+        if (!a.net.ca_file || !a.net.cert_file || !a.net.key_file)
+            return -hs_cli_usage_error("certificates need all of --ca, --cert and --key");
+        a.net.security = HS_NET_CERT;
+    } else if (a.insecure) {
+        a.net.security = HS_NET_INSECURE;
+    } else {
+        a.net.security = HS_NET_SECRET;
+    }
+    if (a.emulate && hs_net_emulation_parse(a.emulate, &a.net.emulate) < 0)
+        return -hs_cli_usage_error("--emulate: %s", hs_error_message());
+    double slow = 1.0;
+    if (a.ro.slowdown && (rc = hs_cli_double("--slowdown", a.ro.slowdown, 1.0, 1e6, &slow)) < 0)
+        return -rc;
+    if (a.resume && !a.ck_dir) return -hs_cli_usage_error("--resume needs --checkpoint-dir");
+
+    int exit_code = HS_EXIT_FAIL, err;
+    hs_backend *be = NULL;
+    hs_dataset *train = NULL, *test = NULL;
+    hs_backend_cfg bcfg = {a.ro.threads, 0};
+    if ((err = hs_backend_open(&be, a.ro.device, &bcfg)) < 0) {
+        fprintf(stderr, "hearsay run: %s\n", hs_error_message());
+        exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = hs_runopts_load_data(&a.ro, &train, &test)) < 0) {
+        exit_code = -rc;
+        goto out;
+    }
+    hs_peer_cfg pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.net = a.net;
+    pc.net.topo_spec = a.ro.topology;
+    pc.net.topo_seed = a.ro.seed;
+    pc.net.seed = a.ro.seed;
+    pc.algo = a.ro.algo;
+    pc.partition = a.ro.partition;
+    pc.world = a.world;
+    size_t shard_n = train->n / (size_t)a.world;
+    pc.rounds = hs_runopts_rounds(&a.ro, shard_n);
+    pc.rounds_per_epoch = hs_runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
+                                                          .local_steps = a.ro.local_steps},
+                                            shard_n);
+    pc.eval_every = a.ro.eval_every > 0 ? a.ro.eval_every : pc.rounds_per_epoch;
+    pc.wait_peers = a.wait_peers;
+    pc.wait_timeout_ms = a.net.join_timeout_ms > 0 ? a.net.join_timeout_ms : 30000;
+    pc.slowdown = slow;
+    pc.metrics = a.ro.metrics;
+    pc.quiet = a.ro.quiet;
+    pc.checkpoint_dir = a.ck_dir;
+    pc.checkpoint_every = a.ck_every;
+    pc.resume = a.resume;
+    pc.save = a.save;
+    if ((rc = hs_runopts_trainer_cfg(&a.ro, train->dim, train->classes, pc.rounds, &pc.trainer)) < 0) {
+        exit_code = -rc;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    hs_peer_result res;
+    if ((err = hs_peer_run(&pc, be, train, test, &res)) < 0) {
+        fprintf(stderr, "hearsay run: %s\n", hs_error_message());
+        exit_code = (err == HS_EMISMATCH || err == HS_EAUTH || err == HS_EINVAL || err == HS_ETLS ||
+                     err == HS_ENOENT)
+                        ? HS_EXIT_USAGE
+                        : HS_EXIT_FAIL;
+        goto out;
+    }
+    printf("%s: peer %u test accuracy %.2f%% (loss %.4f), rounds %llu..%llu, %.2f MB sent, %.1f s\n",
+           res.stopped ? "stopped" : "final", res.id, 100 * res.test_acc, res.test_loss,
+           (unsigned long long)res.first_round, (unsigned long long)res.last_round,
+           res.bytes_sent / 1e6, res.wall_s);
+    fflush(stdout);
+    exit_code = HS_EXIT_OK;
+out:
+    hs_dataset_free(train);
+    hs_dataset_free(test);
+    hs_backend_close(be);
+    return exit_code;
 }

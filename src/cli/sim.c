@@ -12,13 +12,14 @@
 #include "hearsay/error.h"
 #include "hearsay/sim.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_WATCH_CONSENSUS };
+enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR };
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},
     {"slowdown", RO_SLOWDOWN, "F|I:F,..",
      "stragglers: F slows peer 0 F-fold; I:F slows peer I (virtual time)"},
     {"latency", S_LATENCY, "R", "message latency in rounds of a normal peer, for sgp (default: 0)"},
+    {"save-dir", S_SAVE_DIR, "DIR", "write each peer's final model to DIR/peer-I.bin (raw float32)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -26,6 +27,7 @@ typedef struct sim_args {
     hs_runopts ro;
     int n;
     double latency;
+    const char *save_dir;
 } sim_args;
 
 static int handle(void *ctx, int key, const char *v) {
@@ -35,6 +37,7 @@ static int handle(void *ctx, int key, const char *v) {
     switch (key) {
     case S_N: return hs_cli_int("--peers", v, 1, 4096, &a->n);
     case S_LATENCY: return hs_cli_double("--latency", v, 0, 1e6, &a->latency);
+    case S_SAVE_DIR: a->save_dir = v; return 0;
     }
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
@@ -279,6 +282,14 @@ int hs_cmd_sim(int argc, char **argv) {
             hs_jsonl_int(&metrics, "rounds_min", (long long)rmin);
             hs_jsonl_int(&metrics, "rounds_max", (long long)rmax);
             hs_jsonl_end(&metrics);
+        }
+        for (int i = 0; a.save_dir && i < a.n; i++) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/peer-%d.bin", a.save_dir, i);
+            if ((err = hs_trainer_write_params(hs_sim_trainer(sim, i), path)) < 0) {
+                fprintf(stderr, "hearsay sim: --save-dir: %s\n", hs_error_message());
+                goto out;
+            }
         }
         printf("%s: test accuracy mean %.2f%% min %.2f%% max %.2f%% over %d peers; consensus %.3g; "
                "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.1f s\n",

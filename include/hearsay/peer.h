@@ -1,0 +1,67 @@
+/* hearsay: one networked peer, start to finish.
+ *
+ * hs_peer_run glues the network runtime (hearsay/net.h, its own loop thread) to a trainer
+ * (hearsay/trainer.h) on the calling thread: it starts or joins the job, adopts the model a
+ * joiner is welcomed with, runs rounds until the end (or a stop request), logs per-round
+ * metrics, publishes snapshots for joiners, writes checkpoints, and leaves gracefully.
+ * Threading: hs_peer_run blocks the calling thread; hs_peer_request_stop may be called from a
+ * signal handler. */
+#ifndef HEARSAY_PEER_H
+#define HEARSAY_PEER_H
+
+#include <stdint.h>
+
+#include "hearsay/algo.h"
+#include "hearsay/data.h"
+#include "hearsay/net.h"
+#include "hearsay/tensor.h"
+#include "hearsay/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_peer_cfg {
+    hs_net_config net;
+    hs_algo_cfg algo;
+    hs_trainer_cfg trainer; /* stream is set from the peer's shard */
+    hs_partition partition;
+    int world;              /* number of shards; the peer takes shard (id mod world) */
+    long rounds;            /* the job ends after this global round */
+    long rounds_per_epoch;  /* for progress reports */
+    long eval_every;        /* rounds between test evaluations (0: never, but at the end) */
+    int wait_peers;         /* start only once this many members are there (0: at once) */
+    int wait_timeout_ms;
+    double slowdown;        /* >= 1: this peer computes F times slower (a straggler) */
+    const char *metrics;    /* JSON-lines file, or NULL */
+    int quiet;
+    /* Checkpoints (NULL dir: none): every `checkpoint_every` rounds, and on SIGTERM. */
+    const char *checkpoint_dir;
+    long checkpoint_every;
+    int resume;             /* start from the newest valid checkpoint in checkpoint_dir */
+    const char *save;       /* write the final model here (raw floats), or NULL */
+} hs_peer_cfg;
+
+/* What a run ended with. */
+typedef struct hs_peer_result {
+    uint32_t id;
+    uint64_t first_round, last_round; /* rounds run: [first, last) */
+    double test_acc, test_loss;
+    double wall_s;
+    uint64_t bytes_sent, bytes_recv;
+    int stopped; /* ended by a stop request rather than at the last round */
+} hs_peer_result;
+
+/* Runs one peer over train/test (borrowed). Returns 0 when the job ended (or a stop request
+ * was honoured) cleanly, else a negative error with hs_error_message() set. */
+int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
+                const hs_dataset *test, hs_peer_result *res);
+
+/* Asks a running hs_peer_run to finish its current round and leave. Async-signal-safe.
+ * `checkpoint` asks for a checkpoint first (SIGTERM before a preemption). */
+void hs_peer_request_stop(int checkpoint);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

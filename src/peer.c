@@ -1,0 +1,497 @@
+/* One networked peer: glues the network runtime (its own loop thread) to a trainer on the
+ * calling thread. Start or join, adopt the welcome snapshot, run rounds, log, publish snapshots
+ * for joiners, checkpoint, leave with BYE. The training thread never touches a socket; the loop
+ * thread never computes. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/error_internal.h"
+#include "core/jsonl.h"
+#include "core/log.h"
+#include "hearsay/model.h"
+#include "hearsay/peer.h"
+
+static volatile sig_atomic_t stop_requested, checkpoint_requested;
+
+void hs_peer_request_stop(int checkpoint) {
+    if (checkpoint) checkpoint_requested = 1;
+    stop_requested = 1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested) {
+    }
+}
+
+/* ---------------------------------------------------------------- checkpoints
+ * File DIR/ckpt-<round, 12 digits>.hsck, written to a temporary name, fsync'd and renamed, so
+ * a crash leaves either the old or the new file, never half of one. Layout (little-endian):
+ *   "HSCK" | u32 version | u64 round | u32 peer id | u32 signature length | signature |
+ *   u32 member count | per member: u32 id, u16 address length, address |
+ *   u64 state length | u32 crc32 of the state | state (hs_trainer_save) */
+
+#define CK_MAGIC "HSCK"
+#define CK_VERSION 1u
+#define CK_KEEP 3
+
+static int ck_put(hs_buf *b, const void *p, size_t n) { return hs_buf_append(b, p, n); }
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Removes all but the newest CK_KEEP checkpoints. */
+static void prune_checkpoints(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char names[64][64];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 64)
+        if (!strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".hsck") &&
+            strlen(e->d_name) < sizeof(names[0]))
+            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+    closedir(d);
+    /* Zero-padded rounds sort as strings. */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(names[i], names[j]) < 0) {
+                char t[64];
+                memcpy(t, names[i], sizeof(t));
+                memcpy(names[i], names[j], sizeof(t));
+                memcpy(names[j], t, sizeof(t));
+            }
+    for (int i = CK_KEEP; i < n; i++) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+}
+
+static int write_checkpoint(const char *dir, uint64_t round, uint32_t id, const char *sig,
+                            hs_net *net, hs_trainer *t) {
+    hs_buf *state = NULL, *file = NULL;
+    hs_net_member *mem = NULL;
+    int nm = 0, err, fd = -1;
+    char tmp[4096], final_path[4096];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return hs__err(HS_EIO, "checkpoint directory %s: %s", dir, strerror(errno));
+    if ((err = hs_buf_new(&state, 0)) < 0 || (err = hs_buf_new(&file, 0)) < 0) goto out;
+    if ((err = hs_trainer_save(t, state)) < 0) goto out;
+    if (net && hs_net_members(net, &mem, &nm, NULL, NULL) < 0) nm = 0;
+    uint32_t ver = CK_VERSION, sl = (uint32_t)strlen(sig), un = (uint32_t)nm;
+    uint64_t slen = state->len;
+    uint32_t crc = (uint32_t)crc32(0L, state->data, (uInt)state->len);
+    if ((err = ck_put(file, CK_MAGIC, 4)) < 0 || (err = ck_put(file, &ver, 4)) < 0 ||
+        (err = ck_put(file, &round, 8)) < 0 || (err = ck_put(file, &id, 4)) < 0 ||
+        (err = ck_put(file, &sl, 4)) < 0 || (err = ck_put(file, sig, sl)) < 0 ||
+        (err = ck_put(file, &un, 4)) < 0)
+        goto out;
+    for (int i = 0; i < nm; i++) {
+        uint16_t al = (uint16_t)strnlen(mem[i].addr, sizeof(mem[i].addr));
+        if ((err = ck_put(file, &mem[i].id, 4)) < 0 || (err = ck_put(file, &al, 2)) < 0 ||
+            (err = ck_put(file, mem[i].addr, al)) < 0)
+            goto out;
+    }
+    if ((err = ck_put(file, &slen, 8)) < 0 || (err = ck_put(file, &crc, 4)) < 0 ||
+        (err = ck_put(file, state->data, state->len)) < 0)
+        goto out;
+    snprintf(final_path, sizeof(final_path), "%s/ckpt-%012llu.hsck", dir, (unsigned long long)round);
+    snprintf(tmp, sizeof(tmp), "%s/.ckpt-%012llu.tmp", dir, (unsigned long long)round);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write_all(fd, file->data, file->len) != 0 || fsync(fd) != 0) {
+        err = hs__err(HS_EIO, "checkpoint %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    close(fd);
+    fd = -1;
+    if (rename(tmp, final_path) != 0) {
+        err = hs__err(HS_EIO, "checkpoint %s: rename: %s", final_path, strerror(errno));
+        goto out;
+    }
+    /* The rename is durable once the directory is synced. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    prune_checkpoints(dir);
+    HS_LOGI("checkpoint %s (round %llu, %zu bytes)", final_path, (unsigned long long)round,
+            file->len);
+out:
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(mem);
+    hs_buf_unref(state);
+    hs_buf_unref(file);
+    return err;
+}
+
+typedef struct checkpoint {
+    uint64_t round;
+    uint32_t id;
+    uint8_t *data; /* the whole file */
+    size_t len;
+    const uint8_t *state;
+    size_t state_len;
+    int n_members;
+    char addrs[16][256]; /* up to 16 members' addresses, to rejoin through */
+} checkpoint;
+
+/* Reads and validates one checkpoint file completely. */
+static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
+    memset(ck, 0, sizeof(*ck));
+    FILE *f = fopen(path, "rb");
+    if (!f) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0 || n > (1L << 34)) {
+        fclose(f);
+        return hs__err(HS_EFORMAT, "%s: unreadable size", path);
+    }
+    uint8_t *d = malloc(n ? (size_t)n : 1);
+    if (!d || fread(d, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(d);
+        return hs__err(HS_EIO, "%s: cannot read", path);
+    }
+    fclose(f);
+    const uint8_t *p = d, *end = d + n;
+#define NEED(k)                                                                                    \
+    do {                                                                                           \
+        if ((size_t)(end - p) < (size_t)(k)) {                                                     \
+            free(d);                                                                               \
+            return hs__err(HS_EFORMAT, "%s: truncated", path);                                     \
+        }                                                                                          \
+    } while (0)
+    NEED(24);
+    if (memcmp(p, CK_MAGIC, 4) != 0) {
+        free(d);
+        return hs__err(HS_EFORMAT, "%s: not a hearsay checkpoint", path);
+    }
+    uint32_t ver, sl, nm;
+    memcpy(&ver, p + 4, 4);
+    memcpy(&ck->round, p + 8, 8);
+    memcpy(&ck->id, p + 16, 4);
+    memcpy(&sl, p + 20, 4);
+    p += 24;
+    if (ver != CK_VERSION) {
+        free(d);
+        return hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", path, ver, CK_VERSION);
+    }
+    NEED(sl);
+    if (sl != strlen(sig) || memcmp(p, sig, sl) != 0) {
+        free(d);
+        return hs__err(HS_EMISMATCH, "%s: saved for model %.*s, this run uses %s", path,
+                       (int)(sl > 100 ? 100 : sl), (const char *)p, sig);
+    }
+    p += sl;
+    NEED(4);
+    memcpy(&nm, p, 4);
+    p += 4;
+    if (nm > 1u << 16) {
+        free(d);
+        return hs__err(HS_EFORMAT, "%s: %u members", path, nm);
+    }
+    for (uint32_t i = 0; i < nm; i++) {
+        uint16_t al;
+        NEED(6);
+        memcpy(&al, p + 4, 2);
+        p += 6;
+        NEED(al);
+        if (ck->n_members < 16 && al < 256) {
+            memcpy(ck->addrs[ck->n_members], p, al);
+            ck->addrs[ck->n_members][al] = '\0';
+            ck->n_members++;
+        }
+        p += al;
+    }
+    uint64_t slen;
+    uint32_t crc;
+    NEED(12);
+    memcpy(&slen, p, 8);
+    memcpy(&crc, p + 8, 4);
+    p += 12;
+    if (slen != (uint64_t)(end - p)) {
+        free(d);
+        return hs__err(HS_EFORMAT, "%s: truncated (state of %llu bytes, %zu present)", path,
+                       (unsigned long long)slen, (size_t)(end - p));
+    }
+#undef NEED
+    if ((uint32_t)crc32(0L, p, (uInt)slen) != crc) {
+        free(d);
+        return hs__err(HS_EFORMAT, "%s: checksum mismatch (corrupt)", path);
+    }
+    ck->data = d;
+    ck->len = (size_t)n;
+    ck->state = p;
+    ck->state_len = (size_t)slen;
+    return 0;
+}
+
+/* The newest valid checkpoint in dir; corrupt or foreign ones are reported and skipped.
+ * HS_ENOENT when there is none. */
+static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
+    DIR *d = opendir(dir);
+    if (!d) return hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
+    char names[256][64];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256)
+        if (!strncmp(e->d_name, "ckpt-", 5) && strlen(e->d_name) < sizeof(names[0]))
+            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(names[i], names[j]) < 0) {
+                char t[64];
+                memcpy(t, names[i], sizeof(t));
+                memcpy(names[i], names[j], sizeof(t));
+                memcpy(names[j], t, sizeof(t));
+            }
+    for (int i = 0; i < n; i++) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (read_checkpoint(p, sig, ck) == 0) {
+            HS_LOGI("resuming from %s (round %llu)", p, (unsigned long long)ck->round);
+            return 0;
+        }
+        HS_LOGW("skipping checkpoint: %s", hs_error_message());
+    }
+    return hs__err(HS_ENOENT, "--resume: no valid checkpoint in %s", dir);
+}
+
+/* ---------------------------------------------------------------- the run */
+
+static int publish_snapshot(hs_net *net, hs_trainer *t, uint64_t round) {
+    hs_buf *b;
+    int err = hs_buf_new(&b, sizeof(float) * hs_trainer_dim(t) + 64);
+    if (err < 0) return err;
+    if ((err = hs_trainer_snapshot(t, b)) == 0) err = hs_net_publish_snapshot(net, round, b);
+    hs_buf_unref(b);
+    return err;
+}
+
+int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
+                const hs_dataset *test, hs_peer_result *res) {
+    memset(res, 0, sizeof(*res));
+    stop_requested = checkpoint_requested = 0;
+    hs_net *net = NULL;
+    hs_net_welcome w;
+    memset(&w, 0, sizeof(w));
+    hs_trainer *t = NULL;
+    hs_dataset *shard = NULL;
+    hs_jsonl metrics = {0};
+    checkpoint ck = {0};
+    int err, have_ck = 0;
+    char sig[128];
+    hs_mlp_cfg_format(&cfg->trainer.model, sig, sizeof(sig));
+    double t0 = now_s();
+
+    if (cfg->resume) {
+        if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
+        if ((err = newest_checkpoint(cfg->checkpoint_dir, sig, &ck)) < 0) return err;
+        have_ck = 1;
+    }
+    hs_net_config nc = cfg->net;
+    nc.model_sig = sig;
+    nc.n_params = hs_mlp_cfg_nparams(&cfg->trainer.model);
+    nc.algo = hs_algo_kind_name(cfg->algo.kind);
+    nc.codec = cfg->algo.compress;
+    err = hs_net_start(&net, &nc, &w);
+    /* A resumed peer whose bootstrap is gone tries the members it knew. */
+    for (int i = 0; err < 0 && have_ck && i < ck.n_members; i++) {
+        if (err == HS_EMISMATCH || err == HS_EAUTH || err == HS_ETLS || err == HS_EINVAL) break;
+        HS_LOGW("join through %s failed (%s); trying %s from the checkpoint",
+                nc.bootstrap ? nc.bootstrap : "-", hs_error_message(), ck.addrs[i]);
+        nc.bootstrap = ck.addrs[i];
+        err = hs_net_start(&net, &nc, &w);
+    }
+    if (err < 0) goto out;
+    uint32_t self = hs_net_self(net);
+    res->id = self;
+    {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "peer %u", self);
+        hs_log_set_tag(tag);
+    }
+    int world = cfg->world > 0 ? cfg->world : 1;
+    int rank = (int)(self % (uint32_t)world);
+    uint32_t *idx;
+    size_t cnt;
+    if ((err = hs_shard(train, &cfg->partition, rank, world, cfg->trainer.seed, &idx, &cnt)) < 0)
+        goto out;
+    err = hs_dataset_subset(&shard, train, idx, cnt);
+    free(idx);
+    if (err < 0) goto out;
+    hs_trainer_cfg tc = cfg->trainer;
+    tc.stream = (uint32_t)rank;
+    if ((err = hs_trainer_new(&t, be, &tc, shard, &cfg->algo, self)) < 0) goto out;
+    if (have_ck) {
+        if ((err = hs_trainer_load(t, ck.state, ck.state_len, 0)) < 0) goto out;
+        HS_LOGI("resumed model and optimizer at local step %ld", hs_trainer_steps(t));
+    } else if (w.snapshot) {
+        if ((err = hs_trainer_adopt(t, w.snapshot->data, w.snapshot->len)) < 0) {
+            hs__err_prefix(err, "welcome snapshot");
+            goto out;
+        }
+        HS_LOGI("joined at round %llu with the model of round %llu (local step %ld)",
+                (unsigned long long)w.join_round, (unsigned long long)w.snapshot_round,
+                hs_trainer_steps(t));
+    }
+    uint64_t r = w.join_round;
+    if (cfg->wait_peers > 1) {
+        if ((err = hs_net_wait_members(net, cfg->wait_peers, cfg->wait_timeout_ms)) < 0) {
+            hs__err_prefix(err, "waiting for %d peers", cfg->wait_peers);
+            goto out;
+        }
+        /* Everyone starts at the round from which the full member list is in force, so the
+         * first round already mixes with every neighbour. */
+        uint64_t eff = 0;
+        hs_net_member *mem;
+        int nm;
+        if ((err = hs_net_members(net, &mem, &nm, NULL, &eff)) < 0) goto out;
+        free(mem);
+        if (eff > r) r = eff;
+    }
+    res->first_round = r;
+    /* Peers that waited for each other run `rounds` rounds from their common start; others
+     * end at the job's global round `rounds`. */
+    long end_round = cfg->rounds + (cfg->wait_peers > 1 ? (long)r : 0);
+    if (cfg->metrics && (err = hs_jsonl_open(&metrics, cfg->metrics, cfg->resume)) < 0) goto out;
+    hs_exchange *ex = hs_net_exchange(net);
+    if (!cfg->quiet)
+        HS_LOGI("starting at round %llu, ending at round %ld: shard %d of %d (%zu examples), %s, %s",
+                (unsigned long long)r, end_round, rank, world, shard->n,
+                hs_algo_kind_name(cfg->algo.kind), cfg->algo.compress);
+    double test_loss = NAN, test_acc = NAN, last_print = now_s(), t_round0 = now_s();
+    uint64_t rounds_done = 0;
+    for (; (long)r < end_round; r++) {
+        if (stop_requested) {
+            res->stopped = 1;
+            break;
+        }
+        if (hs_net_snapshot_wanted(net) && (err = publish_snapshot(net, t, r)) < 0) goto out;
+        hs_round_stats st;
+        if ((err = hs_trainer_begin(t, ex, r)) < 0 || (err = hs_trainer_local(t, r, &st)) < 0)
+            goto out;
+        /* A straggler: this peer's compute takes `slowdown` times as long. */
+        if (cfg->slowdown > 1.0) sleep_s((cfg->slowdown - 1.0) * st.compute_s);
+        if ((err = hs_trainer_push(t, ex, r)) < 0 || (err = hs_trainer_pull(t, ex, r)) < 0) goto out;
+        rounds_done++;
+        int last = (long)r + 1 == end_round;
+        int do_eval = cfg->eval_every > 0 && ((long)r + 1) % cfg->eval_every == 0;
+        if (do_eval && (err = hs_trainer_evaluate(t, test, &test_loss, &test_acc)) < 0) goto out;
+        if (cfg->checkpoint_dir && cfg->checkpoint_every > 0 &&
+            ((long)r + 1) % cfg->checkpoint_every == 0 && !last &&
+            (err = write_checkpoint(cfg->checkpoint_dir, r + 1, self, sig, net, t)) < 0)
+            HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
+        hs_algo_stats as;
+        hs_algo_get_stats(hs_trainer_algo(t), &as);
+        double now = now_s();
+        double rate = rounds_done / (now - t_round0 > 1e-9 ? now - t_round0 : 1e-9);
+        if (metrics.f) {
+            hs_net_stats ns;
+            hs_net_stats_get(net, &ns);
+            hs_jsonl_begin(&metrics);
+            hs_jsonl_int(&metrics, "peer", self);
+            hs_jsonl_int(&metrics, "round", (long long)r + 1);
+            hs_jsonl_num(&metrics, "epoch", cfg->rounds_per_epoch > 0
+                                                ? (double)(r + 1) / cfg->rounds_per_epoch : NAN);
+            hs_jsonl_num(&metrics, "time", now - t0);
+            hs_jsonl_num(&metrics, "loss", st.loss);
+            hs_jsonl_num(&metrics, "lr", st.lr);
+            hs_jsonl_int(&metrics, "bytes_sent", (long long)ns.ex.bytes_sent);
+            hs_jsonl_int(&metrics, "bytes_recv", (long long)ns.ex.bytes_recv);
+            hs_jsonl_num(&metrics, "consensus", as.disagreement);
+            hs_jsonl_int(&metrics, "missing", as.missing);
+            hs_jsonl_int(&metrics, "members", ns.n_members);
+            hs_jsonl_num(&metrics, "rounds_per_s", rate);
+            if (cfg->algo.kind == HS_ALGO_SGP) {
+                hs_jsonl_num(&metrics, "push_weight", as.push_weight);
+                hs_jsonl_int(&metrics, "staleness_max", as.staleness_max);
+                hs_jsonl_num(&metrics, "staleness_mean", as.staleness_mean);
+            }
+            if (do_eval) {
+                hs_jsonl_num(&metrics, "test_acc", test_acc);
+                hs_jsonl_num(&metrics, "test_loss", test_loss);
+            }
+            if ((err = hs_jsonl_end(&metrics)) < 0) goto out;
+        }
+        if (!cfg->quiet && (do_eval || now - last_print > 5.0)) {
+            char accs[32] = "";
+            if (!isnan(test_acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * test_acc);
+            HS_LOGI("round %llu/%ld  loss %.4f%s  consensus %.3g  sent %.2f MB  %.1f rounds/s",
+                    (unsigned long long)r + 1, end_round, st.loss, accs, as.disagreement,
+                    as.bytes_sent / 1e6, rate);
+            last_print = now;
+        }
+    }
+    if (checkpoint_requested && cfg->checkpoint_dir &&
+        (err = write_checkpoint(cfg->checkpoint_dir, r, self, sig, net, t)) < 0)
+        HS_LOGW("%s", hs_error_message());
+    if ((err = hs_trainer_evaluate(t, test, &test_loss, &test_acc)) < 0) goto out;
+    {
+        hs_net_stats ns;
+        hs_net_stats_get(net, &ns);
+        res->bytes_sent = ns.ex.bytes_sent;
+        res->bytes_recv = ns.ex.bytes_recv;
+    }
+    res->last_round = r;
+    if (cfg->save && (err = hs_trainer_write_params(t, cfg->save)) < 0) goto out;
+    res->test_acc = test_acc;
+    res->test_loss = test_loss;
+    res->wall_s = now_s() - t0;
+    if (metrics.f) {
+        hs_jsonl_begin(&metrics);
+        hs_jsonl_int(&metrics, "peer", self);
+        hs_jsonl_str(&metrics, "event", res->stopped ? "stopped" : "done");
+        hs_jsonl_int(&metrics, "round", (long long)r);
+        hs_jsonl_num(&metrics, "test_acc", test_acc);
+        hs_jsonl_num(&metrics, "test_loss", test_loss);
+        hs_jsonl_int(&metrics, "bytes_sent", (long long)res->bytes_sent);
+        hs_jsonl_num(&metrics, "time", res->wall_s);
+        hs_jsonl_end(&metrics);
+    }
+    /* Graceful leave: the round is complete, neighbours re-weight at once on BYE. */
+    if (hs_net_leave(net, 5000) < 0) HS_LOGW("leave: %s", hs_error_message());
+    err = 0;
+out:
+    hs_jsonl_close(&metrics);
+    hs_trainer_free(t);
+    hs_dataset_free(shard);
+    hs_net_free(net);
+    hs_net_welcome_clear(&w);
+    free(ck.data);
+    return err;
+}
