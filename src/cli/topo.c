@@ -131,7 +131,8 @@ static int open_topo(const char *what, const topo_args *a, hs_topo **t) {
     return 0;
 }
 
-static void print_report(const char *what, const hs_topo *t, const hs_topo_report *r) {
+static void print_report(const char *what, const hs_topo *t, const hs_topo_report *r,
+                         int nogap) {
     printf("topology      %s", hs_topo_name(t));
     if (strcmp(what, hs_topo_name(t))) printf(" (%s)", what);
     printf("\npeers         %d\n", r->n);
@@ -160,10 +161,10 @@ static void print_report(const char *what, const hs_topo *t, const hs_topo_repor
         if (r->period > 1) printf(" of the product of one period's %d matrices", r->period);
         printf(", %s)\n", r->method);
     } else {
-        printf("spectral gap  not computed (%s)\n",
-               r->n > HS_TOPO_GAP_MAX_N ? "more than " "4096" " peers"
-               : r->valid || r->reason[0] == '\0' ? "--no-gap"
-                                                  : "the matrix is not stochastic");
+        if (nogap) printf("spectral gap  not computed (--no-gap)\n");
+        else if (r->n > HS_TOPO_GAP_MAX_N)
+            printf("spectral gap  not computed (more than %d peers)\n", HS_TOPO_GAP_MAX_N);
+        else printf("spectral gap  not computed (W is not non-negative and stochastic)\n");
     }
     if (r->valid) printf("result        valid\n");
     else printf("result        invalid: %s\n", r->reason);
@@ -205,7 +206,7 @@ static int cmd_check(int argc, char **argv) {
                     else printf("%s: invalid: %s\n", pos[k], r.reason);
                 } else {
                     if (k) printf("\n");
-                    print_report(pos[k], t, &r);
+                    print_report(pos[k], t, &r, a.nogap);
                 }
                 code = r.valid ? HS_EXIT_OK : HS_EXIT_FAIL;
             }

@@ -98,6 +98,14 @@ expect "gen --help from the option table" 0 "--degree D" topo gen --help
 expect "check --help" 0 "--no-gap" topo check --help
 expect "show --help" 0 "--dot" topo show --help
 
+expect "check --no-gap" 0 "spectral gap  not computed (--no-gap)" topo check --no-gap \
+    "$root/topo/ring-8.json"
+expect "check of a generator spec" 0 "spectral gap  0.195262" topo check ring -n 8
+expect "check a schedule: gap of the product" 0 \
+    "spectral gap  1 (|lambda_2| " topo check "$root/topo/onepeer-exp-16.json"
+expect "no gap for a non-stochastic W" 1 "not computed (W is not non-negative and stochastic)" \
+    topo check "$here/broken/row-sum.json"
+
 # 4. Worst exit code over several files.
 expect "valid + invalid -> 1" 1 "invalid" topo check --quiet "$root/topo/ring-8.json" \
     "$here/broken/disconnected.json"
