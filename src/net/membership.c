@@ -548,14 +548,19 @@ void hs__mb_peer_dead(hs_net *net, hs__peer *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
+    int left = !strcmp(why, HS__LEFT);
     uv_mutex_lock(&net->mu);
     p->dead = 1;
-    net->st.peers_dead++;
+    if (!left)
+        net->st.peers_dead++;
     p->queued_bytes = 0;
     hs__net_wake(net);
     uv_mutex_unlock(&net->mu);
     hs__fq_clear(&p->outq);
-    HS_LOGW("peer %u (%s) declared dead: %s", p->id, p->addr, why);
+    if (left)
+        HS_LOGI("peer %u (%s) left the run", p->id, p->addr);
+    else
+        HS_LOGW("peer %u (%s) declared dead: %s", p->id, p->addr, why);
     if (p->conn)
         hs__conn_close(p->conn, HS_ECONNRESET, 0, HS_LOG_DEBUG, "peer declared dead");
     if (p->dialing)
@@ -577,7 +582,7 @@ void hs__mb_conn_lost(hs_net *net, hs__peer *p, hs__conn *c, int err, int dial_f
     if (!p->member || p->dead)
         return;
     if (c->got_bye == 2) {
-        hs__mb_peer_dead(net, p, "left the run");
+        hs__mb_peer_dead(net, p, HS__LEFT);
         return;
     }
     if (dial_failed || !attached) {

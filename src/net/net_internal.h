@@ -311,6 +311,7 @@ hs__mview *hs__mb_newest(hs_net *net);
 hs__mview *hs__mb_at(hs_net *net, uint64_t round); /* in force at round, or NULL */
 int hs__mb_is_member(hs__mview *mv, uint32_t id);
 int hs__mb_cmp(uint64_t v1, uint32_t i1, uint64_t v2, uint32_t i2);
+#define HS__LEFT "left the run" /* the reason that marks a graceful leave */
 void hs__mb_peer_dead(hs_net *net, hs__peer *p, const char *fmt, ...) HS__PRINTF(3, 4);
 void hs__mb_conn_lost(hs_net *net, hs__peer *p, hs__conn *c, int err, int dial_failed,
                       int attached);

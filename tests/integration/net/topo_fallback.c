@@ -1,6 +1,7 @@
 /* A minimal implementation of hearsay/topo.h (ring and complete, Metropolis-Hastings weights,
  * restrict) for the network tests, netpeer and the network benchmark, linked only while
  * src/topo has no sources (see src/net/meson.build). Not part of the library. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@ static int topo_alloc(hs_topo **out, int n, const char *name) {
         return hs__err(HS_ENOMEM, "topology: out of memory");
     }
     t->n = n;
-    strncpy(t->name, name, sizeof(t->name) - 1);
+    snprintf(t->name, sizeof(t->name), "%s", name);
     *out = t;
     return 0;
 }
