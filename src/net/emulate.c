@@ -33,7 +33,10 @@ static int parse_value(const char *key, const char *v, size_t n, const unit *uni
         return hs__err(HS_EINVAL, "emulation: %s=%s: not a non-negative number", key, tmp);
     for (const unit *u = units; u->name; u++)
         if (!strcasecmp(end, u->name)) {
-            *out = x * u->factor;
+            double val = x * u->factor;
+            if (!isfinite(val))
+                return hs__err(HS_EINVAL, "emulation: %s=%s: out of range", key, tmp);
+            *out = val == 0 ? 0 : val; /* no negative zero */
             return 0;
         }
     return hs__err(HS_EINVAL, "emulation: %s=%s: unknown unit '%s'", key, tmp, end);
