@@ -440,6 +440,28 @@ int hs__mb_accept(hs_net *net, const hs__members *m, const char *from) {
     mv->rank_self = member_index(&mv->m, net->self);
     build_topo(net, mv, prev);
     build_needs(mv);
+    /* Peers exist (and removed ones are dead) before the version is visible to view() and
+     * send() on the training thread. */
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->m[i].id == net->self)
+            continue;
+        hs__peer *p = hs__peer_get(net, m->m[i].id, m->m[i].addr);
+        if (p)
+            p->member = 1;
+    }
+    for (int i = 0; i < net->n_peers; i++) {
+        hs__peer *p = net->peers[i];
+        if (!p->member || member_index(&mv->m, p->id) >= 0)
+            continue;
+        p->member = 0;
+        HS_LOGI("peer %u (%s) is no longer a member", p->id, p->addr);
+        if (!p->dead) {
+            uv_mutex_lock(&net->mu);
+            p->dead = 1;
+            hs__net_wake(net);
+            uv_mutex_unlock(&net->mu);
+        }
+    }
     uint64_t round = hs__net_round(net);
     uv_mutex_lock(&net->mu);
     hs__mview **s = realloc(net->sched, (size_t)(net->n_sched + 1) * sizeof(*s));
@@ -477,26 +499,6 @@ int hs__mb_accept(hs_net *net, const hs__members *m, const char *from) {
         HS_LOGE("this peer (id %u) was removed from the run by members v%llu", net->self,
                 (unsigned long long)m->version);
 
-    for (uint32_t i = 0; i < m->n; i++) {
-        if (m->m[i].id == net->self)
-            continue;
-        hs__peer *p = hs__peer_get(net, m->m[i].id, m->m[i].addr);
-        if (p)
-            p->member = 1;
-    }
-    for (int i = 0; i < net->n_peers; i++) {
-        hs__peer *p = net->peers[i];
-        if (!p->member || member_index(&mv->m, p->id) >= 0)
-            continue;
-        p->member = 0;
-        HS_LOGI("peer %u (%s) is no longer a member", p->id, p->addr);
-        if (!p->dead) {
-            uv_mutex_lock(&net->mu);
-            p->dead = 1;
-            hs__net_wake(net);
-            uv_mutex_unlock(&net->mu);
-        }
-    }
     update_sequencer(net);
     connect_needed(net);
     hs__bs_try_welcomes(net);

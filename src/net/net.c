@@ -341,7 +341,7 @@ void hs__net_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *tex
 
 void hs__net_on_closed(hs_net *net, hs__conn *c, int err, int dial_failed) {
     uv_mutex_lock(&net->mu);
-    int stopping = net->stopping;
+    int stopping = net->stopping || net->leaving;
     uv_mutex_unlock(&net->mu);
     if (stopping)
         return;
@@ -557,17 +557,20 @@ static void do_stop(hs_net *net) {
 }
 
 static void leave_step(hs_net *net, uint64_t now) {
-    int flushed = 1;
-    for (hs__conn *c = net->conns; c; c = c->next)
-        if (c->state != HS__C_CLOSING && !hs__conn_flushed(c))
-            flushed = 0;
-    for (int i = 0; i < net->n_peers; i++)
-        if (net->peers[i]->conn && net->peers[i]->outq.head)
-            flushed = 0;
-    if (!flushed && now < net->leave_deadline_us)
+    /* Flushed: every open connection wrote its queues (the last DATA, then BYE). Connections
+     * still being set up carry nothing of ours. */
+    const hs__conn *busy = NULL;
+    for (hs__conn *c = net->conns; c && !busy; c = c->next)
+        if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
+            busy = c;
+    if (busy && now < net->leave_deadline_us)
         return;
+    if (busy)
+        HS_LOGW("leave: %s still has %zu bytes queued and %d writes pending; closing anyway",
+                busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
+                busy->nwrites);
     uv_mutex_lock(&net->mu);
-    net->left = flushed ? 1 : -1;
+    net->left = busy ? -1 : 1;
     net->stopping = 1;
     hs__net_wake(net);
     uv_mutex_unlock(&net->mu);

@@ -281,16 +281,18 @@ static int handshake_error(hs__tls *t, int code) {
     ssl_errstr(e, sizeof(e));
     const char *hint = "";
     long v = SSL_get_verify_result(t->ssl);
+    int received = strstr(t->alert, "received") != NULL;
     if (t->ctx->mode == HS_NET_SECRET) {
         hint = " (wrong secret?)";
     } else if (strstr(e, "peer did not return a certificate") ||
-               strstr(t->alert, "certificate required")) {
+               strcasestr(t->alert, "certificate required")) {
         hint = " (no client certificate?)";
     } else if (v != X509_V_OK) {
         snprintf(e + strlen(e), sizeof(e) - strlen(e), ": %s", X509_verify_cert_error_string(v));
         hint = " (certificate from another CA?)";
-    } else if (strstr(t->alert, "unknown ca") || strstr(t->alert, "certificate")) {
-        hint = " (certificate from another CA?)";
+    } else if (received &&
+               (strcasestr(t->alert, "unknown ca") || strcasestr(t->alert, "certificate"))) {
+        hint = " (the peer rejected this peer's certificate: from another CA?)";
     }
     return hs__err(code, "TLS handshake failed: %s%s%s%s", e, t->alert[0] ? "; " : "", t->alert,
                    hint);
