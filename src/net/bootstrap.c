@@ -125,6 +125,15 @@ void hs__bs_join_conn_failed(hs_net *net, hs__conn *c, int err, const char *why)
                     net->s_bootstrap, why, net->cfg.join_timeout_ms);
         return;
     }
+    /* A hearsay peer that will not talk to us says REFUSE. One that closes during the handshake
+     * again and again most likely runs another security mode (it cannot even read us). */
+    if (c->connected && c->state_before_close < HS__C_OPEN && ++net->join_handshake_fails >= 3) {
+        hs__bs_fail(net, HS_EAUTH,
+                    "join through %s: it closed the connection during the handshake %d times "
+                    "(%s): does it use another security mode (TLS there, --insecure here?)",
+                    net->s_bootstrap, net->join_handshake_fails, why);
+        return;
+    }
     /* Nobody listening yet, or the connection broke: try again (a repeated JOIN is safe). */
     uv_mutex_lock(&net->mu);
     net->join_state = HS__JOIN_DIALING;

@@ -425,6 +425,7 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
     char nm[128];
     hs_log(level, "%s: connection closed: %s", cname(c, nm, sizeof(nm)), c->why);
     int was = c->state;
+    c->state_before_close = was;
     if (bye && was == HS__C_OPEN && c->got_bye == 0) {
         hs__reason r = {HS__BYE_CLOSE, ""};
         snprintf(r.text, sizeof(r.text), "%s", c->why);
@@ -510,6 +511,13 @@ static void malformed(hs__conn *c, int err, const char *msg) {
     uv_mutex_lock(&net->mu);
     net->st.conns_malformed++;
     uv_mutex_unlock(&net->mu);
+    /* Garbage in answer to our HELLO: the other side speaks something else (TLS against plain,
+     * say). That is a refusal, not a reason to try again. */
+    if (c->outgoing && c->state < HS__C_OPEN) {
+        char why[HS__REASON_MAX + 1];
+        snprintf(why, sizeof(why), "%s does not speak this protocol: %.400s", c->remote, msg);
+        hs__net_on_refused(net, c, HS__REFUSE_PROTO, why);
+    }
     hs__conn_close(c, err, 1, HS_LOG_WARN, "malformed frame: %s", msg);
 }
 
@@ -763,6 +771,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 static int start(hs__conn *c) {
     hs_net *net = c->net;
     int err;
+    c->connected = 1;
     sock_setup(c);
     if (net->tls) {
         if ((err = hs__tls_new(&c->tls, net->tls, !c->outgoing)) < 0)

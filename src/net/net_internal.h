@@ -126,6 +126,8 @@ struct hs__conn {
     int joiner;         /* accepted from a peer without an id: it may only join */
     int got_bye;        /* BYE received: 1 close, 2 leave */
     int timer_armed;
+    int connected;                /* TCP established */
+    int state_before_close;       /* the state hs__conn_close found */
     char why[HS__REASON_MAX + 1]; /* why it is closing */
     hs__conn *next, *prev;
 };
@@ -226,6 +228,7 @@ struct hs_net {
     char join_msg[1024]; /* (mu) */
     uint64_t join_nonce, join_deadline_us, join_next_dial_us;
     int join_backoff_ms;
+    int join_handshake_fails; /* closed by the other side before HELLO_ACK */
     hs__conn *join_conn;
     struct sockaddr_storage bootstrap_sa;
     hs_net_welcome *welcome; /* (mu) filled by the loop for hs_net_start */

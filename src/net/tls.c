@@ -282,7 +282,10 @@ static int handshake_error(hs__tls *t, int code) {
     const char *hint = "";
     long v = SSL_get_verify_result(t->ssl);
     int received = strstr(t->alert, "received") != NULL;
-    if (t->ctx->mode == HS_NET_SECRET) {
+    if (strstr(e, "wrong version number") || strstr(e, "http request") ||
+        strstr(e, "packet length too long") || strstr(e, "record layer failure")) {
+        hint = " (the other side does not speak TLS: started with --insecure?)";
+    } else if (t->ctx->mode == HS_NET_SECRET) {
         hint = " (wrong secret?)";
     } else if (strstr(e, "peer did not return a certificate") ||
                strcasestr(t->alert, "certificate required")) {

@@ -186,8 +186,10 @@ void hs__wire_hdr_encode(uint8_t out[HS__HDR_LEN], const hs__hdr *h) {
 int hs__wire_hdr_decode(const uint8_t in[HS__HDR_LEN], hs__hdr *out) {
     if (in[0] != HS__WIRE_MAGIC0 || in[1] != HS__WIRE_MAGIC1 || in[2] != HS__WIRE_MAGIC2 ||
         in[3] != HS__WIRE_MAGIC3)
-        return hs__err(HS_EPROTO, "bad magic %02x %02x %02x %02x (not a hearsay frame)", in[0],
-                       in[1], in[2], in[3]);
+        return hs__err(HS_EPROTO, "bad magic %02x %02x %02x %02x (%s)", in[0], in[1], in[2], in[3],
+                       in[0] >= 0x14 && in[0] <= 0x17 && in[1] == 3
+                           ? "a TLS record: the other side uses TLS"
+                           : "not a hearsay frame");
     out->version = in[4];
     out->type = in[5];
     out->flags = get16(in + 6);

@@ -17,8 +17,15 @@
 
 static const char *test_name = "test";
 static char scratch[256];
-static hproc *procs[MAXPROC];
+/* Every child by PID (copies: callers' hproc structs may be gone), until reaped. */
+static volatile pid_t pids[MAXPROC];
 static int nprocs;
+
+static void forget(pid_t pid) {
+    for (int i = 0; i < nprocs; i++)
+        if (pids[i] == pid)
+            pids[i] = 0;
+}
 static char ipbuf[8][32];
 static int ipk;
 
@@ -28,8 +35,8 @@ static void on_alarm(int sig) {
     ssize_t w = write(2, msg, sizeof(msg) - 1);
     (void)w;
     for (int i = 0; i < nprocs; i++)
-        if (procs[i] && !procs[i]->exited)
-            kill(procs[i]->pid, SIGKILL);
+        if (pids[i] > 0)
+            kill(pids[i], SIGKILL);
     _exit(1);
 }
 
@@ -94,7 +101,7 @@ int h_spawn(hproc *p, char *const argv[], const char *out, const char *err) {
     }
     p->pid = pid;
     if (nprocs < MAXPROC)
-        procs[nprocs++] = p;
+        pids[nprocs++] = pid;
     return 0;
 }
 
@@ -116,10 +123,12 @@ int h_wait(hproc *p, double timeout_s) {
         if (r == p->pid) {
             p->exited = 1;
             p->status = decode_status(st);
+            forget(p->pid);
             return p->status;
         }
         if (r < 0 && errno != EINTR) {
             p->exited = 1;
+            forget(p->pid);
             return p->status = 255;
         }
         if (h_now() >= end)
@@ -135,15 +144,13 @@ void h_kill(hproc *p, int sig) {
 
 void h_kill_all(void) {
     for (int i = 0; i < nprocs; i++) {
-        hproc *p = procs[i];
-        if (!p || p->exited)
+        pid_t pid = pids[i];
+        if (pid <= 0)
             continue;
-        kill(p->pid, SIGKILL);
+        kill(pid, SIGKILL);
         int st;
-        if (waitpid(p->pid, &st, 0) == p->pid) {
-            p->exited = 1;
-            p->status = decode_status(st);
-        }
+        waitpid(pid, &st, 0);
+        pids[i] = 0;
     }
 }
 
