@@ -1,0 +1,197 @@
+/* hearsay: the peer runtime. One hs_net is one peer's network side: a libuv loop thread that
+ * listens, dials its neighbours, speaks the framed protocol (docs/PROTOCOL.md) over TLS 1.3
+ * (or plain TCP with --insecure), joins a running job through any member, keeps the member
+ * list with the others, detects dead neighbours, and emulates WAN links when asked.
+ *
+ * The training thread uses it through hs_net_exchange() (hearsay/exchange.h): view, send,
+ * recv, drain, stats. It meets the loop thread in a mailbox keyed by (round, neighbour); sends
+ * are queued and never block; recv waits with a timeout.
+ *
+ * Threading: hs_net_start, hs_net_leave and hs_net_free from one thread (the application's);
+ * the exchange ops from one thread (the training thread, which may be the same); the other
+ * calls from any thread. Nothing here waits without a timeout. */
+#ifndef HEARSAY_NET_H
+#define HEARSAY_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/buf.h"
+#include "hearsay/exchange.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_net hs_net;
+
+/* ------------------------------------------------------------------ link emulation
+ * Applied by the sender to its outgoing frames on a link: each frame leaves after delay +/-
+ * jitter (uniform; frames never overtake each other), the bytes are paced at rate, and DATA
+ * frames (only those: the stream itself is never corrupted) are dropped with probability loss.
+ * Draws come from Philox (seed, HS_RNG_NET, sender id, receiver id). */
+typedef struct hs_net_emulation {
+    double delay_ms;  /* >= 0 */
+    double jitter_ms; /* >= 0 */
+    double rate_bps;  /* bits per second; 0 = unlimited */
+    double loss;      /* [0, 1] */
+} hs_net_emulation;
+
+/* Parses "delay=50ms,jitter=10ms,rate=10mbit,loss=0.01" (any subset, any order). Times take
+ * us, ms or s (default ms); rates bit, kbit, mbit, gbit (default bit/s, SI multiples); loss a
+ * fraction or a percentage ("1%"). "" and "none" give no emulation. HS_EINVAL naming the key. */
+int hs_net_emulation_parse(const char *s, hs_net_emulation *out);
+/* Writes the canonical string (as parse reads it) into buf; returns its length or HS_ERANGE. */
+int hs_net_emulation_format(const hs_net_emulation *e, char *buf, size_t cap);
+/* 1 when e changes nothing. */
+int hs_net_emulation_none(const hs_net_emulation *e);
+
+/* ------------------------------------------------------------------ configuration */
+typedef enum hs_net_security {
+    HS_NET_SECRET = 0,   /* TLS 1.3 external PSK derived from secret_file (default) */
+    HS_NET_CERT = 1,     /* TLS 1.3 with ca_file/cert_file/key_file, client certs required */
+    HS_NET_INSECURE = 2, /* plain TCP; logs a warning */
+} hs_net_security;
+
+/* Per-link emulation override: frames to peer `to` use emu instead of the global one. */
+typedef struct hs_net_link_emulation {
+    uint32_t to;
+    hs_net_emulation emu;
+} hs_net_link_emulation;
+
+/* All strings are borrowed for the duration of hs_net_start (copied). */
+typedef struct hs_net_config {
+    const char *listen;    /* "HOST:PORT" (IP literal; port 0 = any, see hs_net_listen_port) */
+    const char *advertise; /* address others dial; NULL: listen's, or if that is a wildcard,
+                              the local address of the connection to the bootstrap member */
+    const char *bootstrap; /* "HOST:PORT" of any member; NULL for the first peer of a job */
+
+    hs_net_security security;
+    const char *secret_file; /* HS_NET_SECRET: the run's shared secret (any bytes, >= 16) */
+    const char *ca_file, *cert_file, *key_file; /* HS_NET_CERT: PEM files */
+
+    /* What HELLO carries; peers whose values differ are refused with a reason. */
+    const char *run_id;    /* default "hearsay" */
+    const char *model_sig; /* architecture, e.g. "mlp:784-256-10" */
+    uint64_t n_params;
+    const char *algo;  /* e.g. "choco" */
+    const char *codec; /* e.g. "topk:0.01" */
+
+    /* The first peer's job description; joiners receive it in WELCOME. */
+    const char *topo_spec; /* hs_topo_new spec (default "ring") */
+    uint64_t topo_seed;
+    const char *app_config; /* opaque JSON text handed to joiners; may be NULL */
+
+    /* Limits. */
+    size_t max_frame;         /* largest DATA payload (default 64 MiB, hard cap 256 MiB) */
+    size_t max_buffered;      /* bytes queued towards one peer, and held from one peer in the
+                                 mailbox (default 2 * max_frame + 1 MiB) */
+    int max_conns;            /* connections in total (default 256) */
+    int max_conns_per_addr;   /* connections from one IP address (default 16) */
+    int handshake_timeout_ms; /* TCP + TLS + HELLO (default 5000) */
+    int peer_timeout_ms;      /* silence (or no progress writing) before a peer is declared
+                                 dead (default 3000) */
+    int heartbeat_ms;         /* heartbeat on links idle this long (default peer_timeout / 4) */
+    int join_timeout_ms;      /* bootstrap: connect retries + waiting for WELCOME (default 30000)
+                               */
+    int snapshot_timeout_ms;  /* how long a WELCOME waits for a fresh snapshot (default 5000) */
+    int change_rounds;        /* membership changes take effect at least this many rounds after
+                                 the highest known round (default 4) */
+    int change_delay_ms;      /* ... and at least this long, at the observed round rate
+                                 (default 300) */
+    int sock_buf;             /* SO_SNDBUF/SO_RCVBUF on every connection; 0 = OS default */
+
+    hs_net_emulation emulate;                  /* on every outgoing link */
+    const hs_net_link_emulation *link_emulate; /* per-peer overrides; borrowed, copied */
+    int n_link_emulate;
+    uint64_t seed; /* emulation draws and join nonces */
+} hs_net_config;
+
+/* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */
+void hs_net_config_init(hs_net_config *cfg);
+
+/* ------------------------------------------------------------------ members and welcome */
+typedef struct hs_net_member {
+    uint32_t id;
+    char addr[256];
+} hs_net_member;
+
+/* What a joiner learns from WELCOME (and what a first peer gets from its own config). */
+typedef struct hs_net_welcome {
+    uint32_t self;       /* the assigned peer id (0 for the first peer) */
+    uint64_t round;      /* the welcoming member's round when it answered */
+    uint64_t join_round; /* this peer's first round */
+    uint64_t version;    /* membership version that added it */
+    int n_members;
+    hs_net_member *members; /* owned */
+    char *topo_spec;        /* owned */
+    uint64_t topo_seed;
+    char *app_config; /* owned, NUL-terminated; NULL when none */
+    uint64_t snapshot_round;
+    hs_buf *snapshot; /* owned reference; NULL when the member had none */
+} hs_net_welcome;
+
+/* Frees what a welcome owns and zeroes it; accepts a zeroed one. */
+void hs_net_welcome_clear(hs_net_welcome *w);
+
+/* ------------------------------------------------------------------ lifecycle */
+
+/* Starts a peer: loads the TLS credentials, listens, starts the loop thread, and, with a
+ * bootstrap address, joins (retrying the connection until join_timeout_ms) and waits for
+ * WELCOME. welcome (may be NULL) is filled with what the joiner needs (snapshot included); for
+ * the first peer with id 0, round 0 and the config's topology. Errors: HS_EINVAL (config),
+ * HS_ETLS (credentials), HS_EMISMATCH / HS_EAUTH (refused, with the peer's reason),
+ * HS_ETIMEDOUT, HS_ECONNREFUSED, system errors from listen. */
+int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome);
+
+/* The exchange the algorithms use; owned by net, valid until hs_net_free. */
+hs_exchange *hs_net_exchange(hs_net *net);
+
+uint32_t hs_net_self(const hs_net *net);
+int hs_net_listen_port(const hs_net *net);
+
+/* Publishes the application's snapshot (model + algorithm state, opaque) at round; a reference
+ * is taken on success. WELCOMEs to joiners carry the latest one. */
+int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot);
+/* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
+ * should publish at its next safe point. */
+int hs_net_snapshot_wanted(hs_net *net);
+
+/* The newest member list this peer knows (which may take effect at a later round), owned by the
+ * caller (free()). *version and *eff_round may be NULL. */
+int hs_net_members(hs_net *net, hs_net_member **out, int *n, uint64_t *version,
+                   uint64_t *eff_round);
+/* Waits until the newest member list has at least n members; HS_ETIMEDOUT. */
+int hs_net_wait_members(hs_net *net, int n, int timeout_ms);
+
+typedef struct hs_net_stats {
+    hs_exchange_stats ex; /* DATA frames: payload plus framing */
+    uint64_t frames_sent, frames_recv, bytes_sent, bytes_recv; /* all frames */
+    uint64_t dropped_emulated; /* DATA frames dropped by loss emulation */
+    uint64_t dropped_late;     /* DATA dropped from the mailbox (unclaimed, or over a cap) */
+    uint64_t conns_accepted, conns_refused, conns_malformed;
+    uint64_t peers_dead; /* peers this peer declared dead */
+    uint64_t version;    /* membership version in force at the newest round */
+    int n_members;       /* in the newest member list */
+    int n_conns;         /* authenticated connections */
+} hs_net_stats;
+void hs_net_stats_get(hs_net *net, hs_net_stats *out);
+
+/* Heartbeat ping-pong with a connected peer: the round-trip time in microseconds. */
+int hs_net_ping(hs_net *net, uint32_t peer, int timeout_ms, double *rtt_us);
+
+/* Graceful leave: flushes what is queued, sends BYE to every connected peer (the others
+ * re-weight at once), closes and stops the loop. Call after finishing the current round.
+ * HS_ETIMEDOUT when the queues did not drain in time (the connections are closed anyway). */
+int hs_net_leave(hs_net *net, int timeout_ms);
+
+/* Stops (without BYE if hs_net_leave was not called) and frees. Accepts NULL. */
+void hs_net_free(hs_net *net);
+
+/* "secret", "cert" or "insecure". */
+const char *hs_net_security_name(hs_net_security s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,475 @@
+/* In-process tests of the peer runtime: several hs_net peers in one process on 127.0.0.1 (port
+ * 0), each with its own loop thread, driven through hs_exchange. Join and WELCOME content,
+ * exchange of rounds, refusals (mismatch, wrong secret), crash and leave handling with
+ * re-weighting, send-side limits, loss emulation and ping. Every wait is bounded. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hearsay/error.h"
+#include "hearsay/exchange.h"
+#include "hearsay/net.h"
+
+static char secret_path[64], secret2_path[64];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_secret(char *path, const char *content) {
+    strcpy(path, "/tmp/hs-test-secret-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+    close(fd);
+}
+
+static int setup(void **state) {
+    (void)state;
+    write_secret(secret_path, "correct horse battery staple 1234");
+    write_secret(secret2_path, "another secret entirely, not ours");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(secret_path);
+    unlink(secret2_path);
+    return 0;
+}
+
+static void base_cfg(hs_net_config *c, hs_net_security sec) {
+    hs_net_config_init(c);
+    c->security = sec;
+    c->secret_file = secret_path;
+    c->algo = "choco";
+    c->codec = "none";
+    c->model_sig = "test";
+    c->n_params = 4;
+    c->topo_spec = "ring";
+    c->peer_timeout_ms = 800;
+    c->handshake_timeout_ms = 2000;
+    c->join_timeout_ms = 5000;
+    c->snapshot_timeout_ms = 500;
+    c->change_delay_ms = 50;
+    c->max_frame = 1 << 20;
+}
+
+static char boot[64];
+
+static hs_net *start_first(hs_net_config *c) {
+    hs_net *net;
+    int err = hs_net_start(&net, c, NULL);
+    if (err < 0)
+        fprintf(stderr, "start: %s\n", hs_error_message());
+    assert_int_equal(err, 0);
+    snprintf(boot, sizeof(boot), "127.0.0.1:%d", hs_net_listen_port(net));
+    return net;
+}
+
+static hs_net *join(hs_net_config *c, hs_net_welcome *w) {
+    hs_net *net;
+    c->bootstrap = boot;
+    int err = hs_net_start(&net, c, w);
+    if (err < 0)
+        fprintf(stderr, "join: %s\n", hs_error_message());
+    assert_int_equal(err, 0);
+    return net;
+}
+
+static hs_buf *vec(float v, size_t n) {
+    hs_buf *b;
+    assert_int_equal(hs_buf_new(&b, n * 4), 0);
+    for (size_t i = 0; i < n; i++)
+        hs_buf_append(b, &v, 4);
+    return b;
+}
+
+/* One synchronous averaging round on every peer in turn: all sends first, then all recvs. */
+static void exchange_round(hs_net **nets, int n, uint64_t r, float *x) {
+    hs_peer_view v[8];
+    for (int i = 0; i < n; i++) {
+        hs_exchange *ex = hs_net_exchange(nets[i]);
+        assert_int_equal(ex->ops->view(ex, r, &v[i]), 0);
+        hs_buf *b = vec(x[i], 4);
+        for (int k = 0; k < v[i].n_out; k++)
+            assert_int_equal(ex->ops->send(ex, v[i].out[k].id, r, b), 0);
+        hs_buf_unref(b);
+    }
+    float nx[8];
+    for (int i = 0; i < n; i++) {
+        hs_exchange *ex = hs_net_exchange(nets[i]);
+        assert_int_equal(ex->ops->view(ex, r, &v[i]), 0);
+        nx[i] = (float)v[i].self_w * x[i];
+        for (int k = 0; k < v[i].n_in; k++) {
+            hs_buf *in = NULL;
+            int err = ex->ops->recv(ex, v[i].in[k].id, r, 3000, &in);
+            if (err < 0)
+                fprintf(stderr, "recv: %s\n", hs_error_message());
+            assert_int_equal(err, 0);
+            assert_int_equal(in->len, 16);
+            float y;
+            memcpy(&y, in->data + 12, 4);
+            nx[i] += (float)v[i].in[k].w * y;
+            hs_buf_unref(in);
+        }
+    }
+    memcpy(x, nx, (size_t)n * sizeof(float));
+}
+
+static void test_join_and_exchange(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_SECRET);
+    c.app_config = "{\"lr\":0.05}";
+    hs_net *nets[3];
+    nets[0] = start_first(&c);
+    assert_int_equal(hs_net_self(nets[0]), 0);
+    hs_buf *snap = vec(42, 8);
+    assert_int_equal(hs_net_publish_snapshot(nets[0], 0, snap), 0);
+    hs_buf_unref(snap);
+    hs_net_welcome w;
+    hs_net_config j = c;
+    j.app_config = NULL;
+    j.topo_spec = "complete"; /* the run's topology comes from WELCOME */
+    nets[1] = join(&j, &w);
+    assert_int_equal(w.self, 1);
+    assert_string_equal(w.topo_spec, "ring");
+    assert_non_null(w.app_config);
+    assert_string_equal(w.app_config, "{\"lr\":0.05}");
+    assert_non_null(w.snapshot);
+    assert_int_equal(w.snapshot->len, 32);
+    float f;
+    memcpy(&f, w.snapshot->data, 4);
+    assert_true(f == 42);
+    assert_int_equal(w.n_members, 2);
+    uint64_t r0 = w.join_round;
+    hs_net_welcome_clear(&w);
+    nets[2] = join(&j, &w);
+    assert_int_equal(w.self, 2);
+    assert_true(w.join_round >= r0);
+    r0 = w.join_round;
+    hs_net_welcome_clear(&w);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(hs_net_wait_members(nets[i], 3, 3000), 0);
+    /* All three see the same version in force from the same round. */
+    uint64_t eff[3], ver[3];
+    for (int i = 0; i < 3; i++) {
+        hs_net_member *m;
+        int n;
+        assert_int_equal(hs_net_members(nets[i], &m, &n, &ver[i], &eff[i]), 0);
+        assert_int_equal(n, 3);
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(m[k].id, (uint32_t)k);
+        free(m);
+    }
+    assert_true(ver[0] == ver[1] && ver[1] == ver[2] && eff[0] == eff[1] && eff[1] == eff[2]);
+    if (eff[0] > r0)
+        r0 = eff[0];
+    float x[3] = {0, 3, 6};
+    for (uint64_t r = r0; r < r0 + 30; r++)
+        exchange_round(nets, 3, r, x);
+    for (int i = 0; i < 3; i++)
+        assert_true(x[i] > 2.999f && x[i] < 3.001f);
+    hs_exchange_stats st;
+    hs_exchange *ex = hs_net_exchange(nets[0]);
+    ex->ops->stats(ex, &st);
+    assert_true(st.msgs_recv == 60 && st.bytes_recv == 60 * (16 + 24));
+    /* ping */
+    double rtt = 0;
+    assert_int_equal(hs_net_ping(nets[0], 1, 2000, &rtt), 0);
+    assert_true(rtt > 0 && rtt < 1e6);
+    for (int i = 2; i >= 0; i--) {
+        assert_int_equal(hs_net_leave(nets[i], 2000), 0);
+        hs_net_free(nets[i]);
+    }
+}
+
+static void test_mismatch_refused(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_INSECURE);
+    hs_net *a = start_first(&c);
+    hs_net_config j = c;
+    j.algo = "sgp";
+    hs_net *b;
+    j.bootstrap = boot;
+    assert_int_equal(hs_net_start(&b, &j, NULL), HS_EMISMATCH);
+    assert_non_null(strstr(hs_error_message(), "runs algo sgp, this run uses choco"));
+    j = c;
+    j.n_params = 5;
+    j.bootstrap = boot;
+    assert_int_equal(hs_net_start(&b, &j, NULL), HS_EMISMATCH);
+    assert_non_null(strstr(hs_error_message(), "parameters"));
+    j = c;
+    j.run_id = "other-run";
+    j.bootstrap = boot;
+    assert_int_equal(hs_net_start(&b, &j, NULL), HS_EMISMATCH);
+    assert_non_null(strstr(hs_error_message(), "belongs to run 'other-run'"));
+    hs_net_stats st;
+    hs_net_stats_get(a, &st);
+    assert_true(st.conns_refused >= 3);
+    assert_int_equal(st.n_members, 1);
+    hs_net_free(a);
+}
+
+static void test_wrong_secret_refused(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_SECRET);
+    hs_net *a = start_first(&c);
+    hs_net_config j = c;
+    j.secret_file = secret2_path;
+    j.bootstrap = boot;
+    hs_net *b;
+    int err = hs_net_start(&b, &j, NULL);
+    assert_int_equal(err, HS_EAUTH);
+    assert_non_null(strstr(hs_error_message(), "TLS handshake failed"));
+    /* the server counted a refusal and nobody joined */
+    hs_net_stats st;
+    for (int i = 0; i < 100; i++) {
+        hs_net_stats_get(a, &st);
+        if (st.conns_refused)
+            break;
+        usleep(10000);
+    }
+    assert_true(st.conns_refused >= 1);
+    assert_int_equal(st.n_members, 1);
+    /* insecure against TLS is refused too (bounded by the handshake timeout) */
+    j = c;
+    j.security = HS_NET_INSECURE;
+    j.bootstrap = boot;
+    j.join_timeout_ms = 3000;
+    assert_true(hs_net_start(&b, &j, NULL) < 0);
+    hs_net_free(a);
+}
+
+static void test_crash_and_leave(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_INSECURE);
+    c.topo_spec = "complete";
+    hs_net *nets[4];
+    nets[0] = start_first(&c);
+    uint64_t r0 = 0;
+    for (int i = 1; i < 4; i++) {
+        hs_net_welcome w;
+        nets[i] = join(&c, &w);
+        hs_net_welcome_clear(&w);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(hs_net_wait_members(nets[i], 4, 3000), 0);
+    hs_net_member *m;
+    int n;
+    uint64_t eff;
+    assert_int_equal(hs_net_members(nets[3], &m, &n, NULL, &eff), 0);
+    free(m);
+    r0 = eff;
+    float x[4] = {0, 1, 2, 3};
+    for (uint64_t r = r0; r < r0 + 3; r++)
+        exchange_round(nets, 4, r, x);
+    /* Peer 2 crashes: freed without BYE (its sockets close, as with kill -9). */
+    hs_net_free(nets[2]);
+    double t0 = now_s();
+    hs_exchange *ex = hs_net_exchange(nets[1]);
+    hs_buf *in = NULL;
+    int err;
+    while ((err = ex->ops->recv(ex, 2, r0 + 3, 100, &in)) == HS_ETIMEDOUT && now_s() - t0 < 2)
+        ;
+    assert_int_equal(err, HS_ECONNRESET);
+    assert_true(now_s() - t0 < 1.0); /* within the peer timeout (0.8 s) and a tick */
+    /* The survivors agree on a 3-member list and re-weight: complete graph of 3. */
+    hs_net *alive[3] = {nets[0], nets[1], nets[3]};
+    uint64_t ver = 0;
+    for (int i = 0; i < 3; i++) {
+        double t1 = now_s();
+        for (;;) {
+            uint64_t v, e;
+            assert_int_equal(hs_net_members(alive[i], &m, &n, &v, &e), 0);
+            free(m);
+            if (n == 3) {
+                if (i == 0)
+                    ver = v, eff = e;
+                assert_true(v == ver && e == eff);
+                break;
+            }
+            assert_true(now_s() - t1 < 3);
+            usleep(5000);
+        }
+    }
+    double colsum[4] = {0};
+    for (int i = 0; i < 3; i++) {
+        hs_peer_view v;
+        hs_exchange *e = hs_net_exchange(alive[i]);
+        assert_int_equal(e->ops->view(e, eff, &v), 0);
+        assert_int_equal(v.n_members, 3);
+        assert_int_equal(v.n_in, 2);
+        double row = v.self_w;
+        colsum[v.self] += v.self_w;
+        for (int k = 0; k < v.n_in; k++) {
+            assert_int_not_equal(v.in[k].id, 2);
+            row += v.in[k].w;
+            colsum[v.in[k].id] += v.in[k].w;
+        }
+        assert_true(row > 1 - 1e-6 && row < 1 + 1e-6);
+    }
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            assert_true(colsum[i] > 1 - 1e-6 && colsum[i] < 1 + 1e-6);
+    float y[3] = {x[0], x[1], x[3]};
+    for (uint64_t r = eff; r < eff + 5; r++)
+        exchange_round(alive, 3, r, y);
+    /* Peer 3 leaves: recv from it fails at once, and the others drop it. */
+    assert_int_equal(hs_net_leave(nets[3], 2000), 0);
+    hs_net_free(nets[3]);
+    ex = hs_net_exchange(nets[0]);
+    t0 = now_s();
+    while ((err = ex->ops->recv(ex, 3, eff + 5, 100, &in)) == HS_ETIMEDOUT && now_s() - t0 < 2)
+        ;
+    assert_int_equal(err, HS_ECONNRESET);
+    assert_int_equal(hs_net_wait_members(nets[0], 2, 10), 0);
+    hs_net_free(nets[0]);
+    hs_net_free(nets[1]);
+}
+
+static void test_send_limits_and_loss(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_INSECURE);
+    c.max_frame = 4096;
+    c.max_buffered = 4096 * 3;
+    c.seed = 11;
+    hs_net *a = start_first(&c);
+    hs_net_config j = c;
+    j.seed = 12;
+    hs_net_welcome w;
+    hs_net *b = join(&j, &w);
+    hs_net_welcome_clear(&w);
+    assert_int_equal(hs_net_wait_members(a, 2, 3000), 0);
+    hs_exchange *ea = hs_net_exchange(a), *eb = hs_net_exchange(b);
+    hs_buf *big = vec(1, 1025), *ok = vec(1, 8);
+    assert_int_equal(ea->ops->send(ea, 1, 1, big), HS_EINVAL); /* over max_frame */
+    assert_int_equal(ea->ops->send(ea, 7, 1, ok), HS_EINVAL);  /* not a member */
+    assert_int_equal(ea->ops->send(ea, 1, 5, ok), 0);
+    assert_int_equal(ea->ops->send(ea, 1, 5, ok), HS_EINVAL); /* round again */
+    assert_int_equal(ea->ops->send(ea, 1, 4, ok), HS_EINVAL); /* older round */
+    hs_buf *in;
+    assert_int_equal(eb->ops->recv(eb, 0, 5, 2000, &in), 0);
+    hs_buf_unref(in);
+    /* a lost round is reported as soon as a later one arrives, not after the timeout */
+    assert_int_equal(ea->ops->send(ea, 1, 7, ok), 0);
+    double t0 = now_s();
+    assert_int_equal(eb->ops->recv(eb, 0, 6, 2000, &in), HS_ETIMEDOUT);
+    assert_true(now_s() - t0 < 1.5);
+    hs_buf_unref(big);
+    hs_buf_unref(ok);
+    hs_net_free(b);
+    hs_net_free(a);
+
+    /* Loss emulation: about half of 200 DATA frames dropped, deterministic for a seed; the
+     * receiver learns each loss from the next round, without waiting for its timeout. */
+    c.emulate.loss = 0.5;
+    c.max_buffered = 0;
+    a = start_first(&c);
+    j = c;
+    j.emulate.loss = 0;
+    b = join(&j, &w);
+    hs_net_welcome_clear(&w);
+    assert_int_equal(hs_net_wait_members(a, 2, 3000), 0);
+    ea = hs_net_exchange(a);
+    eb = hs_net_exchange(b);
+    ok = vec(2, 8);
+    for (uint64_t r = 1; r <= 200; r++)
+        assert_int_equal(ea->ops->send(ea, 1, r, ok), 0);
+    hs_buf *last = vec(3, 8);
+    assert_int_equal(ea->ops->send(ea, 1, 1000, last), 0);
+    int got = 0;
+    t0 = now_s();
+    for (uint64_t r = 1; r <= 200; r++) {
+        int err = eb->ops->recv(eb, 0, r, 3000, &in);
+        if (err == 0) {
+            got++;
+            hs_buf_unref(in);
+        } else {
+            assert_int_equal(err, HS_ETIMEDOUT);
+        }
+    }
+    assert_true(now_s() - t0 < 5);
+    hs_net_stats st;
+    hs_net_stats_get(a, &st);
+    assert_true(got > 60 && got < 140);
+    /* the round-1000 frame may itself be dropped */
+    assert_true((uint64_t)got + st.dropped_emulated == 200 ||
+                (uint64_t)got + st.dropped_emulated == 201);
+    hs_buf_unref(ok);
+    hs_buf_unref(last);
+    hs_net_free(b);
+    hs_net_free(a);
+}
+
+static void test_emulated_delay(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_INSECURE);
+    assert_int_equal(hs_net_emulation_parse("delay=40ms", &c.emulate), 0);
+    hs_net *a = start_first(&c);
+    hs_net_config j = c;
+    memset(&j.emulate, 0, sizeof(j.emulate));
+    hs_net_welcome w;
+    hs_net *b = join(&j, &w);
+    hs_net_welcome_clear(&w);
+    assert_int_equal(hs_net_wait_members(a, 2, 3000), 0);
+    double rtt;
+    assert_int_equal(hs_net_ping(a, 1, 2000, &rtt), 0);
+    assert_true(rtt >= 40000 && rtt < 500000);
+    assert_int_equal(hs_net_ping(b, 0, 2000, &rtt), 0);
+    assert_true(rtt >= 40000);
+    hs_net_free(b);
+    hs_net_free(a);
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    hs_net_config c;
+    hs_net *n;
+    base_cfg(&c, HS_NET_SECRET);
+    c.secret_file = "/nonexistent/secret";
+    assert_int_equal(hs_net_start(&n, &c, NULL), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "/nonexistent/secret"));
+    base_cfg(&c, HS_NET_CERT);
+    assert_int_equal(hs_net_start(&n, &c, NULL), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "--ca"));
+    base_cfg(&c, HS_NET_INSECURE);
+    c.max_frame = (size_t)1 << 30;
+    assert_int_equal(hs_net_start(&n, &c, NULL), HS_EINVAL);
+    base_cfg(&c, HS_NET_INSECURE);
+    c.listen = "localhost:0";
+    assert_int_equal(hs_net_start(&n, &c, NULL), HS_EINVAL);
+    base_cfg(&c, HS_NET_INSECURE);
+    c.bootstrap = "127.0.0.1:1"; /* nobody there: retried until the join timeout */
+    c.join_timeout_ms = 300;
+    double t0 = now_s();
+    assert_int_equal(hs_net_start(&n, &c, NULL), HS_ETIMEDOUT);
+    assert_true(now_s() - t0 < 3);
+    hs_net_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_join_and_exchange),    cmocka_unit_test(test_mismatch_refused),
+        cmocka_unit_test(test_wrong_secret_refused), cmocka_unit_test(test_crash_and_leave),
+        cmocka_unit_test(test_send_limits_and_loss), cmocka_unit_test(test_emulated_delay),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
