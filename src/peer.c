@@ -172,32 +172,30 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
     memset(ck, 0, sizeof(*ck));
     FILE *f = fopen(path, "rb");
     if (!f) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0 || n > (1L << 34)) {
-        fclose(f);
-        return hs__err(HS_EFORMAT, "%s: unreadable size", path);
+    uint8_t *d = NULL;
+    int err = 0;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || n > (1L << 34) || fseek(f, 0, SEEK_SET) != 0) {
+        err = hs__err(HS_EFORMAT, "%s: unreadable size", path);
+        goto fail;
     }
-    uint8_t *d = malloc(n ? (size_t)n : 1);
-    if (!d || fread(d, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(d);
-        return hs__err(HS_EIO, "%s: cannot read", path);
+    if (!(d = malloc(n ? (size_t)n : 1)) || fread(d, 1, (size_t)n, f) != (size_t)n) {
+        err = hs__err(HS_EIO, "%s: cannot read", path);
+        goto fail;
     }
-    fclose(f);
     const uint8_t *p = d, *end = d + n;
 #define NEED(k)                                                                                    \
     do {                                                                                           \
         if ((size_t)(end - p) < (size_t)(k)) {                                                     \
-            free(d);                                                                               \
-            return hs__err(HS_EFORMAT, "%s: truncated", path);                                     \
+            err = hs__err(HS_EFORMAT, "%s: truncated", path);                                      \
+            goto fail;                                                                             \
         }                                                                                          \
     } while (0)
     NEED(24);
     if (memcmp(p, CK_MAGIC, 4) != 0) {
-        free(d);
-        return hs__err(HS_EFORMAT, "%s: not a hearsay checkpoint", path);
+        err = hs__err(HS_EFORMAT, "%s: not a hearsay checkpoint", path);
+        goto fail;
     }
     uint32_t ver, sl, nm;
     memcpy(&ver, p + 4, 4);
@@ -206,22 +204,22 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
     memcpy(&sl, p + 20, 4);
     p += 24;
     if (ver != CK_VERSION) {
-        free(d);
-        return hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", path, ver, CK_VERSION);
+        err = hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", path, ver, CK_VERSION);
+        goto fail;
     }
     NEED(sl);
     if (sl != strlen(sig) || memcmp(p, sig, sl) != 0) {
-        free(d);
-        return hs__err(HS_EMISMATCH, "%s: saved for model %.*s, this run uses %s", path,
-                       (int)(sl > 100 ? 100 : sl), (const char *)p, sig);
+        err = hs__err(HS_EMISMATCH, "%s: saved for model %.*s, this run uses %s", path,
+                      (int)(sl > 100 ? 100 : sl), (const char *)p, sig);
+        goto fail;
     }
     p += sl;
     NEED(4);
     memcpy(&nm, p, 4);
     p += 4;
     if (nm > 1u << 16) {
-        free(d);
-        return hs__err(HS_EFORMAT, "%s: %u members", path, nm);
+        err = hs__err(HS_EFORMAT, "%s: %u members", path, nm);
+        goto fail;
     }
     for (uint32_t i = 0; i < nm; i++) {
         uint16_t al;
@@ -242,21 +240,26 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
     memcpy(&slen, p, 8);
     memcpy(&crc, p + 8, 4);
     p += 12;
-    if (slen != (uint64_t)(end - p)) {
-        free(d);
-        return hs__err(HS_EFORMAT, "%s: truncated (state of %llu bytes, %zu present)", path,
-                       (unsigned long long)slen, (size_t)(end - p));
-    }
 #undef NEED
-    if ((uint32_t)crc32(0L, p, (uInt)slen) != crc) {
-        free(d);
-        return hs__err(HS_EFORMAT, "%s: checksum mismatch (corrupt)", path);
+    if (slen != (uint64_t)(end - p)) {
+        err = hs__err(HS_EFORMAT, "%s: truncated (state of %llu bytes, %zu present)", path,
+                      (unsigned long long)slen, (size_t)(end - p));
+        goto fail;
     }
+    if ((uint32_t)crc32(0L, p, (uInt)slen) != crc) {
+        err = hs__err(HS_EFORMAT, "%s: checksum mismatch (corrupt)", path);
+        goto fail;
+    }
+    fclose(f);
     ck->data = d;
     ck->len = (size_t)n;
     ck->state = p;
     ck->state_len = (size_t)slen;
     return 0;
+fail:
+    fclose(f);
+    free(d);
+    return err;
 }
 
 /* The newest valid checkpoint in dir; corrupt or foreign ones are reported and skipped.
@@ -281,7 +284,7 @@ static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
             }
     for (int i = 0; i < n; i++) {
         char p[4096];
-        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;
         if (read_checkpoint(p, sig, ck) == 0) {
             HS_LOGI("resuming from %s (round %llu)", p, (unsigned long long)ck->round);
             return 0;
@@ -292,6 +295,16 @@ static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
 }
 
 /* ---------------------------------------------------------------- the run */
+
+/* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
+ * command line (srun, mpirun) and still write its own files. */
+static int expand_id(const char *in, uint32_t id, char *out, size_t cap) {
+    const char *at = strstr(in, "{id}");
+    int n = at ? snprintf(out, cap, "%.*s%u%s", (int)(at - in), in, id, at + 4)
+               : snprintf(out, cap, "%s", in);
+    if (n < 0 || (size_t)n >= cap) return hs__err(HS_EINVAL, "path too long: %s", in);
+    return 0;
+}
 
 static int publish_snapshot(hs_net *net, hs_trainer *t, uint64_t round) {
     hs_buf *b;
@@ -388,7 +401,10 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     /* Peers that waited for each other run `rounds` rounds from their common start; others
      * end at the job's global round `rounds`. */
     long end_round = cfg->rounds + (cfg->wait_peers > 1 ? (long)r : 0);
-    if (cfg->metrics && (err = hs_jsonl_open(&metrics, cfg->metrics, cfg->resume)) < 0) goto out;
+    char path[4096];
+    if (cfg->metrics && ((err = expand_id(cfg->metrics, self, path, sizeof(path))) < 0 ||
+                         (err = hs_jsonl_open(&metrics, path, cfg->resume)) < 0))
+        goto out;
     hs_exchange *ex = hs_net_exchange(net);
     if (!cfg->quiet)
         HS_LOGI("starting at round %llu, ending at round %ld: shard %d of %d (%zu examples), %s, %s",
@@ -468,7 +484,9 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         res->bytes_recv = ns.ex.bytes_recv;
     }
     res->last_round = r;
-    if (cfg->save && (err = hs_trainer_write_params(t, cfg->save)) < 0) goto out;
+    if (cfg->save && ((err = expand_id(cfg->save, self, path, sizeof(path))) < 0 ||
+                      (err = hs_trainer_write_params(t, path)) < 0))
+        goto out;
     res->test_acc = test_acc;
     res->test_loss = test_loss;
     res->wall_s = now_s() - t0;

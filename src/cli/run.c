@@ -54,7 +54,7 @@ static const hs_cli_opt run_opts[] = {
     {"checkpoint-dir", R_CK_DIR, "DIR", "write checkpoints to DIR"},
     {"checkpoint-every", R_CK_EVERY, "K", "rounds between checkpoints (default: 100)"},
     {"resume", R_RESUME, NULL, "restart from the newest valid checkpoint and rejoin"},
-    {"save", R_SAVE, "FILE", "write the final model to FILE (raw little-endian float32)"},
+    {"save", R_SAVE, "FILE", "write the final model to FILE (raw float32); {id} becomes the peer id"},
     {NULL, 0, NULL, NULL},
 };
 

@@ -41,7 +41,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {"seed", RO_SEED, "N", "seed of initialisation, sharding, batches, compression (default: 1)"},
     {"threads", RO_THREADS, "N", "CPU threads for BLAS (default: 1)"},
     {"device", RO_DEVICE, "D", "cpu or cuda (default: cpu)"},
-    {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE"},
+    {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE ({id}: the peer id, for run)"},
     {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},
     {"quiet", RO_QUIET, NULL, "print only the final summary"},
     {NULL, 0, NULL, NULL},
