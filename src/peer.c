@@ -383,6 +383,9 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
                 hs_trainer_steps(t));
     }
     uint64_t r = w.join_round;
+    /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
+     * publish before waiting for the others, or their joins stall. */
+    if ((err = publish_snapshot(net, t, r)) < 0) goto out;
     if (cfg->wait_peers > 1) {
         if ((err = hs_net_wait_members(net, cfg->wait_peers, cfg->wait_timeout_ms)) < 0) {
             hs__err_prefix(err, "waiting for %d peers", cfg->wait_peers);

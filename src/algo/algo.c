@@ -244,6 +244,10 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
 
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload) {
     int err = ex->ops->send(ex, to, r, payload);
+    if (err == HS_ECONNRESET) {
+        HS_LOGD("round %llu: peer %u is gone; its message is not sent", (unsigned long long)r, to);
+        return 1;
+    }
     if (err < 0) return err;
     a->stats.bytes_sent += payload->len;
     return 0;
@@ -435,7 +439,7 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
             continue;
         }
         if (!full && (err = hs__payload_full(a, &full, a->own, a->d)) < 0) break;
-        if ((err = hs__algo_send(a, ex, n->id, r, full)) >= 0) n->sent_full = 1;
+        if ((err = hs__algo_send(a, ex, n->id, r, full)) == 0) n->sent_full = 1;
     }
     hs_buf_unref(full);
     return err;

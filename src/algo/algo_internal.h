@@ -77,7 +77,9 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
 /* The table entry of neighbour id, or NULL. */
 hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id);
 
-/* Sends payload (one reference taken per send) to `to` and counts it. */
+/* Sends payload (one reference taken per send) to `to` and counts it. Returns 1 when the
+ * neighbour is gone (the exchange's HS_ECONNRESET): the message was not sent, and the caller
+ * decides what becomes of it (synchronous algorithms drop it; SGP keeps the share's mass). */
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload);
 
 /* A payload starting with `type`, with room for `reserve` more bytes; the caller owns one

@@ -23,7 +23,7 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
 out:
     hs_buf_unref(msg);
-    return err;
+    return err < 0 ? err : 0;
 }
 
 typedef struct mix_ctx {

@@ -28,6 +28,8 @@ typedef struct sender {
 } sender;
 
 typedef struct sgp_state {
+    uint64_t first_round; /* the first round this peer ran; no view exists before it */
+    int started;
     float *z;     /* x / w, the evaluation point */
     float *res;   /* decoded share, for the compression residual and the disagreement */
     sender *snd;
@@ -136,6 +138,10 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
 
 static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
+    if (!s->started) {
+        s->first_round = r;
+        s->started = 1;
+    }
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
     if (err < 0) return err;
@@ -157,16 +163,20 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             hs_buf_unref(msg);
             return err;
         }
-        if (!s->lossless) {
-            memset(s->res, 0, sizeof(float) * d);
-            if ((err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self, r,
-                                              s->res, d, 1.0f)) < 0) {
-                hs_buf_unref(msg);
-                return err;
-            }
-            for (size_t k = 0; k < d; k++) keep[k] = keep[k] + (share[k] - s->res[k]);
-        }
         err = hs__algo_send(a, ex, v.out[i].id, r, msg);
+        if (err == 1) {
+            /* The out-neighbour is gone: its share stays here, mass and all. */
+            for (size_t k = 0; k < d; k++) keep[k] = keep[k] + share[k];
+            w_keep += wj;
+            err = 0;
+        } else if (err == 0 && !s->lossless) {
+            /* The compression error p x - C(p x) stays with the sender. */
+            memset(s->res, 0, sizeof(float) * d);
+            err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self, r, s->res,
+                                         d, 1.0f);
+            if (err == 0)
+                for (size_t k = 0; k < d; k++) keep[k] = keep[k] + (share[k] - s->res[k]);
+        }
         hs_buf_unref(msg);
         if (err < 0) return err;
     }
@@ -195,7 +205,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         if (n < s->cap_msgs) break;
     }
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
-    if (a->cfg.staleness > 0 && r >= (uint64_t)a->cfg.staleness) {
+    if (a->cfg.staleness > 0 && r >= s->first_round + (uint64_t)a->cfg.staleness) {
         uint64_t old = r - (uint64_t)a->cfg.staleness;
         hs_peer_view ov;
         if ((err = ex->ops->view(ex, old, &ov)) < 0) return err;
