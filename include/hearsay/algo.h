@@ -82,6 +82,10 @@ const char *hs_algo_compressor_name(const hs_algo *a);
  * returned in a buffer owned by a, valid until the next call). */
 const float *hs_algo_eval_point(hs_algo *a, const float *x);
 
+/* The inverse of hs_algo_eval_point: turns an evaluation point z (in place, d floats) into the
+ * algorithm's x (x = w z for SGP; nothing for the others). */
+void hs_algo_from_eval_point(hs_algo *a, float *z);
+
 /* Start of round r: x is the current model (before this round's local steps). */
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
 

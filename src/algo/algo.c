@@ -117,6 +117,12 @@ const float *hs_algo_eval_point(hs_algo *a, const float *x) {
     return a->ops->eval_point ? a->ops->eval_point(a, x) : x;
 }
 
+void hs_algo_from_eval_point(hs_algo *a, float *z) {
+    if (a->cfg.kind != HS_ALGO_SGP) return;
+    float w = (float)a->w;
+    for (size_t k = 0; k < a->d; k++) z[k] = z[k] * w;
+}
+
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return a->ops->begin ? a->ops->begin(a, ex, r, x) : 0;
 }

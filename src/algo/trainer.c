@@ -21,16 +21,20 @@ struct hs_trainer {
     hs_batcher *batch;
     hs_algo *algo;
     size_t d;
-    int split_eval;     /* the gradient is taken somewhere else than x (SGP's x / w) */
-    float *x_host;      /* the algorithm's x */
-    float *x_dev;       /* the optimizer's x, in backend memory */
-    int own_host, own_dev;
+    /* The optimizer always steps the model's parameters, which hold the evaluation point:
+     * x itself, or for SGP z = x / w. Stepping z rather than x keeps the step size independent
+     * of the push-sum weight (a peer whose weight shrinks, next to a straggler, would otherwise
+     * take steps of lr / w on z and diverge), as the reference implementation does by
+     * de-biasing the parameters around each gossip step. */
+    int split_eval;
+    float *x_host; /* the algorithm's x: the parameters themselves on a host backend without
+                      split_eval, else a copy synchronised at the round's phase boundaries */
+    int own_host;
     long steps;
 };
 
 void hs_trainer_free(hs_trainer *t) {
     if (!t) return;
-    if (t->own_dev) hs_be_free(t->be, t->x_dev);
     if (t->own_host) free(t->x_host);
     hs_algo_free(t->algo);
     hs_batcher_free(t->batch);
@@ -57,29 +61,16 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         goto fail;
     t->split_eval = acfg->kind == HS_ALGO_SGP;
     float *params = hs_model_params(t->model);
-    if (be->host_memory) {
-        if (t->split_eval) {
-            if ((err = hs_be_alloc_f(be, t->d, &t->x_dev)) < 0) goto fail;
-            t->own_dev = 1;
-            memcpy(t->x_dev, params, sizeof(float) * t->d);
-        } else {
-            t->x_dev = params;
-        }
-        t->x_host = t->x_dev;
+    if (be->host_memory && !t->split_eval) {
+        t->x_host = params;
     } else {
-        if (t->split_eval) {
-            if ((err = hs_be_alloc_f(be, t->d, &t->x_dev)) < 0) goto fail;
-            t->own_dev = 1;
-            if ((err = hs_be_copy_f(be, t->x_dev, params, t->d)) < 0) goto fail;
-        } else {
-            t->x_dev = params;
-        }
         if (!(t->x_host = malloc(sizeof(float) * t->d))) {
             err = hs__err(HS_ENOMEM, "trainer: out of memory");
             goto fail;
         }
         t->own_host = 1;
-        if ((err = hs_be_download(be, t->x_host, t->x_dev, sizeof(float) * t->d)) < 0) goto fail;
+        /* w starts at 1: x = z = the initial parameters. */
+        if ((err = hs_be_download(be, t->x_host, params, sizeof(float) * t->d)) < 0) goto fail;
     }
     if ((err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) goto fail;
     *out = t;
@@ -89,23 +80,27 @@ fail:
     return err;
 }
 
-int hs_trainer_set_x(hs_trainer *t, const float *x) {
-    if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
-    if (!t->be->host_memory)
-        return hs_be_upload(t->be, t->x_dev, t->x_host, sizeof(float) * t->d);
+/* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
+static int stage_params(hs_trainer *t) {
+    float *params = hs_model_params(t->model);
+    if (params == t->x_host) return 0;
+    const float *p = hs_algo_eval_point(t->algo, t->x_host);
+    return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
+}
+
+/* The reverse after the local steps: x from the parameters (x = w z for SGP). */
+static int unstage_params(hs_trainer *t) {
+    float *params = hs_model_params(t->model);
+    if (params == t->x_host) return 0;
+    int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
+    if (err < 0) return err;
+    hs_algo_from_eval_point(t->algo, t->x_host);
     return 0;
 }
 
-/* Puts the evaluation point into the model's parameters, when it is not already there. */
-static int stage_eval_point(hs_trainer *t) {
-    if (!t->split_eval) return 0;
-    const float *p = hs_algo_eval_point(t->algo, t->x_host);
-    float *params = hs_model_params(t->model);
-    if (t->be->host_memory) {
-        memcpy(params, p, sizeof(float) * t->d);
-        return 0;
-    }
-    return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
+int hs_trainer_set_x(hs_trainer *t, const float *x) {
+    if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
+    return stage_params(t);
 }
 
 int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r) {
@@ -123,14 +118,15 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     double t0 = now_s(), loss = 0;
     int samples = 0, err;
     float lr = 0;
+    if ((err = stage_params(t)) < 0) return err;
+    float *params = hs_model_params(t->model);
     for (int h = 0; h < t->cfg.local_steps; h++) {
         const float *bx;
         const int32_t *by;
         int bs = hs_batcher_next(t->batch, &bx, &by);
         hs_step_stats ss;
-        if ((err = stage_eval_point(t)) < 0) return err;
         if ((err = hs_model_grad(t->model, bx, by, bs, &ss)) < 0) return err;
-        if ((err = hs_optim_step(t->opt, t->x_dev, hs_model_grads(t->model), t->steps, &lr)) < 0)
+        if ((err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
             return err;
         t->steps++;
         if (!isfinite(ss.loss))
@@ -138,11 +134,8 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
                            t->steps);
         loss += ss.loss;
         samples += bs;
-        /* SGP's next evaluation point needs the updated x on the host. */
-        if (!t->be->host_memory && (t->split_eval || h + 1 == t->cfg.local_steps) &&
-            (err = hs_be_download(t->be, t->x_host, t->x_dev, sizeof(float) * t->d)) < 0)
-            return err;
     }
+    if ((err = unstage_params(t)) < 0) return err;
     if (st) {
         st->loss = loss / t->cfg.local_steps;
         st->samples = samples;
@@ -159,8 +152,8 @@ int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r) {
 int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r) {
     int err = hs_algo_pull(t->algo, ex, r, t->x_host);
     if (err < 0) return err;
-    if (!t->be->host_memory)
-        return hs_be_upload(t->be, t->x_dev, t->x_host, sizeof(float) * t->d);
+    /* The parameters are brought up to date where they are next needed (the local steps,
+     * evaluation), so that a round's mixing is not followed by a copy it does not need. */
     return 0;
 }
 
@@ -173,7 +166,7 @@ int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats 
 }
 
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy) {
-    int err = stage_eval_point(t);
+    int err = stage_params(t);
     if (err < 0) return err;
     return hs_model_evaluate(t->model, ds, loss, accuracy);
 }

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Acceptance runs of the algorithms through the real binary. Usage: test_algo_cli.sh HEARSAY CASE
+# Every command is bounded by `timeout`; background peers are killed by PID on exit.
+set -uo pipefail
+hs=$1
+case=$2
+data=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+need_data() {
+    [[ -f $data/train-images-idx3-ubyte.gz ]] || {
+        echo "skip: $data not installed (package dataset-fashion-mnist)"
+        exit 77
+    }
+}
+# A loopback address of its own per test process, so parallel tests never share ports.
+ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
+
+case $case in
+choco-trains)
+    # 8 peers, CHOCO-SGD, top-1%, ring, IID shards: >= 85% test accuracy on every peer within
+    # 10 epochs.
+    need_data
+    timeout 600 "$hs" sim -n 8 --algo choco --compress topk:0.01 --topology ring --partition iid \
+        --epochs 10 --eval-every 1000000 >"$tmp/out" 2>&1 || fail "sim failed: $(tail -5 "$tmp/out")"
+    cat "$tmp/out"
+    min=$(sed -n 's/^final: .* min \([0-9.]*\)%.*/\1/p' "$tmp/out")
+    [[ -n $min ]] || fail "no final line"
+    awk -v a="$min" 'BEGIN { exit !(a >= 85.0) }' || fail "worst peer at $min% < 85%"
+    ;;
+dcd-refuses-topk)
+    timeout 30 "$hs" sim -n 4 --algo dcd --compress topk:0.01 --synthetic >"$tmp/out" 2>&1
+    rc=$?
+    [[ $rc -eq 2 ]] || fail "exit $rc, expected 2: $(cat "$tmp/out")"
+    grep -q "unbiased" "$tmp/out" || fail "no reason given: $(cat "$tmp/out")"
+    cat "$tmp/out"
+    timeout 30 "$hs" sim -n 4 --algo choco --topology onepeer-exp --synthetic >"$tmp/out" 2>&1
+    rc=$?
+    [[ $rc -eq 2 ]] || fail "choco on a directed graph: exit $rc, expected 2"
+    grep -q "undirected" "$tmp/out" || fail "no reason given: $(cat "$tmp/out")"
+    cat "$tmp/out"
+    ;;
+sgp-straggler-sim)
+    # One peer at 4x: the others progress at their own speed (virtual time).
+    timeout 300 "$hs" sim -n 8 --algo sgp --slowdown 4 --synthetic --subset 8000 --epochs 4 \
+        >"$tmp/out" 2>&1 || fail "sim failed: $(tail -5 "$tmp/out")"
+    line=$(grep '^final:' "$tmp/out")
+    echo "$line"
+    lo=$(sed -n 's/.*rounds per peer \([0-9]*\)\.\.\([0-9]*\).*/\1/p' <<<"$line")
+    hi=$(sed -n 's/.*rounds per peer \([0-9]*\)\.\.\([0-9]*\).*/\2/p' <<<"$line")
+    [[ $hi -ge $((2 * lo)) ]] || fail "fast peers did $hi rounds, the straggler $lo"
+    ;;
+sgp-straggler-net)
+    # The same over the network runtime: 4 processes, peer 0 at --slowdown 4, stopped together
+    # after a few seconds; the others must have done at least twice its rounds.
+    printf 'straggler-test-secret-0123456789abcdef' >"$tmp/secret"
+    chmod 600 "$tmp/secret"
+    common=(--secret-file "$tmp/secret" --algo sgp --synthetic --subset 4000 --test-subset 200
+        --batch 32 --rounds 1000000 --world 4 --wait-peers 4 --quiet)
+    "$hs" run --listen "$ip:7270" --slowdown 4 "${common[@]}" >"$tmp/p0.out" 2>"$tmp/p0.err" &
+    pids+=($!)
+    for i in 1 2 3; do
+        "$hs" run --listen "$ip:$((7270 + i))" --bootstrap "$ip:7270" "${common[@]}" \
+            >"$tmp/p$i.out" 2>"$tmp/p$i.err" &
+        pids+=($!)
+    done
+    for _ in $(seq 100); do
+        grep -q "starting at round" "$tmp"/p*.err 2>/dev/null && [[ $(grep -l "starting at round" "$tmp"/p*.err | wc -l) -eq 4 ]] && break
+        sleep 0.1
+    done
+    sleep 4
+    for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do
+        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    done
+    for i in 0 1 2 3; do
+        grep -q '^stopped: peer' "$tmp/p$i.out" || fail "peer $i did not stop cleanly: $(tail -3 "$tmp/p$i.err")"
+    done
+    cat "$tmp"/p*.out
+    slow=$(sed -n 's/.*rounds \([0-9]*\)\.\.\([0-9]*\),.*/\2 \1/p' "$tmp/p0.out" | awk '{ print $1 - $2 }')
+    for i in 1 2 3; do
+        fast=$(sed -n 's/.*rounds \([0-9]*\)\.\.\([0-9]*\),.*/\2 \1/p' "$tmp/p$i.out" | awk '{ print $1 - $2 }')
+        [[ $fast -ge $((2 * slow)) ]] || fail "peer $i did $fast rounds, the straggler $slow"
+    done
+    echo "ok: straggler $slow rounds, fast peers at least twice that"
+    ;;
+sim-equals-net)
+    # The same seeded synchronous run in the simulator and over the network runtime (4 TLS
+    # processes) ends with bit-identical parameters on every peer after 20 rounds.
+    printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
+    chmod 600 "$tmp/secret"
+    for algo in "choco topk:0.01" "dpsgd none"; do
+        set -- $algo
+        common=(--algo "$1" --compress "$2" --synthetic --subset 4000 --rounds 20 --seed 5 --quiet)
+        mkdir -p "$tmp/sim-$1"
+        timeout 120 "$hs" sim -n 4 "${common[@]}" --save-dir "$tmp/sim-$1" >/dev/null 2>&1 || fail "sim failed"
+        net=()
+        "$hs" run --listen "$ip:7280" --secret-file "$tmp/secret" --world 4 --wait-peers 4 \
+            "${common[@]}" --save "$tmp/net-$1-{id}.bin" >/dev/null 2>"$tmp/n0.err" &
+        net+=($!)
+        pids+=($!)
+        for i in 1 2 3; do
+            "$hs" run --listen "$ip:$((7280 + i))" --bootstrap "$ip:7280" --secret-file "$tmp/secret" \
+                --world 4 --wait-peers 4 "${common[@]}" --save "$tmp/net-$1-{id}.bin" >/dev/null 2>"$tmp/n$i.err" &
+            net+=($!)
+            pids+=($!)
+        done
+        for p in "${net[@]}"; do
+            timeout 120 tail --pid="$p" -f /dev/null || fail "a peer did not finish"
+            wait "$p" || fail "a peer failed: $(cat "$tmp"/n*.err | tail -5)"
+        done
+        for i in 0 1 2 3; do
+            cmp -s "$tmp/sim-$1/peer-$i.bin" "$tmp/net-$1-$i.bin" || fail "$1: peer $i differs between sim and network"
+        done
+        echo "ok: $1: 4 peers bit-identical after 20 rounds"
+    done
+    ;;
+*)
+    fail "unknown case $case"
+    ;;
+esac
+exit 0
