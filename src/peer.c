@@ -2,10 +2,13 @@
  * calling thread. Start or join, adopt the welcome snapshot, run rounds, log, publish snapshots
  * for joiners, checkpoint, leave with BYE. The training thread never touches a socket; the loop
  * thread never computes. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +297,75 @@ static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
     return hs__err(HS_ENOENT, "--resume: no valid checkpoint in %s", dir);
 }
 
+/* ---------------------------------------------------------------- rendezvous */
+
+/* The address others dial: the advertised or listen host (the host name when listening on a
+ * wildcard), with the port actually bound. */
+static void own_address(const hs_net_config *nc, hs_net *net, char *out, size_t cap) {
+    const char *src = nc->advertise ? nc->advertise : nc->listen;
+    char host[256];
+    const char *colon = strrchr(src, ':');
+    size_t hl = colon ? (size_t)(colon - src) : strlen(src);
+    if (hl >= sizeof(host)) hl = sizeof(host) - 1;
+    memcpy(host, src, hl);
+    host[hl] = '\0';
+    if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "::") || !host[0]) {
+        /* Listening everywhere: others dial this host's own address, resolved from its name
+         * (the runtime dials IP literals). */
+        char name[256];
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_INET;
+        snprintf(host, sizeof(host), "127.0.0.1");
+        if (gethostname(name, sizeof(name)) == 0 && getaddrinfo(name, NULL, &hints, &res) == 0 && res) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, host, sizeof(host));
+            freeaddrinfo(res);
+        }
+    }
+    int port = nc->advertise && colon ? atoi(colon + 1) : hs_net_listen_port(net);
+    snprintf(out, cap, "%s:%d", host, port);
+}
+
+static int write_rendezvous(const char *path, const char *run_id, const char *addr) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return hs__err(HS_EINVAL, "--rendezvous %s: path too long", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%s %s\n", run_id, addr) < 0 || fclose(f) != 0) {
+        if (f) fclose(f);
+        unlink(tmp);
+        return hs__err(HS_EIO, "--rendezvous %s: %s", path, strerror(errno));
+    }
+    /* Readers see the whole line or nothing. */
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        return hs__err(HS_EIO, "--rendezvous %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* Waits for the rendezvous file of this run (a stale file of another run id is ignored). */
+static int read_rendezvous(const char *path, const char *run_id, int timeout_ms, char *addr,
+                           size_t cap) {
+    double end = now_s() + timeout_ms / 1000.0;
+    while (!stop_requested) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char id[256], a[300];
+            int n = fscanf(f, "%255s %299s", id, a);
+            fclose(f);
+            if (n == 2 && !strcmp(id, run_id)) {
+                snprintf(addr, cap, "%s", a);
+                return 0;
+            }
+        }
+        if (now_s() > end) break;
+        sleep_s(0.1);
+    }
+    return hs__err(HS_ETIMEDOUT, "--rendezvous %s: no address of run %s within %d ms", path,
+                   run_id, timeout_ms);
+}
+
 /* ---------------------------------------------------------------- the run */
 
 /* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
@@ -341,6 +413,15 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     nc.n_params = hs_mlp_cfg_nparams(&cfg->trainer.model);
     nc.algo = hs_algo_kind_name(cfg->algo.kind);
     nc.codec = cfg->algo.compress;
+    const char *run_id = nc.run_id ? nc.run_id : "hearsay";
+    char rv_addr[320];
+    int first = !nc.bootstrap && cfg->rank <= 0;
+    if (cfg->rendezvous && !first) {
+        if ((err = read_rendezvous(cfg->rendezvous, run_id, nc.join_timeout_ms > 0 ? nc.join_timeout_ms : 30000,
+                                   rv_addr, sizeof(rv_addr))) < 0)
+            return err;
+        nc.bootstrap = rv_addr;
+    }
     err = hs_net_start(&net, &nc, &w);
     /* A resumed peer whose bootstrap is gone tries the members it knew. */
     for (int i = 0; err < 0 && have_ck && i < ck.n_members; i++) {
@@ -351,6 +432,12 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         err = hs_net_start(&net, &nc, &w);
     }
     if (err < 0) goto out;
+    if (cfg->rendezvous && first) {
+        char addr[320];
+        own_address(&nc, net, addr, sizeof(addr));
+        if ((err = write_rendezvous(cfg->rendezvous, run_id, addr)) < 0) goto out;
+        HS_LOGI("wrote %s to %s", addr, cfg->rendezvous);
+    }
     uint32_t self = hs_net_self(net);
     res->id = self;
     {
@@ -359,7 +446,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         hs_log_set_tag(tag);
     }
     int world = cfg->world > 0 ? cfg->world : 1;
-    int rank = (int)(self % (uint32_t)world);
+    int rank = cfg->rank >= 0 ? cfg->rank % world : (int)(self % (uint32_t)world);
     uint32_t *idx;
     size_t cnt;
     if ((err = hs_shard(train, &cfg->partition, rank, world, cfg->trainer.seed, &idx, &cnt)) < 0)

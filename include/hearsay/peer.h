@@ -26,7 +26,12 @@ typedef struct hs_peer_cfg {
     hs_algo_cfg algo;
     hs_trainer_cfg trainer; /* stream is set from the peer's shard */
     hs_partition partition;
-    int world;              /* number of shards; the peer takes shard (id mod world) */
+    int world;              /* number of shards */
+    int rank;               /* this peer's shard; < 0: (id mod world) */
+    /* A file on a shared file system through which the peers of a job find each other: rank 0
+     * (or a peer with neither rank nor bootstrap) writes "RUN_ID HOST:PORT" there once it
+     * listens; the others wait for it and join through that address. NULL: not used. */
+    const char *rendezvous;
     long rounds;            /* the job ends after this global round */
     long rounds_per_epoch;  /* for progress reports */
     long eval_every;        /* rounds between test evaluations (0: never, but at the end) */

@@ -32,6 +32,8 @@ enum {
     R_CK_EVERY,
     R_RESUME,
     R_SAVE,
+    R_RANK,
+    R_RENDEZVOUS,
 };
 
 static const hs_cli_opt run_opts[] = {
@@ -48,7 +50,10 @@ static const hs_cli_opt run_opts[] = {
     {"max-frame", R_MAX_FRAME, "BYTES", "largest message accepted (default: 64 MiB)"},
     {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 3000)"},
     {"join-timeout", R_JOIN_TIMEOUT, "MS", "how long to keep trying the bootstrap (default: 30000)"},
-    {"world", R_WORLD, "N", "number of data shards; this peer takes shard (id mod N) (default: 1)"},
+    {"world", R_WORLD, "N", "number of data shards (default: 1, or the launcher's task count)"},
+    {"rank", R_RANK, "R", "this peer's shard, 0..N-1 (default: peer id mod N, or the task rank)"},
+    {"rendezvous", R_RENDEZVOUS, "FILE",
+     "shared file through which peers find each other: rank 0 writes its address, others join it"},
     {"wait-peers", R_WAIT_PEERS, "N", "start training once N peers have joined (default: 0)"},
     {"slowdown", RO_SLOWDOWN, "F", "compute F times slower (a straggler, for experiments)"},
     {"checkpoint-dir", R_CK_DIR, "DIR", "write checkpoints to DIR"},
@@ -68,6 +73,9 @@ typedef struct run_args {
     long ck_every;
     int resume;
     const char *save;
+    int rank, world_set, wait_set, listen_set;
+    const char *rendezvous;
+    char env_run_id[128], env_rendezvous[4096];
 } run_args;
 
 static int handle(void *ctx, int key, const char *v) {
@@ -76,7 +84,10 @@ static int handle(void *ctx, int key, const char *v) {
     if (rc != 1) return rc;
     long l;
     switch (key) {
-    case R_LISTEN: a->net.listen = v; return 0;
+    case R_LISTEN:
+        a->listen_set = 1;
+        a->net.listen = v;
+        return 0;
     case R_ADVERTISE: a->net.advertise = v; return 0;
     case R_BOOTSTRAP: a->net.bootstrap = v; return 0;
     case R_SECRET: a->net.secret_file = v; return 0;
@@ -92,8 +103,14 @@ static int handle(void *ctx, int key, const char *v) {
         return 0;
     case R_PEER_TIMEOUT: return hs_cli_int("--peer-timeout", v, 100, 3600000, &a->net.peer_timeout_ms);
     case R_JOIN_TIMEOUT: return hs_cli_int("--join-timeout", v, 100, 3600000, &a->net.join_timeout_ms);
-    case R_WORLD: return hs_cli_int("--world", v, 1, 1 << 20, &a->world);
-    case R_WAIT_PEERS: return hs_cli_int("--wait-peers", v, 0, 1 << 20, &a->wait_peers);
+    case R_WORLD:
+        a->world_set = 1;
+        return hs_cli_int("--world", v, 1, 1 << 20, &a->world);
+    case R_WAIT_PEERS:
+        a->wait_set = 1;
+        return hs_cli_int("--wait-peers", v, 0, 1 << 20, &a->wait_peers);
+    case R_RANK: return hs_cli_int("--rank", v, 0, 1 << 20, &a->rank);
+    case R_RENDEZVOUS: a->rendezvous = v; return 0;
     case R_CK_DIR: a->ck_dir = v; return 0;
     case R_CK_EVERY: return hs_cli_long("--checkpoint-every", v, 1, 1L << 40, &a->ck_every);
     case R_RESUME: a->resume = 1; return 0;
@@ -104,6 +121,51 @@ static int handle(void *ctx, int key, const char *v) {
 
 static void on_stop(int sig) { hs_peer_request_stop(sig == SIGTERM); }
 
+static const char *env_first(const char *a, const char *b, const char *c) {
+    const char *v = getenv(a);
+    if (!v && b) v = getenv(b);
+    if (!v && c) v = getenv(c);
+    return v && *v ? v : NULL;
+}
+
+/* Under srun (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID) or mpirun (OMPI_COMM_WORLD_RANK/SIZE,
+ * PMI_RANK/PMI_SIZE) every task runs the same command line: the rank, the shard count, the
+ * run id and the way to find each other come from the environment. Flags win. */
+static int from_launcher_env(run_args *a) {
+    const char *rank = env_first("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK");
+    const char *size = env_first("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
+    if (!rank || !size) return 0;
+    int r, n, rc;
+    if ((rc = hs_cli_int("rank from the environment", rank, 0, 1 << 20, &r)) < 0 ||
+        (rc = hs_cli_int("task count from the environment", size, 1, 1 << 20, &n)) < 0)
+        return rc;
+    if (r >= n) return hs_cli_usage_error("task rank %d is not below the task count %d", r, n);
+    const char *job = env_first("SLURM_JOB_ID", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE");
+    if (a->rank < 0) a->rank = r;
+    if (!a->world_set) a->world = n;
+    if (!a->wait_set) a->wait_peers = n;
+    if (!a->net.run_id) {
+        snprintf(a->env_run_id, sizeof(a->env_run_id), "hearsay-%s", job ? job : "job");
+        a->net.run_id = a->env_run_id;
+    }
+    if (!a->net.bootstrap && !a->rendezvous) {
+        const char *rv = getenv("HEARSAY_RENDEZVOUS");
+        if (rv && *rv)
+            snprintf(a->env_rendezvous, sizeof(a->env_rendezvous), "%s", rv);
+        else
+            snprintf(a->env_rendezvous, sizeof(a->env_rendezvous), "hearsay-%s.addr",
+                     job ? job : "job");
+        a->rendezvous = a->env_rendezvous;
+    }
+    if (!a->listen_set) {
+        const char *l = getenv("HEARSAY_LISTEN");
+        a->net.listen = l && *l ? l : "0.0.0.0:0";
+    }
+    HS_LOGI("task %d of %d from the launcher's environment: run %s, rendezvous %s", a->rank, n,
+            a->net.run_id, a->rendezvous ? a->rendezvous : "-");
+    return 0;
+}
+
 int hs_cmd_run(int argc, char **argv) {
     run_args a;
     memset(&a, 0, sizeof(a));
@@ -111,6 +173,7 @@ int hs_cmd_run(int argc, char **argv) {
     hs_net_config_init(&a.net);
     a.world = 1;
     a.ck_every = 100;
+    a.rank = -1;
     const hs_cli_opt *tables[] = {run_opts, hs_runopts_table, NULL};
     int rc = hs_cli_parse(argc, argv, "run", "[options]",
                           "Run one peer of a decentralized training job. Start the first peer "
@@ -120,6 +183,7 @@ int hs_cmd_run(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = from_launcher_env(&a)) < 0) return -rc;
     int modes = (a.net.secret_file != NULL) + (a.net.ca_file || a.net.cert_file || a.net.key_file) + a.insecure;
     if (modes != 1)
         return -hs_cli_usage_error(modes ? "choose one of --secret-file, --ca/--cert/--key and --insecure"
@@ -163,6 +227,8 @@ int hs_cmd_run(int argc, char **argv) {
     pc.algo = a.ro.algo;
     pc.partition = a.ro.partition;
     pc.world = a.world;
+    pc.rank = a.rank;
+    pc.rendezvous = a.rendezvous;
     size_t shard_n = train->n / (size_t)a.world;
     pc.rounds = hs_runopts_rounds(&a.ro, shard_n);
     pc.rounds_per_epoch = hs_runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
