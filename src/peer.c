@@ -532,8 +532,9 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
             hs_jsonl_begin(&metrics);
             hs_jsonl_int(&metrics, "peer", self);
             hs_jsonl_int(&metrics, "round", (long long)r + 1);
-            hs_jsonl_num(&metrics, "epoch", cfg->rounds_per_epoch > 0
-                                                ? (double)(r + 1) / cfg->rounds_per_epoch : NAN);
+            /* Passes over this peer's shard, counting steps adopted from a snapshot. */
+            hs_jsonl_num(&metrics, "epoch",
+                         (double)hs_trainer_steps(t) / (double)hs_trainer_steps_per_epoch(t));
             hs_jsonl_num(&metrics, "time", now - t0);
             hs_jsonl_num(&metrics, "loss", st.loss);
             hs_jsonl_num(&metrics, "lr", st.lr);

@@ -33,7 +33,6 @@ typedef struct hs_peer_cfg {
      * listens; the others wait for it and join through that address. NULL: not used. */
     const char *rendezvous;
     long rounds;            /* the job ends after this global round */
-    long rounds_per_epoch;  /* for progress reports */
     long eval_every;        /* rounds between test evaluations (0: never, but at the end) */
     int wait_peers;         /* start only once this many members are there (0: at once) */
     int wait_timeout_ms;

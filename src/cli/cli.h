@@ -35,6 +35,14 @@ int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, cons
 void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summary,
                  const hs_cli_opt *const *tables);
 
+/* --config FILE: finds "--config FILE" (or --config=FILE) in argv, reads FILE (a JSON object
+ * whose keys are long option names of `tables`; true switches the option on, false and null
+ * leave it out, arrays become comma-separated lists) and replaces argv by the program name,
+ * the file's options, then the other arguments, so that flags on the command line win.
+ * Returns 0 (argv untouched when there is no --config) or -HS_EXIT_USAGE with the file and key
+ * named. The new argv lives until exit. */
+int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *tables);
+
 /* Value parsers: on failure they print "hearsay CMD: --flag VALUE: reason" and return
  * -HS_EXIT_USAGE. */
 int hs_cli_long(const char *flag, const char *s, long min, long max, long *out);

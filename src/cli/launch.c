@@ -1,11 +1,554 @@
-/* hearsay launch: placeholder until its issue lands. */
-#include <stdio.h>
+/* hearsay launch: N real peer processes (`hearsay run`) on this machine, on loopback, TLS on by
+ * default with a generated run secret, one live view of all of them, one run directory with
+ * every peer's metrics and log, a summary and plots at the end. Ctrl-C stops every peer
+ * cleanly (each finishes its round and leaves); a peer that dies is reported with its exit
+ * status and the end of its log; the exit status says whether every peer succeeded. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/runopts.h"
+#include "hearsay/error.h"
+#include "hs_config.h"
+
+enum { L_N = 'n', L_NAME = 256, L_RUNS_DIR, L_NO_PLOT, L_REFRESH, L_PEER_FLAG };
+
+static const hs_cli_opt launch_opts[] = {
+    {"peers", L_N, "N", "number of peer processes (default: 8)"},
+    {"name", L_NAME, "NAME", "run directory name (default: DATE-TIME-ALGO-nN)"},
+    {"runs-dir", L_RUNS_DIR, "DIR", "where run directories go (default: runs)"},
+    {"refresh", L_REFRESH, "S", "seconds between refreshes of the live view (default: 1)"},
+    {"no-plot", L_NO_PLOT, NULL, "do not draw plots at the end"},
+    {NULL, 0, NULL, NULL},
+};
+
+/* Options of `hearsay run` that the launcher decides itself. */
+static const char *const owned[] = {"listen", "advertise", "bootstrap", "world", "wait-peers",
+                                    "rank", "rendezvous", "metrics", "resume", "quiet", NULL};
+
+typedef struct launch_args {
+    int n;
+    const char *name, *runs_dir;
+    double refresh;
+    int no_plot;
+    hs_runopts ro; /* to validate the shared options and name the run */
+    int insecure, certs, secret;
+    char **pass; /* options handed to every peer */
+    int npass, cappass;
+    const hs_cli_opt *const *tables;
+} launch_args;
+
+static const hs_cli_opt *opt_by_key(const hs_cli_opt *const *tables, int key) {
+    for (int t = 0; tables[t]; t++)
+        for (const hs_cli_opt *o = tables[t]; o->name; o++)
+            if (o->key == key) return o;
+    return NULL;
+}
+
+static int pass(launch_args *a, const char *s) {
+    if (a->npass + 1 >= a->cappass) {
+        int cap = a->cappass ? 2 * a->cappass : 64;
+        char **p = realloc(a->pass, sizeof(char *) * (size_t)cap);
+        if (!p) return hs_cli_usage_error("out of memory");
+        a->pass = p;
+        a->cappass = cap;
+    }
+    a->pass[a->npass++] = (char *)s;
+    a->pass[a->npass] = NULL;
+    return 0;
+}
+
+static int handle(void *ctx, int key, const char *v) {
+    launch_args *a = ctx;
+    switch (key) {
+    case L_N: return hs_cli_int("--peers", v, 1, 1024, &a->n);
+    case L_NAME:
+        if (!*v || strchr(v, '/')) return hs_cli_usage_error("--name '%s': a plain directory name", v);
+        a->name = v;
+        return 0;
+    case L_RUNS_DIR: a->runs_dir = v; return 0;
+    case L_REFRESH: return hs_cli_double("--refresh", v, 0.05, 3600, &a->refresh);
+    case L_NO_PLOT: a->no_plot = 1; return 0;
+    }
+    const hs_cli_opt *o = opt_by_key(a->tables, key);
+    if (!o) return hs_cli_usage_error("internal: unhandled option %d", key);
+    for (int i = 0; owned[i]; i++)
+        if (!strcmp(o->name, owned[i]))
+            return hs_cli_usage_error("--%s is set by hearsay launch for each peer", o->name);
+    /* Shared options are checked here, so a typo fails before any process starts. */
+    int rc = hs_runopts_handle(&a->ro, key, v);
+    if (rc < 0) return rc;
+    if (!strcmp(o->name, "insecure")) a->insecure = 1;
+    if (!strcmp(o->name, "ca") || !strcmp(o->name, "cert") || !strcmp(o->name, "key")) a->certs = 1;
+    if (!strcmp(o->name, "secret-file")) a->secret = 1;
+    char *flag = malloc(strlen(o->name) + 3);
+    if (!flag) return hs_cli_usage_error("out of memory");
+    sprintf(flag, "--%s", o->name);
+    if ((rc = pass(a, flag)) < 0) return rc;
+    return v ? pass(a, v) : 0;
+}
+
+/* ---------------------------------------------------------------- the live view */
+
+typedef struct peer_view {
+    char file[512];
+    long off;
+    int id;
+    double round, epoch, loss, acc, mb, rate, consensus, time;
+    int done;
+    double final_acc;
+    long long bytes;
+} peer_view;
+
+typedef struct proc {
+    pid_t pid;
+    int rank;
+    int exited, status;
+    char log[4096];
+} proc;
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Reads the lines appended to one metrics file since the last call. */
+static void follow(peer_view *p) {
+    FILE *f = fopen(p->file, "r");
+    if (!f) return;
+    if (fseek(f, p->off, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    char line[8192];
+    while (fgets(line, sizeof(line), f)) {
+        size_t len = strlen(line);
+        if (!len || line[len - 1] != '\n') break; /* a line being written: read it next time */
+        p->off += (long)len;
+        cJSON *o = cJSON_Parse(line);
+        if (!o) continue;
+        double v;
+        if (!isnan(v = num(o, "peer"))) p->id = (int)v;
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+        if (cJSON_IsString(ev)) {
+            p->done = 1;
+            p->final_acc = num(o, "test_acc");
+            if (!isnan(v = num(o, "bytes_sent"))) p->bytes = (long long)v;
+        } else {
+            if (!isnan(v = num(o, "round"))) p->round = v;
+            if (!isnan(v = num(o, "epoch"))) p->epoch = v;
+            if (!isnan(v = num(o, "loss"))) p->loss = v;
+            if (!isnan(v = num(o, "test_acc"))) p->acc = v;
+            if (!isnan(v = num(o, "bytes_sent"))) {
+                p->mb = v / 1e6;
+                p->bytes = (long long)v;
+            }
+            if (!isnan(v = num(o, "rounds_per_s"))) p->rate = v;
+            if (!isnan(v = num(o, "consensus"))) p->consensus = v;
+            if (!isnan(v = num(o, "time"))) p->time = v;
+        }
+        cJSON_Delete(o);
+    }
+    fclose(f);
+}
+
+/* Finds metrics files that appeared (peer-ID.jsonl) and follows every file. */
+static int scan(const char *dir, peer_view *pv, int *npv, int cap) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, "peer-", 5) || !strstr(e->d_name, ".jsonl")) continue;
+            char path[512];
+            if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
+            int known = 0;
+            for (int i = 0; i < *npv && !known; i++) known = !strcmp(pv[i].file, path);
+            if (known || *npv >= cap) continue;
+            peer_view *p = &pv[(*npv)++];
+            memset(p, 0, sizeof(*p));
+            snprintf(p->file, sizeof(p->file), "%s", path);
+            p->id = atoi(e->d_name + 5);
+            p->acc = p->loss = p->consensus = p->final_acc = NAN;
+        }
+        closedir(d);
+    }
+    for (int i = 0; i < *npv; i++) follow(&pv[i]);
+    /* By id, for a stable table. */
+    for (int i = 0; i < *npv; i++)
+        for (int j = i + 1; j < *npv; j++)
+            if (pv[j].id < pv[i].id) {
+                peer_view t = pv[i];
+                pv[i] = pv[j];
+                pv[j] = t;
+            }
+    return 0;
+}
+
+static int draw(const peer_view *pv, int npv, int n, int tty, int drawn, double wall) {
+    if (tty && drawn) printf("\033[%dA", drawn);
+    int lines = 0;
+    double acc_sum = 0, acc_min = 1, cons = 0, mb = 0;
+    int nacc = 0, ncons = 0;
+    for (int i = 0; i < npv; i++) {
+        double a = pv[i].done && !isnan(pv[i].final_acc) ? pv[i].final_acc : pv[i].acc;
+        if (!isnan(a)) {
+            acc_sum += a;
+            acc_min = a < acc_min ? a : acc_min;
+            nacc++;
+        }
+        if (!isnan(pv[i].consensus)) {
+            cons += pv[i].consensus;
+            ncons++;
+        }
+        mb += pv[i].mb;
+    }
+    if (tty) {
+        printf("\033[K%-6s %8s %7s %8s %9s %9s %9s %11s\n", "peer", "round", "epoch", "loss",
+               "test acc", "MB sent", "rounds/s", "consensus");
+        lines++;
+        for (int i = 0; i < npv; i++) {
+            const peer_view *p = &pv[i];
+            char acc[16] = "-";
+            double a = p->done && !isnan(p->final_acc) ? p->final_acc : p->acc;
+            if (!isnan(a)) snprintf(acc, sizeof(acc), "%.2f%%", 100 * a);
+            printf("\033[K%-6d %8.0f %7.2f %8.4f %9s %9.2f %9.1f %11.3g%s\n", p->id, p->round,
+                   p->epoch, p->loss, acc, p->mb, p->rate, p->consensus, p->done ? "  done" : "");
+            lines++;
+        }
+        char accs[64] = "test acc -";
+        if (nacc)
+            snprintf(accs, sizeof(accs), "test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc,
+                     100 * acc_min);
+        printf("\033[K%d/%d peers reporting; %s; mean consensus %.3g; %.1f MB sent; %.0f s\n",
+               npv, n, accs, ncons ? cons / ncons : NAN, mb, wall);
+        lines++;
+    } else {
+        double round = 0;
+        for (int i = 0; i < npv; i++) round = pv[i].round > round ? pv[i].round : round;
+        printf("[%.0f s] %d/%d peers, round %.0f", wall, npv, n, round);
+        if (nacc) printf(", test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc, 100 * acc_min);
+        printf(", consensus %.3g, %.1f MB sent\n", ncons ? cons / ncons : NAN, mb);
+    }
+    fflush(stdout);
+    return lines;
+}
+
+/* ---------------------------------------------------------------- processes */
+
+static volatile sig_atomic_t interrupted;
+static void on_int(int sig) {
+    (void)sig;
+    interrupted++;
+}
+
+static void log_tail(const char *path, int lines) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char buf[64][512];
+    int n = 0;
+    while (fgets(buf[n % 64], sizeof(buf[0]), f)) n++;
+    fclose(f);
+    int from = n > lines ? n - lines : 0;
+    for (int i = from; i < n; i++) fprintf(stderr, "    %s", buf[i % 64]);
+}
+
+static int write_secret(const char *path) {
+    unsigned char b[32];
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || read(fd, b, sizeof(b)) != (ssize_t)sizeof(b)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1;
+    char hex[65];
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", b[i]);
+    hex[64] = '\n';
+    int ok = write(fd, hex, 65) == 65;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static void write_config(const char *path, const launch_args *a, const char *name) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "peers", a->n);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "algo", hs_algo_kind_name(a->ro.algo.kind));
+    cJSON_AddStringToObject(o, "compress", a->ro.compress);
+    cJSON_AddStringToObject(o, "topology", a->ro.topology);
+    cJSON_AddStringToObject(o, "partition", a->ro.partition_spec);
+    if (a->ro.algo.kind == HS_ALGO_CHOCO) cJSON_AddNumberToObject(o, "gamma-c", a->ro.algo.gamma_c);
+    cJSON *peer = cJSON_AddArrayToObject(o, "peer_args");
+    for (int i = 0; i < a->npass; i++) cJSON_AddItemToArray(peer, cJSON_CreateString(a->pass[i]));
+    char *s = cJSON_Print(o);
+    FILE *f = fopen(path, "w");
+    if (f && s) fprintf(f, "%s\n", s);
+    if (f) fclose(f);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static int mkdirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The plotting script: from the environment, the source tree, or beside the binary. */
+static int find_plot(char *out, size_t cap) {
+    const char *env = getenv("HEARSAY_PLOT");
+    if (env && access(env, X_OK) == 0) return snprintf(out, cap, "%s", env), 0;
+    snprintf(out, cap, "%s/tools/plot", HS_SOURCE_ROOT);
+    if (access(out, X_OK) == 0) return 0;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(out, cap, "%.3000s/../tools/plot", exe);
+        if (access(out, X_OK) == 0) return 0;
+    }
+    return -1;
+}
 
 int hs_cmd_launch(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "hearsay launch: not built yet\n");
-    return HS_EXIT_FAIL;
+    launch_args a;
+    memset(&a, 0, sizeof(a));
+    a.n = 8;
+    a.runs_dir = "runs";
+    a.refresh = 1.0;
+    hs_runopts_default(&a.ro);
+    const hs_cli_opt *tables[] = {launch_opts, hs_run_opts_table, hs_runopts_table, NULL};
+    a.tables = tables;
+    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    if (rc < 0) return -rc;
+    rc = hs_cli_parse(argc, argv, "launch", "[options] [run options]",
+                      "Start N peers (hearsay run) on this machine, on loopback with TLS, show "
+                      "their progress live, and collect their metrics, a summary and plots in one "
+                      "run directory. Every option of hearsay run is accepted and passed to each "
+                      "peer.",
+                      tables, handle, &a, NULL, 0, NULL);
+    if (rc == 1) return HS_EXIT_OK;
+    if (rc < 0) return -rc;
+    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if (a.insecure + a.certs + a.secret > 1)
+        return -hs_cli_usage_error("choose one of --secret-file, --ca/--cert/--key and --insecure");
+
+    char name[256], dir[3000], path[4096];
+    if (a.name) {
+        snprintf(name, sizeof(name), "%s", a.name);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        snprintf(name, sizeof(name), "%04d%02d%02d-%02d%02d%02d-%s-n%d", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 hs_algo_kind_name(a.ro.algo.kind), a.n);
+    }
+    if (snprintf(dir, sizeof(dir), "%s/%s", a.runs_dir, name) >= (int)sizeof(dir))
+        return -hs_cli_usage_error("--runs-dir %s: path too long", a.runs_dir);
+    struct stat sb;
+    if (stat(dir, &sb) == 0)
+        return -hs_cli_usage_error("run directory %s exists already (choose another --name)", dir);
+    if (mkdirs(dir) != 0) return -hs_cli_usage_error("cannot create %s: %s", dir, strerror(errno));
+    char secret[4096] = "";
+    if (!a.insecure && !a.certs && !a.secret) {
+        snprintf(secret, sizeof(secret), "%s/secret", dir);
+        if (write_secret(secret) != 0) {
+            fprintf(stderr, "hearsay launch: cannot write %s: %s\n", secret, strerror(errno));
+            return HS_EXIT_FAIL;
+        }
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    write_config(path, &a, name);
+
+    char exe[4096];
+    ssize_t en = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (en <= 0) {
+        fprintf(stderr, "hearsay launch: cannot find the hearsay binary\n");
+        return HS_EXIT_FAIL;
+    }
+    exe[en] = '\0';
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_int;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    proc *ps = calloc((size_t)a.n, sizeof(proc));
+    peer_view *pv = calloc((size_t)a.n * 2, sizeof(peer_view));
+    if (!ps || !pv) return HS_EXIT_FAIL;
+    char nbuf[16], rbuf[16], rv[4096], metrics[4096];
+    snprintf(nbuf, sizeof(nbuf), "%d", a.n);
+    snprintf(rv, sizeof(rv), "%s/rendezvous", dir);
+    snprintf(metrics, sizeof(metrics), "%s/peer-{id}.jsonl", dir);
+    printf("hearsay launch: %d peers, %s, %s, topology %s, %s shards, run directory %s\n", a.n,
+           hs_algo_kind_name(a.ro.algo.kind), a.ro.compress, a.ro.topology, a.ro.partition_spec,
+           dir);
+    fflush(stdout);
+    double t0 = hs_cli_now();
+    for (int i = 0; i < a.n; i++) {
+        snprintf(rbuf, sizeof(rbuf), "%d", i);
+        snprintf(ps[i].log, sizeof(ps[i].log), "%s/peer-%d.log", dir, i);
+        char *args[256];
+        int k = 0;
+        args[k++] = exe;
+        args[k++] = "run";
+        for (int j = 0; j < a.npass && k < 200; j++) args[k++] = a.pass[j];
+        char *mine[] = {"--listen", "127.0.0.1:0", "--world", nbuf, "--wait-peers", nbuf,
+                        "--rank", rbuf, "--rendezvous", rv, "--metrics", metrics, "--run-id",
+                        name, NULL};
+        for (int j = 0; mine[j]; j++) args[k++] = mine[j];
+        if (secret[0]) {
+            args[k++] = "--secret-file";
+            args[k++] = secret;
+        }
+        args[k] = NULL;
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "hearsay launch: fork: %s\n", strerror(errno));
+            interrupted = 1;
+            break;
+        }
+        if (pid == 0) {
+            int fd = open(ps[i].log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, STDOUT_FILENO);
+                dup2(fd, STDERR_FILENO);
+                close(fd);
+            }
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            /* Its own process group: the terminal's Ctrl-C reaches the launcher only, which
+             * stops the peers itself, in order. */
+            setpgid(0, 0);
+            execv(exe, args);
+            _exit(127);
+        }
+        ps[i].pid = pid;
+        ps[i].rank = i;
+        ps[i].status = -1;
+    }
+    int tty = isatty(STDOUT_FILENO), drawn = 0, npv = 0, alive = a.n, failed = 0;
+    double last_draw = 0, stop_sent = 0;
+    while (alive > 0) {
+        if (interrupted && stop_sent == 0) {
+            printf("\nhearsay launch: stopping every peer (they finish their round and leave)...\n");
+            fflush(stdout);
+            drawn = 0;
+            for (int i = 0; i < a.n; i++)
+                if (ps[i].pid > 0 && !ps[i].exited) kill(ps[i].pid, SIGINT);
+            stop_sent = hs_cli_now();
+        }
+        if (stop_sent > 0 && hs_cli_now() - stop_sent > 10.0) {
+            for (int i = 0; i < a.n; i++)
+                if (ps[i].pid > 0 && !ps[i].exited) {
+                    fprintf(stderr, "hearsay launch: peer %d (pid %d) did not stop in 10 s: killed\n",
+                            i, (int)ps[i].pid);
+                    kill(ps[i].pid, SIGKILL);
+                }
+            stop_sent = 1e300;
+        }
+        int st;
+        pid_t w;
+        while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
+            for (int i = 0; i < a.n; i++) {
+                if (ps[i].pid != w) continue;
+                ps[i].exited = 1;
+                ps[i].status = st;
+                alive--;
+                int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                if (!ok) {
+                    failed++;
+                    if (tty && drawn) printf("\n");
+                    drawn = 0;
+                    if (WIFEXITED(st))
+                        fprintf(stderr, "hearsay launch: peer %d (pid %d) exited with status %d; "
+                                        "the end of %s:\n", i, (int)w, WEXITSTATUS(st), ps[i].log);
+                    else
+                        fprintf(stderr, "hearsay launch: peer %d (pid %d) was killed by signal %d; "
+                                        "the end of %s:\n", i, (int)w, WTERMSIG(st), ps[i].log);
+                    log_tail(ps[i].log, 10);
+                }
+            }
+        }
+        double now = hs_cli_now();
+        if (now - last_draw >= (tty ? a.refresh : 10 * a.refresh) || alive == 0) {
+            scan(dir, pv, &npv, a.n * 2);
+            if (!tty && alive == 0) break;
+            drawn = draw(pv, npv, a.n, tty, drawn, now - t0);
+            last_draw = now;
+        }
+        if (alive > 0) usleep(50 * 1000);
+    }
+    double wall = hs_cli_now() - t0;
+    scan(dir, pv, &npv, a.n * 2);
+    if (tty) drawn = draw(pv, npv, a.n, tty, drawn, wall);
+    double sum = 0, mn = 1, mx = 0;
+    long long bytes = 0;
+    int nacc = 0;
+    for (int i = 0; i < npv; i++) {
+        double acc = !isnan(pv[i].final_acc) ? pv[i].final_acc : pv[i].acc;
+        bytes += pv[i].bytes;
+        if (isnan(acc)) continue;
+        sum += acc;
+        mn = acc < mn ? acc : mn;
+        mx = acc > mx ? acc : mx;
+        nacc++;
+    }
+    char summary[1024];
+    if (nacc)
+        snprintf(summary, sizeof(summary),
+                 "summary: %d peers (%d failed%s); final test accuracy mean %.2f%% min %.2f%% max "
+                 "%.2f%%; %.1f MB sent in total (%.2f MB per peer); wall time %.1f s",
+                 a.n, failed, interrupted ? ", interrupted" : "", 100 * sum / nacc, 100 * mn,
+                 100 * mx, bytes / 1e6, bytes / 1e6 / (npv ? npv : 1), wall);
+    else
+        snprintf(summary, sizeof(summary),
+                 "summary: %d peers (%d failed%s); no peer reported a test accuracy; wall time %.1f s",
+                 a.n, failed, interrupted ? ", interrupted" : "", wall);
+    printf("%s\n", summary);
+    snprintf(path, sizeof(path), "%s/summary.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", summary);
+        fclose(f);
+    }
+    if (!a.no_plot && npv > 0) {
+        char plot[4096];
+        if (find_plot(plot, sizeof(plot)) != 0) {
+            printf("hearsay launch: no plots (tools/plot not found; set HEARSAY_PLOT)\n");
+        } else if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+            printf("hearsay launch: no plots (gnuplot is not installed: apt-get install gnuplot-nox)\n");
+        } else {
+            char cmd[9000];
+            snprintf(cmd, sizeof(cmd), "'%s' '%s' >/dev/null 2>&1", plot, dir);
+            if (system(cmd) == 0) printf("plots: %s/plots/\n", dir);
+            else printf("hearsay launch: plotting failed (%s %s)\n", plot, dir);
+        }
+    }
+    fflush(stdout);
+    free(ps);
+    free(pv);
+    if (interrupted) return HS_EXIT_SIGINT;
+    return failed ? HS_EXIT_FAIL : HS_EXIT_OK;
 }

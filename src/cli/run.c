@@ -36,7 +36,7 @@ enum {
     R_RENDEZVOUS,
 };
 
-static const hs_cli_opt run_opts[] = {
+const hs_cli_opt hs_run_opts_table[] = {
     {"listen", R_LISTEN, "HOST:PORT", "address to listen on (default: 127.0.0.1:0, any port)"},
     {"advertise", R_ADVERTISE, "HOST:PORT", "address other peers dial (default: the listen address)"},
     {"bootstrap", R_BOOTSTRAP, "HOST:PORT", "join a running job through any member's address"},
@@ -174,8 +174,10 @@ int hs_cmd_run(int argc, char **argv) {
     a.world = 1;
     a.ck_every = 100;
     a.rank = -1;
-    const hs_cli_opt *tables[] = {run_opts, hs_runopts_table, NULL};
-    int rc = hs_cli_parse(argc, argv, "run", "[options]",
+    const hs_cli_opt *tables[] = {hs_run_opts_table, hs_runopts_table, NULL};
+    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    if (rc < 0) return -rc;
+    rc = hs_cli_parse(argc, argv, "run", "[options]",
                           "Run one peer of a decentralized training job. Start the first peer "
                           "without --bootstrap; start the others with --bootstrap HOST:PORT of "
                           "any member.",
@@ -231,10 +233,10 @@ int hs_cmd_run(int argc, char **argv) {
     pc.rendezvous = a.rendezvous;
     size_t shard_n = train->n / (size_t)a.world;
     pc.rounds = hs_runopts_rounds(&a.ro, shard_n);
-    pc.rounds_per_epoch = hs_runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
-                                                          .local_steps = a.ro.local_steps},
-                                            shard_n);
-    pc.eval_every = a.ro.eval_every > 0 ? a.ro.eval_every : pc.rounds_per_epoch;
+    long rpe = hs_runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
+                                               .local_steps = a.ro.local_steps},
+                                 shard_n);
+    pc.eval_every = a.ro.eval_every > 0 ? a.ro.eval_every : rpe;
     pc.wait_peers = a.wait_peers;
     pc.wait_timeout_ms = a.net.join_timeout_ms > 0 ? a.net.join_timeout_ms : 30000;
     pc.slowdown = slow;

@@ -44,6 +44,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE ({id}: the peer id, for run)"},
     {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},
     {"quiet", RO_QUIET, NULL, "print only the final summary"},
+    {"config", RO_CONFIG, "FILE", "options from a JSON object {\"option\": value}; flags override"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -107,6 +108,7 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_METRICS: o->metrics = v; return 0;
     case RO_EVAL_EVERY: return hs_cli_long("--eval-every", v, 1, 1L << 40, &o->eval_every);
     case RO_QUIET: o->quiet = 1; return 0;
+    case RO_CONFIG: return 0; /* expanded before parsing (hs_cli_expand_config) */
     }
     return 1;
 }

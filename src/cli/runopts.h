@@ -72,9 +72,12 @@ enum {
     RO_METRICS,
     RO_EVAL_EVERY,
     RO_QUIET,
+    RO_CONFIG,
 };
 
 extern const hs_cli_opt hs_runopts_table[];
+/* The options of `hearsay run` alone (network, security, sharding, checkpoints). */
+extern const hs_cli_opt hs_run_opts_table[];
 
 void hs_runopts_default(hs_runopts *o);
 

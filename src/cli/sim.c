@@ -111,7 +111,9 @@ int hs_cmd_sim(int argc, char **argv) {
     hs_runopts_default(&a.ro);
     a.n = 8;
     const hs_cli_opt *tables[] = {sim_opts, hs_runopts_table, NULL};
-    int rc = hs_cli_parse(argc, argv, "sim", "[options]",
+    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    if (rc < 0) return -rc;
+    rc = hs_cli_parse(argc, argv, "sim", "[options]",
                           "Simulate N decentralized peers in one process: the same algorithm code "
                           "as networked peers, deterministic for a given --seed.",
                           tables, handle, &a, NULL, 0, NULL);
