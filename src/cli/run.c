@@ -73,7 +73,7 @@ typedef struct run_args {
     long ck_every;
     int resume;
     const char *save;
-    int rank, world_set, wait_set, listen_set;
+    int rank, world_set, wait_set, listen_set, run_id_set;
     const char *rendezvous;
     char env_run_id[128], env_rendezvous[4096];
 } run_args;
@@ -95,7 +95,10 @@ static int handle(void *ctx, int key, const char *v) {
     case R_CERT: a->net.cert_file = v; return 0;
     case R_KEY: a->net.key_file = v; return 0;
     case R_INSECURE: a->insecure = 1; return 0;
-    case R_RUN_ID: a->net.run_id = v; return 0;
+    case R_RUN_ID:
+        a->run_id_set = 1;
+        a->net.run_id = v;
+        return 0;
     case R_EMULATE: a->emulate = v; return 0;
     case R_MAX_FRAME:
         if ((rc = hs_cli_long("--max-frame", v, 1024, 256L << 20, &l)) < 0) return rc;
@@ -144,7 +147,7 @@ static int from_launcher_env(run_args *a) {
     if (a->rank < 0) a->rank = r;
     if (!a->world_set) a->world = n;
     if (!a->wait_set) a->wait_peers = n;
-    if (!a->net.run_id) {
+    if (!a->run_id_set) {
         snprintf(a->env_run_id, sizeof(a->env_run_id), "hearsay-%s", job ? job : "job");
         a->net.run_id = a->env_run_id;
     }
