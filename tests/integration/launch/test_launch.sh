@@ -128,10 +128,23 @@ resume)
     kill -9 "$victim"
     last=$(grep -o '"round":[0-9]*' "$tmp/m2.jsonl" | tail -1 | cut -d: -f2)
     last_epoch=$(grep -o '"epoch":[0-9.e+-]*' "$tmp/m2.jsonl" | tail -1 | cut -d: -f2)
-    # A corrupt newest checkpoint is detected and skipped.
-    newest=$(ls "$tmp/ck2"/*.hsck | sort | tail -1)
-    truncate -s -100 "$newest"
-    sleep 1.5
+    # A copy whose newest checkpoint is cut short and whose older ones are corrupted: each is
+    # detected and skipped with its reason, and with none left --resume refuses to start.
+    mkdir "$tmp/bad"
+    cp "$tmp"/ck2/*.hsck "$tmp/bad/"
+    files=($(ls "$tmp"/bad/*.hsck | sort))
+    truncate -s -100 "${files[-1]}"
+    for f in "${files[@]:0:${#files[@]}-1}"; do
+        printf '\xff' | dd of="$f" bs=1 seek=200 conv=notrunc status=none
+    done
+    timeout 30 "$hs" run --listen "$ip:7379" --bootstrap "$ip:7371" --rank 2 --checkpoint-dir "$tmp/bad" \
+        --resume "${common[@]}" >"$tmp/bad.out" 2>"$tmp/bad.err"
+    rc=$?
+    [[ $rc -eq 2 ]] || fail "resume from corrupt checkpoints: exit $rc, expected 2"
+    grep -q "skipping checkpoint.*truncated" "$tmp/bad.err" || fail "the truncated checkpoint was not reported: $(cat "$tmp/bad.err")"
+    grep -q "skipping checkpoint.*checksum mismatch" "$tmp/bad.err" || fail "the corrupt checkpoint was not reported"
+    grep -q "no valid checkpoint" "$tmp/bad.err" || fail "no final reason: $(cat "$tmp/bad.err")"
+    sleep 1
     "$hs" run --listen "$ip:7373" --bootstrap "$ip:7371" --rank 2 --checkpoint-dir "$tmp/ck2" \
         --resume "${common[@]}" --metrics "$tmp/m2b.jsonl" >"$tmp/p2b.out" 2>"$tmp/p2b.err" &
     pids+=($!)
@@ -139,15 +152,14 @@ resume)
         wait_gone "$p" || { sleep 60; wait_gone "$p"; } || fail "the run did not finish"
         wait "$p" || fail "a peer failed: $(tail -5 "$tmp"/p*.err)"
     done
-    grep -q "skipping checkpoint" "$tmp/p2b.err" || fail "the corrupt checkpoint was not reported"
-    grep -q "checksum\|truncated" "$tmp/p2b.err" || fail "no reason for skipping"
     step=$(sed -n 's/.*resumed model and optimizer at local step \([0-9]*\).*/\1/p' "$tmp/p2b.err")
     [[ -n $step ]] || fail "the peer did not resume: $(tail -5 "$tmp/p2b.err")"
-    # One local step per round: the progress it lost is at most 2K rounds (the newest checkpoint
-    # was corrupted on purpose, so the one before it is used).
-    lost=$((last - 3 - step))
-    echo "killed after round $last (epoch $last_epoch); resumed at local step $step; lost $lost rounds"
-    [[ $lost -le $((2 * K)) ]] || fail "lost $lost rounds of progress (> 2K = $((2 * K)))"
+    # One local step per round, and the job's rounds started at the round its members took
+    # effect: the progress it lost is at most K rounds.
+    first=$(sed -n 's/.*starting at round \([0-9]*\),.*/\1/p' "$tmp/p2.err")
+    lost=$((last - first - step))
+    echo "killed after round $last (epoch $last_epoch, first round $first); resumed at local step $step; lost $lost rounds"
+    [[ $lost -le $K ]] || fail "lost $lost rounds of progress (> K = $K)"
     grep -q '^final: peer' "$tmp/p2b.out" || fail "the resumed peer did not finish"
     cat "$tmp"/p*.out
     ;;
