@@ -28,6 +28,12 @@ void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summar
     fprintf(f, "usage: hearsay %s %s\n\n%s\n\noptions:\n", cmd, usage, summary);
     for (int t = 0; tables[t]; t++)
         for (const hs_cli_opt *o = tables[t]; o->name; o++) {
+            /* A command may redefine a shared option's meaning in its own (earlier) table. */
+            int seen = 0;
+            for (int t2 = 0; t2 <= t && !seen; t2++)
+                for (const hs_cli_opt *p = tables[t2]; p->name && p != o && !seen; p++)
+                    seen = !strcmp(p->name, o->name);
+            if (seen) continue;
             char left[64];
             if (o->key > 0 && o->key < 128)
                 snprintf(left, sizeof(left), "-%c, --%s%s%s", o->key, o->name, o->arg ? " " : "",

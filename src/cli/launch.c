@@ -28,6 +28,7 @@ static const hs_cli_opt launch_opts[] = {
     {"runs-dir", L_RUNS_DIR, "DIR", "where run directories go (default: runs)"},
     {"refresh", L_REFRESH, "S", "seconds between refreshes of the live view (default: 1)"},
     {"no-plot", L_NO_PLOT, NULL, "do not draw plots at the end"},
+    {"slowdown", RO_SLOWDOWN, "F|I:F,..", "stragglers: F slows peer 0 F-fold; I:F slows peer I"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -87,6 +88,8 @@ static int handle(void *ctx, int key, const char *v) {
     /* Shared options are checked here, so a typo fails before any process starts. */
     int rc = hs_runopts_handle(&a->ro, key, v);
     if (rc < 0) return rc;
+    /* Stragglers are chosen per peer ("0:4"), not passed to every one. */
+    if (key == RO_SLOWDOWN) return 0;
     if (!strcmp(o->name, "insecure")) a->insecure = 1;
     if (!strcmp(o->name, "ca") || !strcmp(o->name, "cert") || !strcmp(o->name, "key")) a->certs = 1;
     if (!strcmp(o->name, "secret-file")) a->secret = 1;
@@ -335,19 +338,35 @@ int hs_cmd_launch(int argc, char **argv) {
     a.runs_dir = "runs";
     a.refresh = 1.0;
     hs_runopts_default(&a.ro);
-    const hs_cli_opt *tables[] = {launch_opts, hs_run_opts_table, hs_runopts_table, NULL};
+    /* The run options the launcher sets itself are neither accepted nor listed in --help. */
+    static hs_cli_opt peer_opts[128];
+    int np = 0;
+    const hs_cli_opt *const src[] = {hs_run_opts_table, hs_runopts_table};
+    for (int t = 0; t < 2; t++)
+        for (const hs_cli_opt *o = src[t]; o->name && np < 127; o++) {
+            int mine = 0;
+            for (int i = 0; owned[i] && !mine; i++) mine = !strcmp(o->name, owned[i]);
+            if (!mine) peer_opts[np++] = *o;
+        }
+    peer_opts[np] = (hs_cli_opt){NULL, 0, NULL, NULL};
+    const hs_cli_opt *tables[] = {launch_opts, peer_opts, NULL};
     a.tables = tables;
     int rc = hs_cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
     rc = hs_cli_parse(argc, argv, "launch", "[options] [run options]",
                       "Start N peers (hearsay run) on this machine, on loopback with TLS, show "
                       "their progress live, and collect their metrics, a summary and plots in one "
-                      "run directory. Every option of hearsay run is accepted and passed to each "
-                      "peer.",
+                      "run directory. The options of hearsay run below are passed to every peer; "
+                      "the launcher sets the others (addresses, ranks, metrics files) itself.",
                       tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    double *slow = calloc((size_t)a.n, sizeof(double));
+    if (!slow || (rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
+        free(slow);
+        return slow ? -rc : HS_EXIT_FAIL;
+    }
     if (a.insecure + a.certs + a.secret > 1)
         return -hs_cli_usage_error("choose one of --secret-file, --ca/--cert/--key and --insecure");
 
@@ -421,6 +440,12 @@ int hs_cmd_launch(int argc, char **argv) {
         if (secret[0]) {
             args[k++] = "--secret-file";
             args[k++] = secret;
+        }
+        char sbuf[32];
+        if (slow[i] > 1.0) {
+            snprintf(sbuf, sizeof(sbuf), "%g", slow[i]);
+            args[k++] = "--slowdown";
+            args[k++] = sbuf;
         }
         args[k] = NULL;
         pid_t pid = fork();
@@ -549,6 +574,7 @@ int hs_cmd_launch(int argc, char **argv) {
     fflush(stdout);
     free(ps);
     free(pv);
+    free(slow);
     if (interrupted) return HS_EXIT_SIGINT;
     return failed ? HS_EXIT_FAIL : HS_EXIT_OK;
 }

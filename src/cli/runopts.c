@@ -213,3 +213,29 @@ int hs_runopts_trainer_cfg(const hs_runopts *o, int dim, int classes, long round
     out->seed = o->seed;
     return 0;
 }
+
+int hs_runopts_slowdown(const char *s, int n, double *out) {
+    for (int i = 0; i < n; i++) out[i] = 1.0;
+    if (!s) return 0;
+    if (!strchr(s, ':')) {
+        double f;
+        if (hs_cli_double("--slowdown", s, 1.0, 1e6, &f) < 0) return -HS_EXIT_USAGE;
+        out[0] = f;
+        return 0;
+    }
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *colon = strchr(tok, ':');
+        int peer;
+        double f;
+        if (!colon) return hs_cli_usage_error("--slowdown '%s': '%s' is not PEER:FACTOR", s, tok);
+        *colon = '\0';
+        if (hs_cli_int("--slowdown peer", tok, 0, n - 1, &peer) < 0 ||
+            hs_cli_double("--slowdown factor", colon + 1, 1.0, 1e6, &f) < 0)
+            return -HS_EXIT_USAGE;
+        out[peer] = f;
+    }
+    return 0;
+}
+

@@ -101,6 +101,10 @@ int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **t
 int hs_runopts_trainer_cfg(const hs_runopts *o, int dim, int classes, long rounds,
                            hs_trainer_cfg *out);
 
+/* Per-peer slowdown factors from --slowdown for n peers: "F" slows peer 0, "I:F,J:G" peers I
+ * and J; the others get 1. NULL gives all 1. Prints the problem and returns -HS_EXIT_USAGE. */
+int hs_runopts_slowdown(const char *s, int n, double *out);
+
 /* Rounds for o->epochs passes over a shard of `shard_n` examples (or o->rounds). */
 long hs_runopts_rounds(const hs_runopts *o, size_t shard_n);
 

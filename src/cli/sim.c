@@ -42,32 +42,6 @@ static int handle(void *ctx, int key, const char *v) {
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
 
-/* "F" (peer 0) or "I:F,J:G". */
-static int parse_slowdown(const char *s, int n, double *out) {
-    for (int i = 0; i < n; i++) out[i] = 1.0;
-    if (!s) return 0;
-    if (!strchr(s, ':')) {
-        double f;
-        if (hs_cli_double("--slowdown", s, 1.0, 1e6, &f) < 0) return -HS_EXIT_USAGE;
-        out[0] = f;
-        return 0;
-    }
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        char *colon = strchr(tok, ':');
-        int peer;
-        double f;
-        if (!colon) return hs_cli_usage_error("--slowdown '%s': '%s' is not PEER:FACTOR", s, tok);
-        *colon = '\0';
-        if (hs_cli_int("--slowdown peer", tok, 0, n - 1, &peer) < 0 ||
-            hs_cli_double("--slowdown factor", colon + 1, 1.0, 1e6, &f) < 0)
-            return -HS_EXIT_USAGE;
-        out[peer] = f;
-    }
-    return 0;
-}
-
 typedef struct acc_stats {
     double mean, min, max, loss;
 } acc_stats;
@@ -122,7 +96,7 @@ int hs_cmd_sim(int argc, char **argv) {
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
     if (!slow) return HS_EXIT_FAIL;
-    if ((rc = parse_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
+    if ((rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
         free(slow);
         return -rc;
     }
