@@ -24,9 +24,9 @@
  * Random operators (randk, qsgd) draw from Philox keyed by (seed, purpose, peer, round,
  * element); see src/compress/compress_ew.h for the exact per-element definitions.
  *
- * Threading: hs_compress_encode modifies the compressor (scratch, error-feedback residual) and
- * needs exclusive access. hs_compress_decode_add, hs_compress_apply and the accessors only
- * read its configuration and may run concurrently with each other and with encode.
+ * Threading: hs_compress_encode, hs_compressor_reset and the residual it returns belong to one
+ * thread at a time (the sender's). hs_compress_decode_add, hs_compress_apply and the other
+ * accessors only read the configuration and may run on any threads, also during an encode.
  * Errors: negative HS_E* with hs_error_message() set. */
 #ifndef HEARSAY_COMPRESS_H
 #define HEARSAY_COMPRESS_H
@@ -106,7 +106,9 @@ size_t hs_compress_max_bytes(const hs_compressor *c, size_t d);
 /* The reference: writes the dense C(x) (d floats) to out, computed directly from x without
  * going through bytes. An ef: wrapper applies its operator to x as given (its residual is
  * neither read nor changed). Decoding hs_compress_encode's message with alpha into acc gives
- * exactly acc[i] + alpha * out[i]. HS_EINVAL, HS_ERANGE, HS_ENOMEM as encode. */
+ * exactly acc[i] + alpha * out[i] (for acc[i] != -0.0; elements a sparse message does not carry
+ * are left as they are). HS_EINVAL, HS_ERANGE, HS_ENOMEM as encode; out is unspecified after
+ * an error. */
 int hs_compress_apply(const hs_compressor *c, const float *x, size_t d, uint32_t peer,
                       uint64_t round, float *out);
 

@@ -167,7 +167,7 @@ uint16_t hs__c16_max_mag(const uint8_t *p, size_t n);
 void hs__cphilox_fill(uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t round,
                       uint64_t first, size_t n, uint32_t *out);
 
-/* Sum of |x_i| of x[0..n) in the 8-lane order of compress_ew.h. */
+/* Sum of |x_i| of x[0..n) in the 32-lane order of compress_ew.h. */
 double hs__cl1(const float *x, size_t n);
 /* Sum of x_i^2 of x[0..n) in the same order. */
 double hs__cl2sq(const float *x, size_t n);
@@ -178,8 +178,8 @@ void hs__csign_pack(const float *x, size_t n, uint8_t *dst);
 
 /* QSGD fields of one bucket x[0..n) (n <= 512 would do; any n) given its factors and 16-bit
  * random draws u[0..n): f[i] = hs_cw_qsgd_field(...) as one byte (b <= 8) or two. */
-void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv, uint32_t s, uint32_t b,
-                       const uint16_t *u, uint8_t *f);
+void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv16, uint32_t s,
+                       uint32_t b, const uint16_t *u, uint8_t *f);
 
 /* Packs n fields of b bits (1..8, one per byte of f) LSB-first into ceil(n*b/8) bytes of dst,
  * and the inverse (the unused high bits of each byte of f are zero). */

@@ -217,17 +217,18 @@ static int qsgd_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
     return 0;
 }
 
-/* The reference, element by element: scalar norms in the 8-lane order, direct draws. */
+/* The reference, element by element: scalar norms in the 32-lane order, direct draws. */
 static int qsgd_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
                       float *out) {
     size_t d = c->d, bsz = c->bucket, nb = n_buckets(c);
     uint32_t s = c->s, b = field_bits(c);
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bsz, hi = d - lo < bsz ? d : lo + bsz;
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (size_t i = lo; i < hi; i++) l[(i - lo) % 8] += (double)x[i] * (double)x[i];
+        double l[32];
+        memset(l, 0, sizeof(l));
+        for (size_t i = lo; i < hi; i++) l[(i - lo) % 32] += (double)x[i] * (double)x[i];
         float nrm = 0, pre, inv;
-        int err = bucket_norm(c, hs_cw_lanes8(l), j, &nrm);
+        int err = bucket_norm(c, hs_cw_lanes32(l), j, &nrm);
         if (err < 0) return err;
         hs_cw_qsgd_factors(nrm, s, &pre, &inv);
         float unit = hs_cw_qsgd_unit(nrm, s);
