@@ -181,6 +181,14 @@ void hs__csign_pack(const float *x, size_t n, uint8_t *dst);
 void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv16, uint32_t s,
                        uint32_t b, const uint16_t *u, uint8_t *f);
 
+/* QSGD decoding of n byte fields (b <= 8): check8 returns nonzero if a level exceeds lmax or
+ * a field is a signed zero; add8 adds alpha * hs_cw_qsgd_value(f[i], b, unit) to acc[i]. */
+int hs__cqsgd_check8(const uint8_t *f, size_t n, uint32_t b, uint32_t lmax);
+void hs__cqsgd_add8(const uint8_t *f, size_t n, uint32_t b, float unit, float alpha, float *acc);
+
+/* acc[i] += bit i of the sign stream ? -as : as, for i in [lo, hi). */
+void hs__csign_add(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc);
+
 /* Packs n fields of b bits (1..8, one per byte of f) LSB-first into ceil(n*b/8) bytes of dst,
  * and the inverse (the unused high bits of each byte of f are zero). */
 void hs__cbits_pack8(const uint8_t *f, size_t n, uint32_t b, uint8_t *dst);

@@ -158,6 +158,10 @@ static int walk_fields(const hs_compressor *c, const uint8_t *norms, const uint8
             float nrm = hs__ldf(norms + 4 * j);
             if (!acc) {
                 uint32_t lmax = nrm > 0.0f ? s : 0;
+                if (b <= 8 && !hs__cqsgd_check8(f8 + (i - c0), end - i, b, lmax)) {
+                    i = end;
+                    continue;
+                }
                 for (size_t e = i; e < end; e++) {
                     uint32_t f = b <= 8 ? f8[e - c0] : bitr_get(&r, b), l = f & lmask;
                     if (l > lmax || f == lmask + 1u) {
@@ -177,8 +181,7 @@ static int walk_fields(const hs_compressor *c, const uint8_t *norms, const uint8
             } else {
                 float unit = hs_cw_qsgd_unit(nrm, s);
                 if (b <= 8) {
-                    for (size_t e = i; e < end; e++)
-                        acc[e] = acc[e] + alpha * hs_cw_qsgd_value(f8[e - c0], b, unit);
+                    hs__cqsgd_add8(f8 + (i - c0), end - i, b, unit, alpha, acc + i);
                 } else {
                     for (size_t e = i; e < end; e++)
                         acc[e] = acc[e] + alpha * hs_cw_qsgd_value(bitr_get(&r, b), b, unit);

@@ -58,12 +58,6 @@ static int sign_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t
     return 0;
 }
 
-/* acc[i] += alpha * (+-scale): alpha * -s is exactly -(alpha * s), so one product per bucket. */
-static void add_bits(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
-    float v[2] = {as, -as};
-    for (size_t i = lo; i < hi; i++) acc[i] = acc[i] + v[(bits[i >> 3] >> (i & 7)) & 1];
-}
-
 static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                        uint64_t round, float *acc, float alpha) {
     (void)peer;
@@ -87,7 +81,8 @@ static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
         return hs__err(HS_EFORMAT, "sign message: nonzero padding bits after the last sign");
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
-        add_bits(bits, lo, hi, alpha * hs__ldf(scales + 4 * j), acc);
+        /* alpha * -s is exactly -(alpha * s): one product per bucket. */
+        hs__csign_add(bits, lo, hi, alpha * hs__ldf(scales + 4 * j), acc);
     }
     return 0;
 }

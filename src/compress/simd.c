@@ -506,6 +506,90 @@ AUTOVEC_VOID(hs__cqsgd_fields8,
               const uint16_t *u, uint8_t *f),
              (x, n, pre, inv16, s, b, u, f))
 
+ALWAYS_INLINE int hs__cqsgd_check8_body(const uint8_t *f, size_t n, uint32_t b, uint32_t lmax) {
+    const uint32_t lmask = (1u << (b - 1u)) - 1u, neg0 = lmask + 1u;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= ((f[i] & lmask) > lmax) | (f[i] == neg0);
+    return bad;
+}
+AUTOVEC(int, hs__cqsgd_check8, (const uint8_t *f, size_t n, uint32_t b, uint32_t lmax),
+        (f, n, b, lmax))
+
+ALWAYS_INLINE void hs__cqsgd_add8_body(const uint8_t *f, size_t n, uint32_t b, float unit,
+                                       float alpha, float *acc) {
+    const uint32_t lmask = (1u << (b - 1u)) - 1u, sh = b - 1u;
+    for (size_t i = 0; i < n; i++) {
+        /* hs_cw_qsgd_value, with the sign applied by XOR of the sign bit (same bits as the
+         * negation). */
+        float v = (float)(int32_t)(f[i] & lmask) * unit;
+        uint32_t vb;
+        memcpy(&vb, &v, 4);
+        vb ^= (uint32_t)(f[i] >> sh) << 31;
+        memcpy(&v, &vb, 4);
+        acc[i] = acc[i] + alpha * v;
+    }
+}
+AUTOVEC_VOID(hs__cqsgd_add8,
+             (const uint8_t *f, size_t n, uint32_t b, float unit, float alpha, float *acc),
+             (f, n, b, unit, alpha, acc))
+
+/* ---------------------------------------------------------------- sign decode */
+
+static void sign_add_c(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
+    float v[2] = {as, -as};
+    for (size_t i = lo; i < hi; i++) acc[i] = acc[i] + v[(bits[i >> 3] >> (i & 7)) & 1];
+}
+
+#if HS__X86
+TGT_AVX2 static void sign_add_avx2(const uint8_t *bits, size_t lo, size_t hi, float as,
+                                   float *acc) {
+    size_t i = lo;
+    size_t head = (8 - lo % 8) % 8;
+    if (head > hi - lo) head = hi - lo;
+    sign_add_c(bits, i, i + head, as, acc);
+    i += head;
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 pos = _mm256_set1_ps(as), neg = _mm256_set1_ps(-as);
+    for (; i + 8 <= hi; i += 8) {
+        __m256i m = _mm256_and_si256(_mm256_set1_epi32(bits[i >> 3]), sel);
+        __m256 v = _mm256_blendv_ps(pos, neg, _mm256_castsi256_ps(_mm256_cmpeq_epi32(m, sel)));
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), v));
+    }
+    sign_add_c(bits, i, hi, as, acc);
+}
+
+TGT_AVX512 static void sign_add_avx512(const uint8_t *bits, size_t lo, size_t hi, float as,
+                                       float *acc) {
+    size_t i = lo;
+    size_t head = (16 - lo % 16) % 16;
+    if (head > hi - lo) head = hi - lo;
+    sign_add_c(bits, i, i + head, as, acc);
+    i += head;
+    const __m512 pos = _mm512_set1_ps(as), neg = _mm512_set1_ps(-as);
+    for (; i + 16 <= hi; i += 16) {
+        __mmask16 m = (__mmask16)hs__ld16(bits + (i >> 3));
+        __m512 v = _mm512_mask_blend_ps(m, pos, neg);
+        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), v));
+    }
+    sign_add_c(bits, i, hi, as, acc);
+}
+#endif
+
+void hs__csign_add(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
+#if HS__X86
+    int lv = hs__csimd_level();
+    if (lv >= 2) {
+        sign_add_avx512(bits, lo, hi, as, acc);
+        return;
+    }
+    if (lv >= 1) {
+        sign_add_avx2(bits, lo, hi, as, acc);
+        return;
+    }
+#endif
+    sign_add_c(bits, lo, hi, as, acc);
+}
+
 /* ---------------------------------------------------------------- bit packing */
 
 /* Mask with the low b bits of each of the 8 bytes. */
