@@ -14,7 +14,11 @@
 #define CHUNK 4096 /* elements per pass of draws, fields and packing (a multiple of 8) */
 
 typedef struct qsgd_scratch {
-    uint32_t words[CHUNK / 2];
+    union {
+        uint32_t w[CHUNK / 2]; /* Philox words */
+        uint16_t h[CHUNK];     /* on little-endian, the draws: word i / 2, low half first */
+    } r;
+    uint16_t u[CHUNK]; /* the draws on big-endian */
     uint8_t fields[CHUNK];
 } qsgd_scratch;
 
@@ -94,12 +98,16 @@ static int qsgd_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t
     for (size_t c0 = 0; c0 < d; c0 += CHUNK) {
         size_t cn = d - c0 < CHUNK ? d - c0 : CHUNK;
         hs__cphilox_fill(key, HS_RNG_QSGD, peer, (uint32_t)round, c0 / 2, (cn + 1) / 2,
-                         sc->words);
-        uint16_t u[CHUNK];
+                         sc->r.w);
+#if HS__LE
+        const uint16_t *u = sc->r.h;
+#else
+        uint16_t *u = sc->u;
         for (size_t i = 0; i < (cn + 1) / 2; i++) {
-            u[2 * i] = (uint16_t)sc->words[i];
-            u[2 * i + 1] = (uint16_t)(sc->words[i] >> 16);
+            u[2 * i] = (uint16_t)sc->r.w[i];
+            u[2 * i + 1] = (uint16_t)(sc->r.w[i] >> 16);
         }
+#endif
         /* Walk the bucket segments of this chunk. */
         for (size_t i = c0; i < c0 + cn;) {
             size_t j = i / bsz, end = (j + 1) * bsz;
