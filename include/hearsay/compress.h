@@ -68,7 +68,8 @@ void hs_compressor_free(hs_compressor *c);
  * compressors have the same name and d read each other's messages. */
 const char *hs_compressor_name(const hs_compressor *c);
 
-/* 1 if E[C(x)] = x for every x: none, randk (rescaled) and qsgd. The deterministic casts
+/* 1 if E[C(x)] = x for every x: none, randk (rescaled) and qsgd (up to float rounding and,
+ * for qsgd, 2^-16 of a level: its draws have 16 bits). The deterministic casts
  * fp16/bf16 are biased (round to nearest; relative error <= 2^-11 and 2^-8); topk, sign,
  * unscaled randk and every ef: wrapper are biased too. */
 int hs_compressor_unbiased(const hs_compressor *c);
