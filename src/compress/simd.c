@@ -2,7 +2,8 @@
  * and BMI2) and AVX-512 versions chosen at run time from CPUID. Every version computes the same
  * bits: the arithmetic is the per-element definition of compress_ew.h (integer operations,
  * single IEEE operations, fixed summation order), only spread over vector lanes. The tests run
- * every level against the portable one. Thread-safe: no state but the level ceiling. */
+ * every level against the portable one. Thread-safe: no state but the level ceiling.
+ * -DHS_COMPRESS_PORTABLE builds only the portable versions (as on other architectures). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 #include "compress/compress_ew.h"
 #include "compress/compress_internal.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HS_COMPRESS_PORTABLE)
 #define HS__X86 1
 #include <cpuid.h>
 #include <immintrin.h>
