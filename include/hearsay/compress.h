@@ -7,7 +7,7 @@
  * (alpha = 1) holds a replica bit-identical to every receiver's.
  *
  * Specs (d = vector length; K = a count 1..d, or a fraction in (0, 1] written with '.' or 'e',
- * giving k = round(K * d), at least 1):
+ * giving k = K * d rounded to nearest, ties to even, at least 1):
  *   none                       C(x) = x, fp32 on the wire
  *   fp16, bf16                 round to nearest even; fails with HS_ERANGE on overflow
  *   topk:K[:fp16]              the k largest |x_i| (ties: lower index), values fp32 or fp16
