@@ -7,7 +7,7 @@
  * (alpha = 1) holds a replica bit-identical to every receiver's.
  *
  * Specs (d = vector length; K = a count 1..d, or a fraction in (0, 1] written with '.' or 'e',
- * giving k = round(K * d), at least 1):
+ * giving k = K * d rounded to nearest, ties to even, at least 1):
  *   none                       C(x) = x, fp32 on the wire
  *   fp16, bf16                 round to nearest even; fails with HS_ERANGE on overflow
  *   topk:K[:fp16]              the k largest |x_i| (ties: lower index), values fp32 or fp16
@@ -24,9 +24,9 @@
  * Random operators (randk, qsgd) draw from Philox keyed by (seed, purpose, peer, round,
  * element); see src/compress/compress_ew.h for the exact per-element definitions.
  *
- * Threading: hs_compress_encode modifies the compressor (scratch, error-feedback residual) and
- * needs exclusive access. hs_compress_decode_add, hs_compress_apply and the accessors only
- * read its configuration and may run concurrently with each other and with encode.
+ * Threading: hs_compress_encode, hs_compressor_reset and the residual it returns belong to one
+ * thread at a time (the sender's). hs_compress_decode_add, hs_compress_apply and the other
+ * accessors only read the configuration and may run on any threads, also during an encode.
  * Errors: negative HS_E* with hs_error_message() set. */
 #ifndef HEARSAY_COMPRESS_H
 #define HEARSAY_COMPRESS_H
@@ -68,7 +68,8 @@ void hs_compressor_free(hs_compressor *c);
  * compressors have the same name and d read each other's messages. */
 const char *hs_compressor_name(const hs_compressor *c);
 
-/* 1 if E[C(x)] = x for every x: none, randk (rescaled) and qsgd. The deterministic casts
+/* 1 if E[C(x)] = x for every x: none, randk (rescaled) and qsgd (up to float rounding and,
+ * for qsgd, 2^-16 of a level: its draws have 16 bits). The deterministic casts
  * fp16/bf16 are biased (round to nearest; relative error <= 2^-11 and 2^-8); topk, sign,
  * unscaled randk and every ef: wrapper are biased too. */
 int hs_compressor_unbiased(const hs_compressor *c);
@@ -106,7 +107,9 @@ size_t hs_compress_max_bytes(const hs_compressor *c, size_t d);
 /* The reference: writes the dense C(x) (d floats) to out, computed directly from x without
  * going through bytes. An ef: wrapper applies its operator to x as given (its residual is
  * neither read nor changed). Decoding hs_compress_encode's message with alpha into acc gives
- * exactly acc[i] + alpha * out[i]. HS_EINVAL, HS_ERANGE, HS_ENOMEM as encode. */
+ * exactly acc[i] + alpha * out[i] (for acc[i] != -0.0; elements a sparse message does not carry
+ * are left as they are). HS_EINVAL, HS_ERANGE, HS_ENOMEM as encode; out is unspecified after
+ * an error. */
 int hs_compress_apply(const hs_compressor *c, const float *x, size_t d, uint32_t peer,
                       uint64_t round, float *out);
 

@@ -6,8 +6,9 @@
  * core/philox.h, so element i of any stream can be computed without drawing the others.
  *
  * Reductions (norms of QSGD buckets, L1 scales of sign buckets) are part of the definition:
- * double accumulators in 8 lanes (lane = element offset mod 8 within the bucket) combined as
- * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); a kernel must sum in that order. */
+ * 32 double accumulators, lane = element offset mod 32 within the bucket, each summing its
+ * elements in order, then combined as a warp shuffle-down would: for h = 16, 8, 4, 2, 1,
+ * l[i] = l[i] + l[i + h] for i < h (hs_cw_lanes32). A kernel must sum in that order. */
 #ifndef HS_COMPRESS_COMPRESS_EW_H
 #define HS_COMPRESS_COMPRESS_EW_H
 
@@ -110,8 +111,12 @@ HS_HD static int hs_cw_bf16_finite(uint16_t h) { return (h & 0x7F80u) != 0x7F80u
 
 /* ---------------------------------------------------------------- reductions */
 
-HS_HD static double hs_cw_lanes8(const double l[8]) {
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+HS_HD static double hs_cw_lanes32(const double lanes[32]) {
+    double l[16];
+    for (int i = 0; i < 16; i++) l[i] = lanes[i] + lanes[i + 16];
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
+    return l[0];
 }
 
 /* ---------------------------------------------------------------- random-k (stratified) */
@@ -159,11 +164,14 @@ HS_HD static uint32_t hs_cw_randk_check(uint64_t seed, uint32_t peer, uint64_t r
 /* ---------------------------------------------------------------- QSGD */
 
 /* QSGD (Alistarh et al., NeurIPS 2017, eq. (1)) with s levels per bucket of B elements:
- *   Q(x_i) = ||x_b||_2 * sign(x_i) * l_i / s,  l_i = floor(r) + [u_i < r - floor(r)],
- *   r = |x_i| * (s / ||x_b||_2),  u_i uniform in [0, 1) (hs_cw_qsgd_draw),
- * so E[Q(x_i)] = x_i (up to float rounding and the 2^-16 draw resolution). A field of b = bits(s) + 1 bits holds l_i in its
- * low bits and the sign in its top bit; a zero level never carries a sign (one encoding per
- * value). The norm is sqrt of the 8-lane double sum of squares, rounded to float. */
+ *   Q(x_i) = ||x_b||_2 * sign(x_i) * l_i / s,  E[l_i] = r_i = |x_i| * s / ||x_b||_2,
+ * with the stochastic rounding done in 16.16 fixed point: R_i = floor(r_i * 2^16) (in float),
+ * u_i a uniform 16-bit draw (hs_cw_qsgd_draw), l_i = min((R_i + u_i) >> 16, s). Then
+ * E[l_i] = R_i / 2^16, within 2^-16 below r_i (for s < 256, where r_i * 2^16 < 2^24 is exact
+ * in float; larger s add the float rounding of r_i * 2^16), so Q is unbiased up to 2^-16 of a
+ * level. A field of b = bits(s) + 1 bits holds l_i in its low bits and the sign in its top bit;
+ * a zero level never carries a sign (one encoding per value). The norm is the square root of
+ * the 32-lane double sum of squares, rounded to float. */
 #define HS_CW_QSGD_MAX_S 32767u
 /* Largest bucket norm on the wire: level * (norm / s) then cannot overflow. */
 #define HS_CW_QSGD_MAX_NORM 0x1p127f
@@ -175,39 +183,37 @@ HS_HD static uint32_t hs_cw_qsgd_bits(uint32_t s) {
     return b + 1u;
 }
 
-/* A bucket's norm from its sum of squares (8-lane double order). */
+/* A bucket's norm from its sum of squares (32-lane double order). */
 HS_HD static float hs_cw_qsgd_norm(double sumsq) { return (float)sqrt(sumsq); }
 
-/* Per-bucket factors of the level computation r = (|x_i| * pre) * inv: inv = s / (norm * pre),
- * where pre is 2^64 for buckets with norm < 2^-64 (so that s / norm stays finite for the tiniest
- * norms) and 1 otherwise. A zero bucket has inv = 0 and gives zero levels. */
-HS_HD static void hs_cw_qsgd_factors(float norm, uint32_t s, float *pre, float *inv) {
+/* Per-bucket factors of r_i * 2^16 = (|x_i| * pre) * inv16, inv16 = 2^16 * s / (norm * pre),
+ * where pre is 2^64 for buckets with norm < 2^-64 (so that s / norm stays finite for the
+ * tiniest norms) and 1 otherwise (then |x_i| * pre = |x_i| exactly). A zero bucket has
+ * inv16 = 0 and gives zero levels. */
+HS_HD static void hs_cw_qsgd_factors(float norm, uint32_t s, float *pre, float *inv16) {
     float g = norm < 0x1p-64f ? 0x1p64f : 1.0f;
     *pre = g;
-    *inv = norm > 0.0f ? (float)s / (norm * g) : 0.0f;
+    *inv16 = norm > 0.0f ? ((float)s / (norm * g)) * 65536.0f : 0.0f;
 }
 
 /* The 16-bit uniform draw of QSGD element i (its index in the whole vector): half i mod 2 of
  * word i / 2 of the stream (seed, QSGD, peer, round), low half first. 16 bits per element
- * halve the Philox work; the rounding up then happens with probability ceil(p * 2^16) / 2^16,
- * which exceeds p by less than 2^-16 (a bias below 2^-16 level units per element). */
+ * halve the Philox work. */
 HS_HD static uint32_t hs_cw_qsgd_draw(uint64_t seed, uint32_t peer, uint64_t round, uint64_t i) {
     uint32_t w = hs_rng_at(hs_cw_key_seed(seed, round), HS_RNG_QSGD, peer, (uint32_t)round,
                            i >> 1);
     return (i & 1) ? w >> 16 : w & 0xFFFFu;
 }
 
-/* One QSGD field of x given the bucket's factors and the element's draw u (0..65535). The
- * level is clamped to s, which absorbs the rounding of r. */
-HS_HD static uint32_t hs_cw_qsgd_field(float x, float pre, float inv, uint32_t s, uint32_t b,
+/* One QSGD field of x given the bucket's factors and the element's draw u (0..65535). */
+HS_HD static uint32_t hs_cw_qsgd_field(float x, float pre, float inv16, uint32_t s, uint32_t b,
                                        uint32_t u) {
-    float r = (hs_cw_float(hs_cw_bits(x) & 0x7FFFFFFFu) * pre) * inv;
-    int32_t l = (int32_t)r; /* 0 <= r <= s (1 + 2^-23) */
-    float p = r - (float)l;
-    l += ((float)u * 0x1p-16f < p) ? 1 : 0;
-    l = l < (int32_t)s ? l : (int32_t)s;
+    float r16 = (hs_cw_float(hs_cw_bits(x) & 0x7FFFFFFFu) * pre) * inv16;
+    uint32_t fix = (uint32_t)(int32_t)r16; /* 0 <= r16 <= 2^16 s (1 + 2^-22) < 2^31 */
+    uint32_t l = (fix + u) >> 16;
+    l = l < s ? l : s;
     uint32_t neg = (hs_cw_bits(x) >> 31) & (l != 0 ? 1u : 0u);
-    return (uint32_t)l | (neg << (b - 1u));
+    return l | (neg << (b - 1u));
 }
 
 /* The size of one level, norm / s. */
@@ -223,7 +229,7 @@ HS_HD static float hs_cw_qsgd_value(uint32_t field, uint32_t b, float unit) {
 
 /* Scaled sign with one scale per bucket (Karimireddy et al. 2019; CHOCO-SGD's "sign"):
  * C(x)_i = scale_b * (signbit(x_i) ? -1 : 1), scale_b = ||x_b||_1 / n_b, so -0.0 maps to
- * -scale and +0.0 to +scale. The scale is the 8-lane double sum of |x_i| divided by the
+ * -scale and +0.0 to +scale. The scale is the 32-lane double sum of |x_i| divided by the
  * bucket's length n_b, rounded to float. */
 HS_HD static float hs_cw_sign_scale(double l1, uint32_t n) { return (float)(l1 / (double)n); }
 

@@ -137,6 +137,20 @@ int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, 
 int hs__topk_scratch_grow(hs__topk_scratch *s, size_t n);
 void hs__topk_scratch_free(hs__topk_scratch *s);
 
+/* ---------------------------------------------------------------- packing from device output
+ *
+ * A device path computes the intermediate form and lets the host write the bytes: top-k the
+ * sorted indices and their values; random-k the stratum indices (hs_cw_randk_*) and their
+ * values; QSGD the bucket norms and
+ * the packed field stream (fields of 8 elements fill exactly b bytes: one thread per group);
+ * sign the bucket scales and the sign bitmap (compress_ew.h defines every number). value j is
+ * src[idx[j]] with gather, else src[j]. HS_ERANGE if a value is not finite or does not fit fp16
+ * (or, for random-k, its rescaling overflows). dst needs max_bytes; *n gets the length. */
+int hs__topk_pack(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
+                  uint8_t *dst, size_t *n);
+int hs__randk_pack(const hs_compressor *c, uint32_t peer, uint64_t round, const uint32_t *idx,
+                   const float *src, int gather, uint8_t *dst, size_t *n);
+
 /* ---------------------------------------------------------------- bulk kernels (simd.c) */
 
 /* Highest instruction set the kernels use: 0 portable C, 1 AVX2 (+F16C, BMI2), 2 AVX-512.
@@ -167,7 +181,7 @@ uint16_t hs__c16_max_mag(const uint8_t *p, size_t n);
 void hs__cphilox_fill(uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t round,
                       uint64_t first, size_t n, uint32_t *out);
 
-/* Sum of |x_i| of x[0..n) in the 8-lane order of compress_ew.h. */
+/* Sum of |x_i| of x[0..n) in the 32-lane order of compress_ew.h. */
 double hs__cl1(const float *x, size_t n);
 /* Sum of x_i^2 of x[0..n) in the same order. */
 double hs__cl2sq(const float *x, size_t n);
@@ -178,8 +192,16 @@ void hs__csign_pack(const float *x, size_t n, uint8_t *dst);
 
 /* QSGD fields of one bucket x[0..n) (n <= 512 would do; any n) given its factors and 16-bit
  * random draws u[0..n): f[i] = hs_cw_qsgd_field(...) as one byte (b <= 8) or two. */
-void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv, uint32_t s, uint32_t b,
-                       const uint16_t *u, uint8_t *f);
+void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv16, uint32_t s,
+                       uint32_t b, const uint16_t *u, uint8_t *f);
+
+/* QSGD decoding of n byte fields (b <= 8): check8 returns nonzero if a level exceeds lmax or
+ * a field is a signed zero; add8 adds alpha * hs_cw_qsgd_value(f[i], b, unit) to acc[i]. */
+int hs__cqsgd_check8(const uint8_t *f, size_t n, uint32_t b, uint32_t lmax);
+void hs__cqsgd_add8(const uint8_t *f, size_t n, uint32_t b, float unit, float alpha, float *acc);
+
+/* acc[i] += bit i of the sign stream ? -as : as, for i in [lo, hi). */
+void hs__csign_add(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc);
 
 /* Packs n fields of b bits (1..8, one per byte of f) LSB-first into ceil(n*b/8) bytes of dst,
  * and the inverse (the unused high bits of each byte of f are zero). */

@@ -14,7 +14,11 @@
 #define CHUNK 4096 /* elements per pass of draws, fields and packing (a multiple of 8) */
 
 typedef struct qsgd_scratch {
-    uint32_t words[CHUNK / 2];
+    union {
+        uint32_t w[CHUNK / 2]; /* Philox words */
+        uint16_t h[CHUNK];     /* on little-endian, the draws: word i / 2, low half first */
+    } r;
+    uint16_t u[CHUNK]; /* the draws on big-endian */
     uint8_t fields[CHUNK];
 } qsgd_scratch;
 
@@ -94,12 +98,16 @@ static int qsgd_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t
     for (size_t c0 = 0; c0 < d; c0 += CHUNK) {
         size_t cn = d - c0 < CHUNK ? d - c0 : CHUNK;
         hs__cphilox_fill(key, HS_RNG_QSGD, peer, (uint32_t)round, c0 / 2, (cn + 1) / 2,
-                         sc->words);
-        uint16_t u[CHUNK];
+                         sc->r.w);
+#if HS__LE
+        const uint16_t *u = sc->r.h;
+#else
+        uint16_t *u = sc->u;
         for (size_t i = 0; i < (cn + 1) / 2; i++) {
-            u[2 * i] = (uint16_t)sc->words[i];
-            u[2 * i + 1] = (uint16_t)(sc->words[i] >> 16);
+            u[2 * i] = (uint16_t)sc->r.w[i];
+            u[2 * i + 1] = (uint16_t)(sc->r.w[i] >> 16);
         }
+#endif
         /* Walk the bucket segments of this chunk. */
         for (size_t i = c0; i < c0 + cn;) {
             size_t j = i / bsz, end = (j + 1) * bsz;
@@ -158,6 +166,10 @@ static int walk_fields(const hs_compressor *c, const uint8_t *norms, const uint8
             float nrm = hs__ldf(norms + 4 * j);
             if (!acc) {
                 uint32_t lmax = nrm > 0.0f ? s : 0;
+                if (b <= 8 && !hs__cqsgd_check8(f8 + (i - c0), end - i, b, lmax)) {
+                    i = end;
+                    continue;
+                }
                 for (size_t e = i; e < end; e++) {
                     uint32_t f = b <= 8 ? f8[e - c0] : bitr_get(&r, b), l = f & lmask;
                     if (l > lmax || f == lmask + 1u) {
@@ -177,8 +189,7 @@ static int walk_fields(const hs_compressor *c, const uint8_t *norms, const uint8
             } else {
                 float unit = hs_cw_qsgd_unit(nrm, s);
                 if (b <= 8) {
-                    for (size_t e = i; e < end; e++)
-                        acc[e] = acc[e] + alpha * hs_cw_qsgd_value(f8[e - c0], b, unit);
+                    hs__cqsgd_add8(f8 + (i - c0), end - i, b, unit, alpha, acc + i);
                 } else {
                     for (size_t e = i; e < end; e++)
                         acc[e] = acc[e] + alpha * hs_cw_qsgd_value(bitr_get(&r, b), b, unit);
@@ -217,17 +228,18 @@ static int qsgd_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
     return 0;
 }
 
-/* The reference, element by element: scalar norms in the 8-lane order, direct draws. */
+/* The reference, element by element: scalar norms in the 32-lane order, direct draws. */
 static int qsgd_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
                       float *out) {
     size_t d = c->d, bsz = c->bucket, nb = n_buckets(c);
     uint32_t s = c->s, b = field_bits(c);
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bsz, hi = d - lo < bsz ? d : lo + bsz;
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (size_t i = lo; i < hi; i++) l[(i - lo) % 8] += (double)x[i] * (double)x[i];
+        double l[32];
+        memset(l, 0, sizeof(l));
+        for (size_t i = lo; i < hi; i++) l[(i - lo) % 32] += (double)x[i] * (double)x[i];
         float nrm = 0, pre, inv;
-        int err = bucket_norm(c, hs_cw_lanes8(l), j, &nrm);
+        int err = bucket_norm(c, hs_cw_lanes32(l), j, &nrm);
         if (err < 0) return err;
         hs_cw_qsgd_factors(nrm, s, &pre, &inv);
         float unit = hs_cw_qsgd_unit(nrm, s);

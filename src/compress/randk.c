@@ -64,16 +64,15 @@ static int value_of(const hs_compressor *c, float x, uint32_t at, uint32_t m, fl
     return 0;
 }
 
-static int randk_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
-                        uint8_t *dst, size_t *n) {
-    uint32_t *idx = c->idx, d = (uint32_t)c->d, k = c->k;
-    indices(c, peer, round, 0, k, idx);
+int hs__randk_pack(const hs_compressor *c, uint32_t peer, uint64_t round, const uint32_t *idx,
+                   const float *src, int gather, uint8_t *dst, size_t *n) {
+    uint32_t d = (uint32_t)c->d, k = c->k;
     uint8_t *v = dst + RANDK_HDR;
     int fp16 = (c->flags & HS__CF_FP16) != 0;
     for (uint32_t j = 0; j < k; j++) {
         uint32_t st, m;
         hs_cw_randk_stratum(d, k, j, &st, &m);
-        float f = x[idx[j]], ignore;
+        float f = gather ? src[idx[j]] : src[j], ignore;
         int err = value_of(c, f, idx[j], m, &ignore);
         if (err < 0) return err;
         if (fp16)
@@ -85,6 +84,12 @@ static int randk_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_
     hs__st32(dst + HS__CHDR, hs_cw_randk_check(c->seed, peer, round));
     *n = randk_max_bytes(c);
     return 0;
+}
+
+static int randk_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
+                        uint8_t *dst, size_t *n) {
+    indices(c, peer, round, 0, c->k, c->idx);
+    return hs__randk_pack(c, peer, round, c->idx, x, 1, dst, n);
 }
 
 static int randk_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,

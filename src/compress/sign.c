@@ -58,12 +58,6 @@ static int sign_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t
     return 0;
 }
 
-/* acc[i] += alpha * (+-scale): alpha * -s is exactly -(alpha * s), so one product per bucket. */
-static void add_bits(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
-    float v[2] = {as, -as};
-    for (size_t i = lo; i < hi; i++) acc[i] = acc[i] + v[(bits[i >> 3] >> (i & 7)) & 1];
-}
-
 static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                        uint64_t round, float *acc, float alpha) {
     (void)peer;
@@ -87,12 +81,13 @@ static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
         return hs__err(HS_EFORMAT, "sign message: nonzero padding bits after the last sign");
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
-        add_bits(bits, lo, hi, alpha * hs__ldf(scales + 4 * j), acc);
+        /* alpha * -s is exactly -(alpha * s): one product per bucket. */
+        hs__csign_add(bits, lo, hi, alpha * hs__ldf(scales + 4 * j), acc);
     }
     return 0;
 }
 
-/* The reference, element by element, with the scalar 8-lane sums. */
+/* The reference, element by element, with the scalar 32-lane sums. */
 static int sign_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
                       float *out) {
     (void)peer;
@@ -100,10 +95,11 @@ static int sign_apply(const hs_compressor *c, const float *x, uint32_t peer, uin
     size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (size_t i = lo; i < hi; i++) l[(i - lo) % 8] += (double)fabsf(x[i]);
+        double l[32];
+        memset(l, 0, sizeof(l));
+        for (size_t i = lo; i < hi; i++) l[(i - lo) % 32] += (double)fabsf(x[i]);
         float sc = 0;
-        int err = scale_of(c, hs_cw_lanes8(l), hi - lo, j, &sc);
+        int err = scale_of(c, hs_cw_lanes32(l), hi - lo, j, &sc);
         if (err < 0) return err;
         for (size_t i = lo; i < hi; i++) out[i] = hs_cw_sign_value(hs_cw_bits(x[i]) >> 31, sc);
     }

@@ -2,7 +2,8 @@
  * and BMI2) and AVX-512 versions chosen at run time from CPUID. Every version computes the same
  * bits: the arithmetic is the per-element definition of compress_ew.h (integer operations,
  * single IEEE operations, fixed summation order), only spread over vector lanes. The tests run
- * every level against the portable one. Thread-safe: no state but the level ceiling. */
+ * every level against the portable one. Thread-safe: no state but the level ceiling.
+ * -DHS_COMPRESS_PORTABLE builds only the portable versions (as on other architectures). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 #include "compress/compress_ew.h"
 #include "compress/compress_internal.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HS_COMPRESS_PORTABLE)
 #define HS__X86 1
 #include <cpuid.h>
 #include <immintrin.h>
@@ -261,22 +262,24 @@ AUTOVEC_VOID(hs__cbf16_add, (const uint8_t *p, size_t n, float *acc, float alpha
 /* ---------------------------------------------------------------- reductions */
 
 ALWAYS_INLINE double hs__cl1_body(const float *x, size_t n) {
-    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double l[32];
+    memset(l, 0, sizeof(l));
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) l[j] += (double)fabsf(x[i + j]);
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 32; j++) l[j] += (double)fabsf(x[i + j]);
     for (int j = 0; i < n; i++, j++) l[j] += (double)fabsf(x[i]);
-    return hs_cw_lanes8(l);
+    return hs_cw_lanes32(l);
 }
 AUTOVEC(double, hs__cl1, (const float *x, size_t n), (x, n))
 
 ALWAYS_INLINE double hs__cl2sq_body(const float *x, size_t n) {
-    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double l[32];
+    memset(l, 0, sizeof(l));
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) l[j] += (double)x[i + j] * (double)x[i + j];
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 32; j++) l[j] += (double)x[i + j] * (double)x[i + j];
     for (int j = 0; i < n; i++, j++) l[j] += (double)x[i] * (double)x[i];
-    return hs_cw_lanes8(l);
+    return hs_cw_lanes32(l);
 }
 AUTOVEC(double, hs__cl2sq, (const float *x, size_t n), (x, n))
 
@@ -393,54 +396,59 @@ TGT_AVX2 static void philox_fill_avx2(uint64_t seed, uint32_t purpose, uint32_t 
     philox_fill_c(seed, purpose, peer, round, block + (uint32_t)j, nblocks - j, out + 4 * j);
 }
 
-TGT_AVX512 static void philox16_avx512(__m512i c0, __m512i c1, __m512i c2, __m512i c3,
-                                       uint32_t k0, uint32_t k1, uint32_t *out) {
+/* Philox4x32-10 of 8 blocks with one block per 64-bit lane (the 32-bit words in the low
+ * halves; the high halves carry junk that never reaches a low half): vpmuludq then gives each
+ * 64-bit product whole, its low half is `lo` as it stands and vpshufd brings `hi` down, so a
+ * round costs 2 multiplies, 2 shuffles and 2 ternary XORs per 8 blocks. Two sets of 8 blocks
+ * are interleaved for instruction-level parallelism. */
+TGT_AVX512 static void philox16_avx512(uint32_t block, uint32_t purpose, uint32_t round,
+                                       uint32_t peer, uint32_t k0, uint32_t k1, uint32_t *out) {
     const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
-    const __mmask16 odd = 0xAAAA;
+    const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    __m512i a0 = _mm512_add_epi64(_mm512_set1_epi64(block), lane);
+    __m512i b0 = _mm512_add_epi64(a0, _mm512_set1_epi64(8));
+    __m512i a1 = _mm512_set1_epi64(purpose), b1 = a1;
+    __m512i a2 = _mm512_set1_epi64(round), b2 = a2;
+    __m512i a3 = _mm512_set1_epi64(peer), b3 = a3;
     for (int r = 0; r < 10; r++) {
-        __m512i pe0 = _mm512_mul_epu32(c0, m0), po0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
-        __m512i pe1 = _mm512_mul_epu32(c2, m1), po1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
-        __m512i hi0 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(pe0, 32), po0);
-        __m512i lo0 = _mm512_mask_blend_epi32(odd, pe0, _mm512_slli_epi64(po0, 32));
-        __m512i hi1 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(pe1, 32), po1);
-        __m512i lo1 = _mm512_mask_blend_epi32(odd, pe1, _mm512_slli_epi64(po1, 32));
-        /* 0x96: a ^ b ^ c */
-        __m512i n0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0), 0x96);
-        __m512i n2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1), 0x96);
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
+        __m512i K0 = _mm512_set1_epi32((int)k0), K1 = _mm512_set1_epi32((int)k1);
+        __m512i pa0 = _mm512_mul_epu32(a0, m0), pa1 = _mm512_mul_epu32(a2, m1);
+        __m512i pb0 = _mm512_mul_epu32(b0, m0), pb1 = _mm512_mul_epu32(b2, m1);
+        /* 0xF5 moves each high dword down; 0x96 is a ^ b ^ c. */
+        a0 = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(pa1, (_MM_PERM_ENUM)0xF5), a1, K0, 0x96);
+        a2 = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(pa0, (_MM_PERM_ENUM)0xF5), a3, K1, 0x96);
+        b0 = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(pb1, (_MM_PERM_ENUM)0xF5), b1, K0, 0x96);
+        b2 = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(pb0, (_MM_PERM_ENUM)0xF5), b3, K1, 0x96);
+        a1 = pa1;
+        a3 = pa0;
+        b1 = pb1;
+        b3 = pb0;
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-    __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-    /* Each 128-bit lane q of u0..u3 now holds blocks 4q, 4q+1, 4q+2, 4q+3 respectively. */
-    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-    /* Interleave 128-bit lanes: out block 4q+m = lane q of u_m. */
-    __m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44); /* u0.q0 u0.q1 u1.q0 u1.q1 */
-    __m512i b = _mm512_shuffle_i32x4(u2, u3, 0x44); /* u2.q0 u2.q1 u3.q0 u3.q1 */
-    __m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE); /* u0.q2 u0.q3 u1.q2 u1.q3 */
-    __m512i e = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-    _mm512_storeu_si512((void *)(out + 0), _mm512_shuffle_i32x4(a, b, 0x88));  /* blocks 0-3 */
-    _mm512_storeu_si512((void *)(out + 16), _mm512_shuffle_i32x4(a, b, 0xDD)); /* blocks 4-7 */
-    _mm512_storeu_si512((void *)(out + 32), _mm512_shuffle_i32x4(c, e, 0x88)); /* 8-11 */
-    _mm512_storeu_si512((void *)(out + 48), _mm512_shuffle_i32x4(c, e, 0xDD)); /* 12-15 */
+    /* Words of block j: low dwords of qword j of c0..c3. Pair them into (c0, c1) and (c2, c3)
+     * qwords, then interleave the pairs block by block. */
+    const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+    const __m512i hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    __m512i c[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    for (int h = 0; h < 2; h++) {
+        __m512i t01 = _mm512_mask_blend_epi32(
+            0xAAAA, c[h][0], _mm512_shuffle_epi32(c[h][1], (_MM_PERM_ENUM)0xA0));
+        __m512i t23 = _mm512_mask_blend_epi32(
+            0xAAAA, c[h][2], _mm512_shuffle_epi32(c[h][3], (_MM_PERM_ENUM)0xA0));
+        _mm512_storeu_si512((void *)(out + 32 * h), _mm512_permutex2var_epi64(t01, lo, t23));
+        _mm512_storeu_si512((void *)(out + 32 * h + 16),
+                            _mm512_permutex2var_epi64(t01, hi, t23));
+    }
 }
 
 TGT_AVX512 static void philox_fill_avx512(uint64_t seed, uint32_t purpose, uint32_t peer,
                                           uint32_t round, uint32_t block, size_t nblocks,
                                           uint32_t *out) {
     size_t j = 0;
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (; j + 16 <= nblocks; j += 16) {
-        __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(block + (uint32_t)j)), lane);
-        philox16_avx512(c0, _mm512_set1_epi32((int)purpose), _mm512_set1_epi32((int)round),
-                        _mm512_set1_epi32((int)peer), (uint32_t)seed, (uint32_t)(seed >> 32),
-                        out + 4 * j);
-    }
+    for (; j + 16 <= nblocks; j += 16)
+        philox16_avx512(block + (uint32_t)j, purpose, round, peer, (uint32_t)seed,
+                        (uint32_t)(seed >> 32), out + 4 * j);
     philox_fill_c(seed, purpose, peer, round, block + (uint32_t)j, nblocks - j, out + 4 * j);
 }
 #endif
@@ -467,12 +475,8 @@ void hs__cphilox_fill(uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t r
 
 /* ---------------------------------------------------------------- QSGD fields */
 
-ALWAYS_INLINE void hs__cqsgd_fields8_body(const float *x, size_t n, float pre, float inv,
-                                          uint32_t s, uint32_t b, const uint16_t *u,
-                                          uint8_t *f) {
-    /* hs_cw_qsgd_field, with the float -> integer conversion done as int32 (r <= s + 1) so it
-     * vectorizes without AVX-512's unsigned conversions. */
-    const int32_t smax = (int32_t)s;
+ALWAYS_INLINE void fields8_loop(const float *x, size_t n, float pre, int use_pre, float inv16,
+                                uint32_t s, uint32_t b, const uint16_t *u, uint8_t *f) {
     const uint32_t sh = b - 1u;
     for (size_t i = 0; i < n; i++) {
         uint32_t xb;
@@ -480,19 +484,155 @@ ALWAYS_INLINE void hs__cqsgd_fields8_body(const float *x, size_t n, float pre, f
         uint32_t ab = xb & 0x7FFFFFFFu;
         float a;
         memcpy(&a, &ab, 4);
-        float r = (a * pre) * inv;
-        int32_t l = (int32_t)r;
-        float p = r - (float)l;
-        l += ((float)u[i] * 0x1p-16f < p) ? 1 : 0;
-        l = l < smax ? l : smax;
+        float r16 = (use_pre ? a * pre : a) * inv16;
+        uint32_t l = ((uint32_t)(int32_t)r16 + u[i]) >> 16;
+        l = l < s ? l : s;
         uint32_t neg = (xb >> 31) & (l != 0 ? 1u : 0u);
-        f[i] = (uint8_t)((uint32_t)l | (neg << sh));
+        f[i] = (uint8_t)(l | (neg << sh));
     }
 }
+
+/* hs_cw_qsgd_field over a bucket segment; with pre == 1 the multiply by pre is exact and
+ * skipped. */
+ALWAYS_INLINE void hs__cqsgd_fields8_body(const float *x, size_t n, float pre, float inv16,
+                                          uint32_t s, uint32_t b, const uint16_t *u,
+                                          uint8_t *f) {
+    if (pre == 1.0f)
+        fields8_loop(x, n, pre, 0, inv16, s, b, u, f);
+    else
+        fields8_loop(x, n, pre, 1, inv16, s, b, u, f);
+}
+#if HS__X86
+TGT_AVX2 static void hs__cqsgd_fields8_avx2(const float *x, size_t n, float pre, float inv16,
+                                            uint32_t s, uint32_t b, const uint16_t *u,
+                                            uint8_t *f) {
+    hs__cqsgd_fields8_body(x, n, pre, inv16, s, b, u, f);
+}
+
+/* The same per 16 elements with mask registers: the sign goes in by a masked OR where x is
+ * negative and the level nonzero, and vpmovdb narrows to bytes. */
+TGT_AVX512 static void hs__cqsgd_fields8_avx512(const float *x, size_t n, float pre, float inv16,
+                                                uint32_t s, uint32_t b, const uint16_t *u,
+                                                uint8_t *f) {
+    size_t i = 0;
+    const __m512 vpre = _mm512_set1_ps(pre), vinv = _mm512_set1_ps(inv16);
+    const __m512i vs = _mm512_set1_epi32((int)s), vsign = _mm512_set1_epi32((int)(1u << (b - 1)));
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    const int use_pre = pre != 1.0f;
+    for (; i + 16 <= n; i += 16) {
+        __m512i xb = _mm512_loadu_si512((const void *)(x + i));
+        __m512 a = _mm512_castsi512_ps(_mm512_and_si512(xb, absm));
+        if (use_pre) a = _mm512_mul_ps(a, vpre);
+        __m512i fix = _mm512_cvttps_epi32(_mm512_mul_ps(a, vinv));
+        __m512i uu = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(u + i)));
+        __m512i l = _mm512_min_epu32(_mm512_srli_epi32(_mm512_add_epi32(fix, uu), 16), vs);
+        __mmask16 neg = _mm512_movepi32_mask(xb) & _mm512_test_epi32_mask(l, l);
+        l = _mm512_mask_or_epi32(l, neg, l, vsign);
+        _mm_storeu_si128((__m128i *)(void *)(f + i), _mm512_cvtepi32_epi8(l));
+    }
+    hs__cqsgd_fields8_body(x + i, n - i, pre, inv16, s, b, u + i, f + i);
+}
+
+void hs__cqsgd_fields8(const float *x, size_t n, float pre, float inv16, uint32_t s, uint32_t b,
+                       const uint16_t *u, uint8_t *f) {
+    int lv = hs__csimd_level();
+    if (lv >= 2)
+        hs__cqsgd_fields8_avx512(x, n, pre, inv16, s, b, u, f);
+    else if (lv >= 1)
+        hs__cqsgd_fields8_avx2(x, n, pre, inv16, s, b, u, f);
+    else
+        hs__cqsgd_fields8_body(x, n, pre, inv16, s, b, u, f);
+}
+#else
 AUTOVEC_VOID(hs__cqsgd_fields8,
-        (const float *x, size_t n, float pre, float inv, uint32_t s, uint32_t b,
-         const uint16_t *u, uint8_t *f),
-        (x, n, pre, inv, s, b, u, f))
+             (const float *x, size_t n, float pre, float inv16, uint32_t s, uint32_t b,
+              const uint16_t *u, uint8_t *f),
+             (x, n, pre, inv16, s, b, u, f))
+#endif
+
+ALWAYS_INLINE int hs__cqsgd_check8_body(const uint8_t *f, size_t n, uint32_t b, uint32_t lmax) {
+    const uint32_t lmask = (1u << (b - 1u)) - 1u, neg0 = lmask + 1u;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= ((f[i] & lmask) > lmax) | (f[i] == neg0);
+    return bad;
+}
+AUTOVEC(int, hs__cqsgd_check8, (const uint8_t *f, size_t n, uint32_t b, uint32_t lmax),
+        (f, n, b, lmax))
+
+ALWAYS_INLINE void hs__cqsgd_add8_body(const uint8_t *f, size_t n, uint32_t b, float unit,
+                                       float alpha, float *acc) {
+    const uint32_t lmask = (1u << (b - 1u)) - 1u, sh = b - 1u;
+    for (size_t i = 0; i < n; i++) {
+        /* hs_cw_qsgd_value, with the sign applied by XOR of the sign bit (same bits as the
+         * negation). */
+        float v = (float)(int32_t)(f[i] & lmask) * unit;
+        uint32_t vb;
+        memcpy(&vb, &v, 4);
+        vb ^= (uint32_t)(f[i] >> sh) << 31;
+        memcpy(&v, &vb, 4);
+        acc[i] = acc[i] + alpha * v;
+    }
+}
+AUTOVEC_VOID(hs__cqsgd_add8,
+             (const uint8_t *f, size_t n, uint32_t b, float unit, float alpha, float *acc),
+             (f, n, b, unit, alpha, acc))
+
+/* ---------------------------------------------------------------- sign decode */
+
+static void sign_add_c(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
+    float v[2] = {as, -as};
+    for (size_t i = lo; i < hi; i++) acc[i] = acc[i] + v[(bits[i >> 3] >> (i & 7)) & 1];
+}
+
+#if HS__X86
+TGT_AVX2 static void sign_add_avx2(const uint8_t *bits, size_t lo, size_t hi, float as,
+                                   float *acc) {
+    size_t i = lo;
+    size_t head = (8 - lo % 8) % 8;
+    if (head > hi - lo) head = hi - lo;
+    sign_add_c(bits, i, i + head, as, acc);
+    i += head;
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 pos = _mm256_set1_ps(as), neg = _mm256_set1_ps(-as);
+    for (; i + 8 <= hi; i += 8) {
+        __m256i m = _mm256_and_si256(_mm256_set1_epi32(bits[i >> 3]), sel);
+        __m256 v = _mm256_blendv_ps(pos, neg, _mm256_castsi256_ps(_mm256_cmpeq_epi32(m, sel)));
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), v));
+    }
+    sign_add_c(bits, i, hi, as, acc);
+}
+
+TGT_AVX512 static void sign_add_avx512(const uint8_t *bits, size_t lo, size_t hi, float as,
+                                       float *acc) {
+    size_t i = lo;
+    size_t head = (16 - lo % 16) % 16;
+    if (head > hi - lo) head = hi - lo;
+    sign_add_c(bits, i, i + head, as, acc);
+    i += head;
+    const __m512 pos = _mm512_set1_ps(as), neg = _mm512_set1_ps(-as);
+    for (; i + 16 <= hi; i += 16) {
+        __mmask16 m = (__mmask16)hs__ld16(bits + (i >> 3));
+        __m512 v = _mm512_mask_blend_ps(m, pos, neg);
+        _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), v));
+    }
+    sign_add_c(bits, i, hi, as, acc);
+}
+#endif
+
+void hs__csign_add(const uint8_t *bits, size_t lo, size_t hi, float as, float *acc) {
+#if HS__X86
+    int lv = hs__csimd_level();
+    if (lv >= 2) {
+        sign_add_avx512(bits, lo, hi, as, acc);
+        return;
+    }
+    if (lv >= 1) {
+        sign_add_avx2(bits, lo, hi, as, acc);
+        return;
+    }
+#endif
+    sign_add_c(bits, lo, hi, as, acc);
+}
 
 /* ---------------------------------------------------------------- bit packing */
 

@@ -153,19 +153,20 @@ static size_t topk_max_bytes(const hs_compressor *c) {
     return HS__CHDR + (size_t)c->k * value_width(c) + (bm < delta ? bm : delta);
 }
 
-/* Writes values x[idx[j]] (fp32 or fp16). */
-static int put_values(const hs_compressor *c, const float *x, const uint32_t *idx, size_t k,
-                      uint8_t *v) {
-    if (c->flags & HS__CF_FP16) {
-        for (size_t j = 0; j < k; j++) {
-            float f = x[idx[j]];
-            if (hs_cw_key(f) >= HS_CW_F16_OVERFLOW)
-                return hs__err(HS_ERANGE, "compressor %s: element %u = %g does not fit fp16",
-                               c->name, idx[j], (double)f);
+/* Writes the k values (fp32 or fp16); value j is src[idx[j]] (gather) or src[j]. */
+static int put_values(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
+                      size_t k, uint8_t *v) {
+    int fp16 = (c->flags & HS__CF_FP16) != 0;
+    uint32_t limit = fp16 ? HS_CW_F16_OVERFLOW : HS_CW_KEY_INF;
+    for (size_t j = 0; j < k; j++) {
+        float f = gather ? src[idx[j]] : src[j];
+        if (hs_cw_key(f) >= limit)
+            return hs__err(HS_ERANGE, "compressor %s: element %u = %g does not fit %s", c->name,
+                           idx[j], (double)f, fp16 ? "fp16" : "fp32");
+        if (fp16)
             hs__st16(v + 2 * j, hs_cw_f16_from_f32(f));
-        }
-    } else {
-        for (size_t j = 0; j < k; j++) hs__stf(v + 4 * j, x[idx[j]]);
+        else
+            hs__stf(v + 4 * j, f);
     }
     return 0;
 }
@@ -202,20 +203,26 @@ static void put_indices(const uint32_t *idx, size_t k, size_t d, uint8_t *dst, s
     *bitmap = 0;
 }
 
+int hs__topk_pack(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
+                  uint8_t *dst, size_t *n) {
+    size_t vbytes = (size_t)c->k * value_width(c), ibytes;
+    int err = put_values(c, idx, src, gather, c->k, dst + HS__CHDR);
+    if (err < 0) return err;
+    int bitmap;
+    put_indices(idx, c->k, c->d, dst + HS__CHDR + vbytes, &ibytes, &bitmap);
+    hs__chdr_put(dst, HS_CODEC_TOPK, (c->flags & HS__CF_FP16) | (bitmap ? HS__CF_BITMAP : 0u), 0,
+                 (uint32_t)c->d, c->k);
+    *n = HS__CHDR + vbytes + ibytes;
+    return 0;
+}
+
 static int topk_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
                        uint8_t *dst, size_t *n) {
     (void)peer;
     (void)round;
     int err = hs__topk_select(c, x, c->d, c->k, c->idx, &c->sel);
     if (err < 0) return err;
-    size_t vbytes = (size_t)c->k * value_width(c), ibytes;
-    if ((err = put_values(c, x, c->idx, c->k, dst + HS__CHDR)) < 0) return err;
-    int bitmap;
-    put_indices(c->idx, c->k, c->d, dst + HS__CHDR + vbytes, &ibytes, &bitmap);
-    hs__chdr_put(dst, HS_CODEC_TOPK, (c->flags & HS__CF_FP16) | (bitmap ? HS__CF_BITMAP : 0u), 0,
-                 (uint32_t)c->d, c->k);
-    *n = HS__CHDR + vbytes + ibytes;
-    return 0;
+    return hs__topk_pack(c, c->idx, x, 1, dst, n);
 }
 
 /* Reads one canonical LEB128 value of at most 32 bits (5 bytes, the last < 0x10) from

@@ -291,6 +291,54 @@ static void test_golden(void **state) {
     hs_buf_unref(b);
 }
 
+/* The host packing of a device's intermediate form (indices and values) gives the bytes of the
+ * CPU encoder. */
+static void test_pack_device_form(void **state) {
+    (void)state;
+    size_t d = 5000;
+    float *x = test_vec(d, 21, VEC_GAUSS), *vals = malloc(d * sizeof(float));
+    uint32_t *idx = malloc(d * sizeof(uint32_t));
+    const char *specs[] = {"topk:0.01", "topk:0.4:fp16", "randk:0.05", "randk:0.3:fp16:unscaled"};
+    for (int s = 0; s < 4; s++) {
+        hs_compressor *c = mk(specs[s], d, 8);
+        hs_buf *b = newbuf();
+        int n = hs_compress_encode(c, x, d, 2, 9, b);
+        assert_true(n > 0);
+        size_t k = hs_compressor_count(c), j = 0;
+        if (hs_compressor_codec(c) == HS_CODEC_TOPK) {
+            hs__topk_scratch sc = {0};
+            assert_int_equal(hs__topk_select(c, x, d, k, idx, &sc), 0);
+            hs__topk_scratch_free(&sc);
+        } else {
+            for (uint32_t q = 0; q < k; q++) {
+                uint32_t st, m;
+                hs_cw_randk_stratum((uint32_t)d, (uint32_t)k, q, &st, &m);
+                idx[q] = st + hs_cw_randk_offset(hs_cw_randk_word(8, 2, 9, q), m);
+            }
+        }
+        for (j = 0; j < k; j++) vals[j] = x[idx[j]];
+        uint8_t *dst = malloc(hs_compress_max_bytes(c, d));
+        size_t len = 0;
+        int err = hs_compressor_codec(c) == HS_CODEC_TOPK
+                      ? hs__topk_pack(c, idx, vals, 0, dst, &len)
+                      : hs__randk_pack(c, 2, 9, idx, vals, 0, dst, &len);
+        assert_int_equal(err, 0);
+        assert_int_equal(len, (size_t)n);
+        assert_memory_equal(dst, b->data, len);
+        vals[k / 2] = NAN;
+        err = hs_compressor_codec(c) == HS_CODEC_TOPK ? hs__topk_pack(c, idx, vals, 0, dst, &len)
+                                                      : hs__randk_pack(c, 2, 9, idx, vals, 0, dst,
+                                                                       &len);
+        assert_int_equal(err, HS_ERANGE);
+        free(dst);
+        hs_buf_unref(b);
+        hs_compressor_free(c);
+    }
+    free(idx);
+    free(vals);
+    free(x);
+}
+
 /* ---------------------------------------------------------------- top-k */
 
 static const float *sort_x;
@@ -826,6 +874,7 @@ int main(void) {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_pack_device_form),
         cmocka_unit_test(test_topk_selection),
         cmocka_unit_test(test_topk_contraction),
         cmocka_unit_test(test_randk_unbiased),
