@@ -16,9 +16,17 @@ chmod 600 "$dir/secret"
 rounds=600
 data=()
 if [[ -n ${HEARSAY_EXAMPLE_SHORT:-} ]]; then
-    rounds=300
-    data=(--synthetic --subset 4000 --test-subset 500 --batch 64)
+    rounds=1500
+    data=(--synthetic --subset 4000 --test-subset 500 --batch 32)
 fi
+# wait_round FILE N: until the metrics file FILE reports round N (at most 60 s).
+wait_round() {
+    for _ in $(seq 600); do
+        [[ -f $1 ]] && [[ $(grep -o '"round":[0-9]*' "$1" | tail -1 | cut -d: -f2) -ge $2 ]] 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
 common=(--secret-file "$dir/secret" --algo choco --compress topk:0.05 --rounds $rounds --world 6
     --peer-timeout 1500 --eval-every 100 "${data[@]}")
 pids=()
@@ -33,20 +41,27 @@ for i in 1 2 3; do
         >"$dir/p$i.out" 2>"$dir/p$i.log" &
     pids+=($!)
 done
-sleep 2
+wait_round "$dir/peer-0.jsonl" 50
 echo "churn: 2 peers join through peer 1"
 for i in 4 5; do
     "$hs" run --listen 127.0.0.1:$((7470 + i)) --bootstrap 127.0.0.1:7471 --rank $i "${common[@]}" \
         --metrics "$dir/peer-{id}.jsonl" >"$dir/p$i.out" 2>"$dir/p$i.log" &
     pids+=($!)
 done
-sleep 2
+# Once both joiners train, one original peer leaves and another crashes.
+until [[ $(ls "$dir"/peer-*.jsonl 2>/dev/null | wc -l) -ge 6 ]]; do sleep 0.1; done
+for f in "$dir"/peer-4.jsonl "$dir"/peer-5.jsonl; do wait_round "$f" 1 || true; done
 echo "churn: peer at rank 2 leaves (SIGTERM), peer at rank 3 crashes (SIGKILL)"
-kill -TERM "${pids[2]}"
-kill -KILL "${pids[3]}"
+kill -TERM "${pids[2]}" || echo "churn: rank 2 had finished already"
+kill -KILL "${pids[3]}" || echo "churn: rank 3 had finished already"
 status=0
-for i in 0 1 4 5; do wait "${pids[$i]}" || status=1; done
-wait "${pids[2]}" || status=1
+for i in 0 1 2 4 5; do
+    if ! wait "${pids[$i]}"; then
+        status=1
+        echo "churn: the peer at rank $i failed; the end of its log:"
+        tail -5 "$dir/p$i.log"
+    fi
+done
 cat "$dir"/p*.out
 grep -h "joined as\|left the run\|declared dead\|is no longer a member" "$dir"/p0.log | head -20 || true
 exit $status
