@@ -107,9 +107,12 @@ typedef struct hs_algo_stats {
     uint64_t bytes_sent, bytes_recv; /* encoded payload bytes, cumulative */
     int missing;                     /* neighbours left out of the last round */
     double push_weight;              /* SGP: w_i; 1 for the others */
-    double disagreement;             /* sum_j W_ij ||v_i - v_j||^2 / d over the neighbours' values
-                                        this peer holds (replicas for dcd/choco, pushed z for
-                                        sgp): a local estimate of the consensus distance */
+    double disagreement;             /* a local estimate of the consensus distance, per parameter:
+                                        ||avg_j v_j - v_i||^2 / d, the squared distance from this
+                                        peer's model to the W-weighted average of the neighbours'
+                                        values it holds (replicas for dcd/choco, received models
+                                        for dpsgd); for sgp the mean ||z_j - z_i||^2 / d over the
+                                        shares received */
     int staleness_max;               /* SGP: oldest message added in the last round (rounds) */
     double staleness_mean;
 } hs_algo_stats;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "core/hd.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 
@@ -57,8 +58,7 @@ void hs_algo_free(hs_algo *a) {
     free(a->tmp2);
     free(a->present);
     for (int i = 0; i < 4; i++) hs_buf_unref(a->pool[i]);
-    free(a->mix_nb);
-    free(a->mix_w);
+    free(a->mix);
     hs_compressor_free(a->comp);
     free(a);
 }
@@ -239,6 +239,8 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
             a->n_nbrs++;
         }
     }
+    for (int i = 0; i < v->n_in; i++) hs__algo_nbr(a, v->in[i].id)->w_in = (float)v->in[i].w;
+    a->mix_valid = 0;
     if (!first && v->epoch != a->epoch)
         HS_LOGI("round %llu: neighbourhood changed (epoch %llu -> %llu): %d in, %d out of %d members",
                 (unsigned long long)r, (unsigned long long)a->epoch, (unsigned long long)v->epoch,
@@ -341,96 +343,50 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
 
 /* ---------------------------------------------------------------- mixing */
 
-double hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w) {
+HS_VECTOR_CLONES
+void hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w) {
+    for (size_t k = 0; k < d; k++) acc[k] = acc[k] + w * (a[k] - b[k]);
+}
+
+HS_VECTOR_CLONES
+double hs__step_sq(float *x, const float *m, float g, size_t d) {
     float lane[16] = {0};
     size_t k = 0;
     for (; k + 16 <= d; k += 16)
         for (int l = 0; l < 16; l++) {
-            float dk = a[k + l] - b[k + l];
-            acc[k + l] = acc[k + l] + w * dk;
-            lane[l] = lane[l] + dk * dk;
+            x[k + l] = x[k + l] + g * m[k + l];
+            lane[l] = lane[l] + m[k + l] * m[k + l];
         }
     double s = 0;
     for (; k < d; k++) {
-        float dk = a[k] - b[k];
-        acc[k] = acc[k] + w * dk;
-        s += (double)dk * dk;
+        x[k] = x[k] + g * m[k];
+        s += (double)m[k] * m[k];
     }
     for (int l = 0; l < 16; l++) s += lane[l];
     return s;
 }
 
-double hs__mix(int mode, float *out, const float *x, float g, const float *base,
-               const float *const *nb, const float *w, int m, size_t d) {
-    float lane[16] = {0};
-    size_t k = 0;
-    for (; k + 16 <= d; k += 16) {
-        float s[16] = {0};
-        for (int j = 0; j < m; j++) {
-            const float *r = nb[j] + k;
-            float wj = w[j];
-            for (int l = 0; l < 16; l++) {
-                float dk = r[l] - base[k + l];
-                s[l] = s[l] + wj * dk;
-                lane[l] = lane[l] + wj * (dk * dk);
-            }
-        }
-        if (mode == HS_MIX_STEP)
-            for (int l = 0; l < 16; l++) out[k + l] = x[k + l] + g * s[l];
-        else
-            for (int l = 0; l < 16; l++) out[k + l] = s[l] + (x[k + l] - base[k + l]);
-    }
-    double dis = 0;
-    for (; k < d; k++) {
-        float s = 0;
-        for (int j = 0; j < m; j++) {
-            float dk = nb[j][k] - base[k];
-            s = s + w[j] * dk;
-            dis += (double)w[j] * ((double)dk * dk);
-        }
-        out[k] = mode == HS_MIX_STEP ? x[k] + g * s : s + (x[k] - base[k]);
-    }
-    for (int l = 0; l < 16; l++) dis += lane[l];
-    return dis;
-}
-
-int hs__algo_mix_present(hs_algo *a, const hs_peer_view *v, const uint8_t *present, int *m) {
-    if (v->n_in > a->mix_cap) {
-        const float **nb = realloc(a->mix_nb, sizeof(*nb) * (size_t)v->n_in);
-        if (!nb) return hs__err(HS_ENOMEM, "algorithm: out of memory");
-        a->mix_nb = nb;
-        float *w = realloc(a->mix_w, sizeof(*w) * (size_t)v->n_in);
-        if (!w) return hs__err(HS_ENOMEM, "algorithm: out of memory");
-        a->mix_w = w;
-        a->mix_cap = v->n_in;
-    }
-    int k = 0;
-    for (int i = 0; i < v->n_in; i++) {
-        if (!present[i]) continue;
-        a->mix_nb[k] = hs__algo_nbr(a, v->in[i].id)->rep;
-        a->mix_w[k] = (float)v->in[i].w;
-        k++;
-    }
-    *m = k;
-    return 0;
-}
-
 /* ---------------------------------------------------------------- replicas */
 
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
-                         void *ctx) {
+                      void *ctx) {
     (void)ctx;
     if (len < 1) return hs__err(HS_EPROTO, "peer %u sent an empty payload", n->id);
     if (p[0] == HS_PAYLOAD_FULL) {
         int err = hs__payload_read_full(p, len, n->rep, a->d, n->id);
         if (err == 0) n->synced = 1;
+        a->mix_valid = 0; /* the replica jumped: m is rebuilt */
         return err;
     }
     if (p[0] != HS_PAYLOAD_DELTA)
         return hs__err(HS_EPROTO, "peer %u sent a payload of type %d", n->id, p[0]);
     if (!n->synced)
         return hs__err(HS_EPROTO, "peer %u sent a delta before its full replica", n->id);
-    return hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
+    int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
+    /* The first decode validated the message: the second cannot fail on its bytes. */
+    if (err == 0 && a->mix && a->mix_valid && n->is_in)
+        err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, a->mix, a->d, n->w_in);
+    return err;
 }
 
 /* Sends q to out-neighbours that hold this peer's replica and the full replica to the others. */
@@ -640,6 +596,7 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     a->stats.push_weight = w;
     a->epoch = epoch;
     a->have_view = (int)have_view;
+    a->mix_valid = 0;
     return 0;
 fail:
     for (uint32_t i = 0; i < nn && nbrs; i++) free(nbrs[i].rep);

@@ -28,6 +28,7 @@ typedef struct hs__nbr {
     int sent_full;       /* this peer's replica reached the neighbour (out-edges) */
     uint64_t next_round; /* first round of this neighbour's messages not yet consumed */
     int lagging;         /* sgp: missed a staleness wait; not waited for until it catches up */
+    float w_in;          /* W[self][id] in the current view (in-neighbours) */
 } hs__nbr;
 
 typedef struct hs__algo_ops {
@@ -58,12 +59,16 @@ struct hs_algo {
     float *tmp2;  /* scratch of d floats */
     double w;     /* sgp push-sum weight */
     hs_buf *pool[4];  /* payload buffers for reuse (the pool holds one reference each) */
-    const float **mix_nb; /* scratch for hs__mix: replicas and weights of present neighbours */
-    float *mix_w;
-    int mix_cap;
     uint8_t *present; /* scratch flags, one per in-neighbour */
     int present_cap;
     void *priv;   /* the algorithm's own state */
+    /* CHOCO keeps m = sum_j W_ij (xhat_j - xhat_i) over its synced in-neighbours up to date
+     * with sparse updates, so a round's gossip step is one pass x += gamma_c m instead of a
+     * pass over every replica. m_w = sum_j W_ij of the neighbours in m. Recomputed in full when
+     * the neighbourhood changes or a replica is replaced. */
+    float *mix;
+    float mix_wsum;
+    int mix_valid;
     hs_algo_stats stats;
 };
 
@@ -107,28 +112,20 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
                           hs_buf *delta);
 int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
                            uint8_t *present);
-/* Applies a FULL or DELTA payload of neighbour n to its replica (an hs__apply_fn). */
+/* Applies a FULL or DELTA payload of neighbour n to its replica (an hs__apply_fn), and to a->mix
+ * while that is valid (a FULL payload invalidates it). */
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                       void *ctx);
 /* A scratch array of n flags owned by a. */
 int hs__algo_present(hs_algo *a, int n, uint8_t **out);
 
-/* acc[k] += w * (a[k] - b[k]) for k < d, and returns sum_k (a[k] - b[k])^2. The update is the
- * same IEEE operations in the same order on every machine (replicas depend on it); the sum,
- * only a statistic, is kept in 16 float lanes so the loop vectorises. */
-double hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w);
+/* acc[k] += w * (a[k] - b[k]) for k < d: the same IEEE operations in the same order on every
+ * machine. */
+void hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w);
 
-/* One fused pass over the m current replicas nb[j] with weights w[j]:
- *   s_k = sum_j w_j (nb_j[k] - base[k])            (in order j = 0..m-1)
- *   HS_MIX_STEP:  out[k] = x[k] + g * s_k          (CHOCO's gossip step)
- *   HS_MIX_DELTA: out[k] = s_k + (x[k] - base[k])  (DCD's z)
- * and returns sum_j w_j ||nb_j - base||^2 (a statistic, kept in float lanes). out may be x. */
-enum { HS_MIX_STEP = 0, HS_MIX_DELTA = 1 };
-/* Gathers the replicas and weights of the present in-neighbours into a's scratch (in view
- * order) for hs__mix: a->mix_nb, a->mix_w, *m of them. */
-int hs__algo_mix_present(hs_algo *a, const hs_peer_view *v, const uint8_t *present, int *m);
-double hs__mix(int mode, float *out, const float *x, float g, const float *base,
-               const float *const *nb, const float *w, int m, size_t d);
+/* x[k] += g * m[k] for k < d; returns sum_k m[k]^2 (a statistic, summed in float lanes so the
+ * loop vectorises). */
+double hs__step_sq(float *x, const float *m, float g, size_t d);
 
 /* Little-endian serialisation helpers for save/load. */
 int hs__put_u32(hs_buf *b, uint32_t v);

@@ -13,46 +13,72 @@
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
 
+/* m = sum_j W_ij (xhat_j - xhat_i) over the synced in-neighbours, in view order. */
+static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
+    memset(a->mix, 0, sizeof(float) * a->d);
+    float wsum = 0;
+    for (int i = 0; i < v->n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
+        if (!n->synced) continue;
+        hs__acc_diff(a->mix, n->rep, a->own, a->d, n->w_in);
+        wsum = wsum + n->w_in;
+    }
+    a->mix_wsum = wsum;
+    a->mix_valid = 1;
+}
+
+static int choco_init(hs_algo *a, const float *x0) {
+    (void)x0;
+    if (!(a->mix = calloc(a->d, sizeof(float))))
+        return hs__err(HS_ENOMEM, "choco: out of memory for %zu parameters", a->d);
+    return 0;
+}
+
 static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
     size_t d = a->d;
     float *xh = a->own, *diff = a->tmp;
+    if (!a->mix_valid) rebuild_mix(a, &v);
     for (size_t k = 0; k < d; k++) diff[k] = x[k] - xh[k];
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
+    /* xhat_i += q and m -= (sum_j W_ij) q, both from the bytes that travel. */
     if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
         (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh, d,
-                                      1.0f)) >= 0)
+                                      1.0f)) >= 0 &&
+        (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, a->mix,
+                                      d, -a->mix_wsum)) >= 0)
         err = hs__algo_send_replica(a, ex, &v, r, msg);
     hs_buf_unref(msg);
     return err < 0 ? err : 0;
 }
 
+/* The neighbours' q_j go into their replicas and into m as they are decoded; the gossip step is
+ * then one pass, x = x_half + gamma_c m. A neighbour whose message is late keeps its replica of
+ * the round before in m (it is applied, in order, when it comes): the same replica it holds of
+ * this peer, so the two sides of the edge stay symmetric. */
 static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
-    size_t d = a->d;
-    float *xh = a->own;
     uint8_t *present;
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     int got = hs__algo_recv_replicas(a, ex, &v, r, present);
     if (got < 0) return got;
     a->stats.missing = v.n_in - got;
-    /* x = x_half + gamma_c sum_j W_ij (xhat_j - xhat_i), in ascending neighbour order; a missing
-     * neighbour's weight goes to the peer itself, where xhat_i - xhat_i contributes nothing. */
-    int m;
-    if ((err = hs__algo_mix_present(a, &v, present, &m)) < 0) return err;
-    double dis = hs__mix(HS_MIX_STEP, x, x, a->cfg.gamma_c, xh, a->mix_nb, a->mix_w, m, d);
-    a->stats.disagreement = dis / (double)d;
+    if (!a->mix_valid) rebuild_mix(a, &v);
+    double sq = hs__step_sq(x, a->mix, a->cfg.gamma_c, a->d);
+    double w = a->mix_wsum;
+    a->stats.disagreement = w > 0 ? sq / (w * w * (double)a->d) : 0.0;
     return 0;
 }
 
 const hs__algo_ops hs__algo_choco = {
     .needs_replicas = 1,
+    .init = choco_init,
     .push = choco_push,
     .pull = choco_pull,
 };

@@ -41,9 +41,19 @@ static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     /* z = sum_j W_ij (xhat_j - x_r) + (x - x_r), in ascending order: the mixed model after the
      * local update, minus x_r (differences, so the float weights' rounding cannot move the
      * average; a missing neighbour's weight stays on x_r). */
-    int m;
-    if ((err = hs__algo_mix_present(a, &v, present, &m)) < 0) return err;
-    a->stats.disagreement = hs__mix(HS_MIX_DELTA, acc, x, 0.0f, xr, a->mix_nb, a->mix_w, m, d) / (double)d;
+    memset(acc, 0, sizeof(float) * d);
+    double wsum = 0;
+    for (int i = 0; i < v.n_in; i++) {
+        if (!present[i]) continue;
+        hs__acc_diff(acc, hs__algo_nbr(a, v.in[i].id)->rep, xr, d, (float)v.in[i].w);
+        wsum += v.in[i].w;
+    }
+    double sq = 0;
+    for (size_t k = 0; k < d; k++) {
+        sq += (double)acc[k] * acc[k];
+        acc[k] = acc[k] + (x[k] - xr[k]);
+    }
+    a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;

@@ -52,7 +52,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t d = a->d;
     const float *xr = a->own;
     float *acc = a->tmp, *xj = a->tmp2;
-    double dis = 0;
+    double wsum = 0;
     memset(acc, 0, sizeof(float) * d);
     a->stats.missing = 0;
     /* In ascending id order, so every run (simulated or networked) sums in the same order. */
@@ -71,14 +71,15 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             a->stats.missing++;
             continue;
         }
-        dis += v.in[i].w * hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
+        hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
+        wsum += v.in[i].w;
     }
     /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r). Mixing
      * differences rather than weighted values keeps the network average exact for any float
      * weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j W_ij x_j would
      * drift with the rounding of the weights' sum. A missing neighbour's weight stays on x_r. */
-    for (size_t k = 0; k < d; k++) x[k] = x[k] + acc[k];
-    a->stats.disagreement = dis / (double)d;
+    double sq = hs__step_sq(x, acc, 1.0f, d);
+    a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
     return 0;
 }
 

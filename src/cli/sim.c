@@ -161,6 +161,7 @@ int hs_cmd_sim(int argc, char **argv) {
     long next_eval = eval_every;
     int stopped = 0, warned = 0;
     uint64_t steps = 0;
+    double step_time = 0; /* in hs_sim_step only: training and gossip, not evaluation */
     for (;;) {
         if (hs_cli_interrupted()) {
             stopped = 1;
@@ -175,10 +176,12 @@ int hs_cmd_sim(int argc, char **argv) {
         }
         if (progress >= (double)rounds) break;
         int peer;
+        double ts = hs_cli_now();
         if ((err = hs_sim_step(sim, &peer)) < 0) {
             fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
             goto out;
         }
+        step_time += hs_cli_now() - ts;
         steps++;
         double now = 0;
         for (int i = 0; i < a.n; i++) {
@@ -267,11 +270,15 @@ int hs_cmd_sim(int argc, char **argv) {
                 goto out;
             }
         }
+        double samples = 0;
+        for (int i = 0; i < a.n; i++)
+            samples += (double)hs_trainer_steps(hs_sim_trainer(sim, i)) * a.ro.batch;
         printf("%s: test accuracy mean %.2f%% min %.2f%% max %.2f%% over %d peers; consensus %.3g; "
-               "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.1f s\n",
+               "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.0f samples/s "
+               "training and gossip; %.1f s\n",
                stopped ? "interrupted" : "final", 100 * acc.mean, 100 * acc.min, 100 * acc.max,
                a.n, cons, sent / 1e6, total / 1e6, (unsigned long long)rmin,
-               (unsigned long long)rmax, el);
+               (unsigned long long)rmax, step_time > 0 ? samples / step_time : 0, el);
         fflush(stdout);
     }
     exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;

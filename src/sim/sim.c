@@ -108,17 +108,16 @@ int hs_sim_step(hs_sim *s, int *peer) {
     int err;
     if (s->sync) {
         uint64_t r = s->lockstep_round;
-        for (int i = 0; i < s->n; i++)
-            if (hs_simnet_alive(s->net, i) &&
-                (err = hs_trainer_begin(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
+        /* A peer's begin, local steps and push run back to back while its vectors are in cache;
+         * every push of the round precedes every pull, so no receive waits. */
+        for (int i = 0; i < s->n; i++) {
+            if (!hs_simnet_alive(s->net, i)) continue;
+            hs_exchange *ex = hs_simnet_exchange(s->net, i);
+            if ((err = hs_trainer_begin(s->tr[i], ex, r)) < 0 ||
+                (err = hs_trainer_local(s->tr[i], r, &s->rs[i])) < 0 ||
+                (err = hs_trainer_push(s->tr[i], ex, r)) < 0)
                 return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
-        for (int i = 0; i < s->n; i++)
-            if (hs_simnet_alive(s->net, i) && (err = hs_trainer_local(s->tr[i], r, &s->rs[i])) < 0)
-                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
-        for (int i = 0; i < s->n; i++)
-            if (hs_simnet_alive(s->net, i) &&
-                (err = hs_trainer_push(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
-                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        }
         for (int i = 0; i < s->n; i++) {
             if (!hs_simnet_alive(s->net, i)) continue;
             if ((err = hs_trainer_pull(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
