@@ -70,19 +70,20 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
-/* Removes all but the newest CK_KEEP checkpoints. */
-static void prune_checkpoints(const char *dir) {
+#define CK_LIST_MAX 256
+
+/* The checkpoint files of dir (ckpt-*.hsck), newest first: zero-padded rounds sort as strings.
+ * Returns their number, or -1 when dir cannot be read. */
+static int list_checkpoints(const char *dir, char names[][64], int max) {
     DIR *d = opendir(dir);
-    if (!d) return;
-    char names[64][64];
+    if (!d) return -1;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 64)
+    while ((e = readdir(d)) && n < max)
         if (!strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".hsck") &&
-            strlen(e->d_name) < sizeof(names[0]))
-            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+            strlen(e->d_name) < 64)
+            snprintf(names[n++], 64, "%s", e->d_name);
     closedir(d);
-    /* Zero-padded rounds sort as strings. */
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
             if (strcmp(names[i], names[j]) < 0) {
@@ -91,6 +92,13 @@ static void prune_checkpoints(const char *dir) {
                 memcpy(names[i], names[j], sizeof(t));
                 memcpy(names[j], t, sizeof(t));
             }
+    return n;
+}
+
+/* Removes all but the newest CK_KEEP checkpoints. */
+static void prune_checkpoints(const char *dir) {
+    static char names[CK_LIST_MAX][64];
+    int n = list_checkpoints(dir, names, CK_LIST_MAX);
     for (int i = CK_KEEP; i < n; i++) {
         char p[4096];
         snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
@@ -268,23 +276,9 @@ fail:
 /* The newest valid checkpoint in dir; corrupt or foreign ones are reported and skipped.
  * HS_ENOENT when there is none. */
 static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
-    DIR *d = opendir(dir);
-    if (!d) return hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
-    char names[256][64];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 256)
-        if (!strncmp(e->d_name, "ckpt-", 5) && strlen(e->d_name) < sizeof(names[0]))
-            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
-    closedir(d);
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (strcmp(names[i], names[j]) < 0) {
-                char t[64];
-                memcpy(t, names[i], sizeof(t));
-                memcpy(names[i], names[j], sizeof(t));
-                memcpy(names[j], t, sizeof(t));
-            }
+    static char names[CK_LIST_MAX][64];
+    int n = list_checkpoints(dir, names, CK_LIST_MAX);
+    if (n < 0) return hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
     for (int i = 0; i < n; i++) {
         char p[4096];
         if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;

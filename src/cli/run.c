@@ -213,13 +213,7 @@ int hs_cmd_run(int argc, char **argv) {
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
-    hs_backend_cfg bcfg = {a.ro.threads, 0};
-    if ((err = hs_backend_open(&be, a.ro.device, &bcfg)) < 0) {
-        fprintf(stderr, "hearsay run: %s\n", hs_error_message());
-        exit_code = HS_EXIT_USAGE;
-        goto out;
-    }
-    if ((rc = hs_runopts_load_data(&a.ro, &train, &test)) < 0) {
+    if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
     }

@@ -239,3 +239,17 @@ int hs_runopts_slowdown(const char *s, int n, double *out) {
     return 0;
 }
 
+
+int hs_runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
+    hs_backend_cfg bcfg = {o->threads, 0};
+    if (hs_backend_open(be, o->device, &bcfg) < 0) {
+        fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+        return -HS_EXIT_USAGE;
+    }
+    int rc = hs_runopts_load_data(o, train, test);
+    if (rc < 0) {
+        hs_backend_close(*be);
+        *be = NULL;
+    }
+    return rc;
+}

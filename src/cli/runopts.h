@@ -96,6 +96,10 @@ int hs_runopts_finish(hs_runopts *o);
  * subsets). Prints the problem and returns -HS_EXIT_USAGE or -HS_EXIT_FAIL. */
 int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test);
 
+/* Opens the backend and loads the data the options describe; prints the problem and returns
+ * -HS_EXIT_USAGE (bad device, missing dataset) or -HS_EXIT_FAIL. */
+int hs_runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test);
+
 /* The trainer configuration for a dataset of `dim` features and `classes` classes, and
  * `rounds` rounds in total (for the learning-rate schedule). */
 int hs_runopts_trainer_cfg(const hs_runopts *o, int dim, int classes, long rounds,

@@ -106,13 +106,7 @@ int hs_cmd_sim(int argc, char **argv) {
     hs_dataset *train = NULL, *test = NULL;
     hs_sim *sim = NULL;
     hs_jsonl metrics = {0};
-    hs_backend_cfg bcfg = {a.ro.threads, 0};
-    if ((err = hs_backend_open(&be, a.ro.device, &bcfg)) < 0) {
-        fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
-        exit_code = HS_EXIT_USAGE;
-        goto out;
-    }
-    if ((rc = hs_runopts_load_data(&a.ro, &train, &test)) < 0) {
+    if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
     }
