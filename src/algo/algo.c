@@ -156,23 +156,17 @@ static int in_list(const hs_nbr *l, int n, uint32_t id) {
 
 /* 1 when the table already matches the view's in- and out-neighbour sets. */
 static int table_matches(const hs_algo *a, const hs_peer_view *v) {
-    int count = 0;
     for (int i = 0; i < a->n_nbrs; i++) {
         const hs__nbr *n = &a->nbrs[i];
         if (n->is_in != in_list(v->in, v->n_in, n->id) || n->is_out != in_list(v->out, v->n_out, n->id))
             return 0;
-        count++;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        const hs_nbr *l = pass ? v->out : v->in;
-        int nl = pass ? v->n_out : v->n_in;
-        for (int i = 0; i < nl; i++) {
-            int found = 0;
-            for (int k = 0; k < a->n_nbrs && !found; k++) found = a->nbrs[k].id == l[i].id;
-            if (!found) return 0;
-        }
-    }
-    return count >= 0;
+    /* Every listed neighbour has an entry (entries of neighbours no longer listed fail above). */
+    for (int i = 0; i < v->n_in; i++)
+        if (!hs__algo_nbr((hs_algo *)a, v->in[i].id)) return 0;
+    for (int i = 0; i < v->n_out; i++)
+        if (!hs__algo_nbr((hs_algo *)a, v->out[i].id)) return 0;
+    return 1;
 }
 
 int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, const float *x0) {
