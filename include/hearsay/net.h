@@ -151,7 +151,10 @@ uint32_t hs_net_self(const hs_net *net);
 int hs_net_listen_port(const hs_net *net);
 
 /* Publishes the application's snapshot (model + algorithm state, opaque) at round; a reference
- * is taken on success. WELCOMEs to joiners carry the latest one. */
+ * is taken on success. WELCOMEs to joiners carry the latest one: once an application has
+ * published a snapshot, a WELCOME waits (up to snapshot_timeout_ms) for one at least as new as
+ * the round at which the join arrived; an application that never publishes one welcomes
+ * joiners at once, without a snapshot. */
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot);
 /* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
  * should publish at its next safe point. */

@@ -212,12 +212,7 @@ hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
 
 void hs__net_wake(hs_net *net) { uv_cond_broadcast(&net->cv); }
 
-uint64_t hs__net_round(hs_net *net) {
-    uv_mutex_lock(&net->mu);
-    uint64_t r = net->cur_round;
-    uv_mutex_unlock(&net->mu);
-    return r;
-}
+uint64_t hs__net_round(hs_net *net) { return __atomic_load_n(&net->cur_round, __ATOMIC_RELAXED); }
 
 /* ------------------------------------------------------------------ HELLO */
 
@@ -381,6 +376,38 @@ static void mail_remove(hs_net *net, int i) {
     net->n_mail--;
 }
 
+/* Drops DATA of rounds the application left behind long ago (a receiver that gave up on
+ * them), and lets paused connections read again once their sender's share fell to half the
+ * cap. Caller holds mu; either thread. */
+static void mail_gc(hs_net *net) {
+    for (int i = 0; i < net->n_mail;) {
+        if (net->mail[i].round + MAIL_GC_ROUNDS < net->cur_round) {
+            hs_buf_unref(net->mail[i].buf);
+            mail_remove(net, i);
+            net->st.dropped_late++;
+        } else {
+            i++;
+        }
+    }
+}
+
+static int post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
+
+/* The application took messages: resume the connections it was holding back. mu held. */
+static void mail_taken(hs_net *net) {
+    mail_gc(net);
+    int kick = 0;
+    for (int i = 0; i < net->n_peers; i++) {
+        hs__peer *p = net->peers[i];
+        if (p->rx_paused && p->mailbox_bytes <= net->cfg.max_buffered / 2) {
+            p->rx_paused = 0;
+            kick = 1;
+        }
+    }
+    if (kick)
+        post(net, HS__CMD_KICK, 0, 0, NULL, 1);
+}
+
 /* Stores a DATA payload (reference taken over). Caller holds mu. */
 static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
     if (p->have_data_round && round <= p->last_data_round)
@@ -389,20 +416,7 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
                        (unsigned long long)round, p->id, (unsigned long long)p->last_data_round);
     p->have_data_round = 1;
     p->last_data_round = round;
-    /* Unclaimed old rounds (a receiver that gave up on them) and a sender over its cap lose
-     * their oldest messages first. */
-    for (int i = 0; i < net->n_mail;) {
-        int old = net->mail[i].round + MAIL_GC_ROUNDS < net->cur_round;
-        int over =
-            net->mail[i].from == p->id && p->mailbox_bytes + buf->len > net->cfg.max_buffered;
-        if (old || over) {
-            hs_buf_unref(net->mail[i].buf);
-            mail_remove(net, i);
-            net->st.dropped_late++;
-        } else {
-            i++;
-        }
-    }
+    mail_gc(net);
     if (net->n_mail == net->cap_mail) {
         int cap = net->cap_mail ? 2 * net->cap_mail : 64;
         hs__mail *m = realloc(net->mail, (size_t)cap * sizeof(*m));
@@ -413,33 +427,32 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
     }
     net->mail[net->n_mail++] = (hs__mail){p->id, round, buf};
     p->mailbox_bytes += buf->len;
+    /* Backpressure, not loss: over its cap, the sender's connection stops reading until the
+     * application has taken enough (its queue then fills, and a sender that cannot write for
+     * the peer timeout declares this peer slow). */
+    if (p->mailbox_bytes > net->cfg.max_buffered)
+        p->rx_paused = 1;
     hs__net_wake(net);
     return 0;
 }
 
 /* ------------------------------------------------------------------ dispatch */
 
-static int on_heartbeat(hs_net *net, hs__conn *c, const hs_buf *pay) {
+static int on_heartbeat(hs_net *net, hs__conn *c, hs_buf *pay) {
     hs__heartbeat hb;
     int err = hs__wire_heartbeat_decode(pay->data, pay->len, &hb);
     if (err < 0)
         return err;
     if (hb.kind == HS__HB_PING) {
-        hs__heartbeat pong = hb;
-        pong.kind = HS__HB_PONG;
-        hs_buf *b;
-        if ((err = hs_buf_new(&b, HS__HB_LEN)) < 0)
-            return err;
-        if ((err = hs__wire_heartbeat_encode(b, &pong)) == 0)
-            err = hs__send_conn(c, HS__T_HEARTBEAT, hs__net_round(net), b);
-        hs_buf_unref(b);
-        return err;
+        /* The answer is the same bytes with the kind turned (the payload is ours alone). */
+        pay->data[0] = HS__HB_PONG;
+        return hs__send_conn(c, HS__T_HEARTBEAT, hs__net_round(net), pay);
     }
     if (hb.kind == HS__HB_PONG) {
         hs__peer *p = c->peer;
-        if (p && hb.token == p->ping_token && p->ping_sent_us) {
+        if (p && hb.token == p->ping_token && p->ping_sent_ns) {
             uv_mutex_lock(&net->mu);
-            p->rtt_us = (double)(hs__now_us() - p->ping_sent_us);
+            p->rtt_us = (double)(uv_hrtime() - p->ping_sent_ns) / 1e3;
             p->pong = 1;
             hs__net_wake(net);
             uv_mutex_unlock(&net->mu);
@@ -462,9 +475,13 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
             break;
         }
         uv_mutex_lock(&net->mu);
-        err = p->dead ? 0 : mail_put(net, p, h->round, pay);
+        int dead = p->dead;
+        err = dead ? 0 : mail_put(net, p, h->round, pay);
+        int pause = p->rx_paused;
         uv_mutex_unlock(&net->mu);
-        if (err == 0 && !p->dead)
+        if (pause)
+            hs__conn_read_pause(c, 1);
+        if (err == 0 && !dead)
             return 0; /* the mailbox has the reference */
         break;
     case HS__T_HEARTBEAT:
@@ -643,7 +660,7 @@ static void on_async(uv_async_t *a) {
                 hs_buf *b;
                 if (hs_buf_new(&b, HS__HB_LEN) == 0) {
                     if (hs__wire_heartbeat_encode(b, &hb) == 0) {
-                        p->ping_sent_us = now;
+                        p->ping_sent_ns = uv_hrtime();
                         hs__send_conn(p->conn, HS__T_HEARTBEAT, hb.round, b);
                     }
                     hs_buf_unref(b);
@@ -661,6 +678,16 @@ static void on_async(uv_async_t *a) {
             break;
         case HS__CMD_KICK:
             hs__bs_try_welcomes(net);
+            for (int i = 0; i < net->n_peers; i++) {
+                hs__peer *q = net->peers[i];
+                if (!q->conn || !q->conn->reading_paused)
+                    continue;
+                uv_mutex_lock(&net->mu);
+                int still = q->rx_paused;
+                uv_mutex_unlock(&net->mu);
+                if (!still)
+                    hs__conn_read_pause(q->conn, 0);
+            }
             break;
         }
         hs_buf_unref(cmd->buf);
@@ -697,9 +724,10 @@ static int post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf,
 
 /* ------------------------------------------------------------------ the exchange */
 
+/* Written under mu by the training thread; the loop reads it without (hs__net_round). */
 static void bump_round(hs_net *net, uint64_t round) {
     if (round > net->cur_round)
-        net->cur_round = round;
+        __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
 }
 
 static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
@@ -707,6 +735,7 @@ static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
     int err = 0;
     uv_mutex_lock(&net->mu);
     bump_round(net, round);
+    mail_taken(net);
     hs__mview *mv = hs__mb_at(net, round);
     hs_view v;
     memset(&v, 0, sizeof(v));
@@ -805,6 +834,7 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
             if (net->mail[i].from == from && net->mail[i].round == round) {
                 *out = net->mail[i].buf;
                 mail_remove(net, i);
+                mail_taken(net);
                 uv_mutex_unlock(&net->mu);
                 return 0;
             }
@@ -853,15 +883,17 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
     }
     memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
     net->n_mail -= n;
+    mail_taken(net);
     uv_mutex_unlock(&net->mu);
     return n;
 }
 
 static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     hs_net *net = ex->impl;
-    uv_mutex_lock(&net->mu);
-    *out = net->st.ex;
-    uv_mutex_unlock(&net->mu);
+    out->msgs_sent = __atomic_load_n(&net->st.ex.msgs_sent, __ATOMIC_RELAXED);
+    out->msgs_recv = __atomic_load_n(&net->st.ex.msgs_recv, __ATOMIC_RELAXED);
+    out->bytes_sent = __atomic_load_n(&net->st.ex.bytes_sent, __ATOMIC_RELAXED);
+    out->bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
 }
 
 static const hs_exchange_ops net_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats};
@@ -1101,6 +1133,7 @@ int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     hs_buf_unref(net->snap);
     net->snap = hs_buf_ref(snapshot);
     net->snap_round = round;
+    net->snap_ever = 1;
     int wanted = net->snap_wanted;
     net->snap_wanted = 0;
     uv_mutex_unlock(&net->mu);
@@ -1166,6 +1199,15 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
 void hs_net_stats_get(hs_net *net, hs_net_stats *out) {
     uv_mutex_lock(&net->mu);
     *out = net->st;
+    /* the per-frame counters are written atomically by the loop thread */
+    out->frames_sent = __atomic_load_n(&net->st.frames_sent, __ATOMIC_RELAXED);
+    out->frames_recv = __atomic_load_n(&net->st.frames_recv, __ATOMIC_RELAXED);
+    out->bytes_sent = __atomic_load_n(&net->st.bytes_sent, __ATOMIC_RELAXED);
+    out->bytes_recv = __atomic_load_n(&net->st.bytes_recv, __ATOMIC_RELAXED);
+    out->ex.msgs_sent = __atomic_load_n(&net->st.ex.msgs_sent, __ATOMIC_RELAXED);
+    out->ex.msgs_recv = __atomic_load_n(&net->st.ex.msgs_recv, __ATOMIC_RELAXED);
+    out->ex.bytes_sent = __atomic_load_n(&net->st.ex.bytes_sent, __ATOMIC_RELAXED);
+    out->ex.bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
     hs__mview *at = hs__mb_at(net, net->cur_round);
     out->version = at ? at->m.version : 0;
     out->n_members = net->n_sched ? (int)net->sched[net->n_sched - 1]->m.n : 0;

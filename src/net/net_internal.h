@@ -72,7 +72,7 @@ struct hs__peer {
     uint64_t known_round;      /* highest round in its frames */
     uint64_t members_sent_ver; /* anti-entropy: newest version we pushed to it */
     uint32_t members_sent_iss;
-    uint64_t ping_token, ping_sent_us;
+    uint64_t ping_token, ping_sent_ns;
     /* (mu) */
     int dead; /* recv from it fails at once */
     int have_data_round;
@@ -81,6 +81,7 @@ struct hs__peer {
     uint64_t last_sent_round; /* newest DATA round sent */
     size_t queued_bytes;      /* DATA bytes accepted by send() and not yet written */
     size_t mailbox_bytes;     /* bytes from it waiting in the mailbox */
+    int rx_paused;            /* (mu) over max_buffered: its connection stops reading */
     double rtt_us;            /* last ping */
     int pong;                 /* a pong arrived for ping_token */
 };
@@ -127,6 +128,7 @@ struct hs__conn {
     int got_bye;        /* BYE received: 1 close, 2 leave */
     int timer_armed;
     int connected;                /* TCP established */
+    int reading_paused;           /* mailbox backpressure (hs__conn_read_pause) */
     int state_before_close;       /* the state hs__conn_close found */
     char why[HS__REASON_MAX + 1]; /* why it is closing */
     hs__conn *next, *prev;
@@ -243,6 +245,7 @@ struct hs_net {
     hs_buf *snap;        /* (mu) */
     uint64_t snap_round; /* (mu) */
     int snap_wanted;     /* (mu) */
+    int snap_ever;       /* (mu) the application publishes snapshots */
     hs_net_stats st;     /* (mu) */
     int leaving;         /* (mu) */
     int left;            /* (mu) leave finished */
@@ -297,6 +300,8 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
 /* Heartbeats, handshake deadlines, silence and write-progress checks of every connection. */
 void hs__conn_tick(hs_net *net, uint64_t now_us);
 void hs__conn_close_listener(hs_net *net);
+/* Stops (1) or resumes (0) reading: mailbox backpressure. Resuming forgives the silence. */
+void hs__conn_read_pause(hs__conn *c, int pause);
 /* Closes at once, without flushing (stopping). */
 void hs__conn_abort(hs__conn *c);
 /* The local IP of a connection ("127.0.0.1"), for an advertise address. */
