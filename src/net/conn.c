@@ -952,6 +952,8 @@ int hs__conn_listen(hs_net *net) {
 
 void hs__conn_abort(hs__conn *c) { final_close(c); }
 
+int hs__conn_closed(hs__conn *c) { return ext(c)->final; }
+
 void hs__conn_read_pause(hs__conn *c, int pause) {
     if (c->state == HS__C_CLOSING || ext(c)->final || pause == c->reading_paused)
         return;

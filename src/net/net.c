@@ -574,20 +574,37 @@ static void do_stop(hs_net *net) {
 }
 
 static void leave_step(hs_net *net, uint64_t now) {
-    /* Flushed: every open connection wrote its queues (the last DATA, then BYE). Connections
-     * still being set up carry nothing of ours. */
-    const hs__conn *busy = NULL;
-    for (hs__conn *c = net->conns; c && !busy; c = c->next)
-        if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
-            busy = c;
-    if (busy && now < net->leave_deadline_us)
+    if (!net->leave_closing) {
+        /* Flushed: every open connection wrote its queues (the last DATA, then BYE).
+         * Connections still being set up carry nothing of ours. */
+        const hs__conn *busy = NULL;
+        for (hs__conn *c = net->conns; c && !busy; c = c->next)
+            if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
+                busy = c;
+        if (busy && now < net->leave_deadline_us)
+            return;
+        if (busy)
+            HS_LOGW("leave: %s still has %zu bytes queued and %d writes pending; closing anyway",
+                    busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
+                    busy->nwrites);
+        net->leave_closing = busy ? -1 : 1;
+        /* Close each connection the polite way (shutdown, then wait for the other side's end
+         * of stream): a socket closed with unread input is reset, and a reset can destroy the
+         * last frames we sent before they are read. */
+        hs__conn *next;
+        for (hs__conn *c = net->conns; c; c = next) {
+            next = c->next;
+            hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "this peer left the run");
+        }
+        net->leave_deadline_us = now + 1200000;
+    }
+    int open = 0;
+    for (hs__conn *c = net->conns; c; c = c->next)
+        open += !hs__conn_closed(c);
+    if (open && now < net->leave_deadline_us)
         return;
-    if (busy)
-        HS_LOGW("leave: %s still has %zu bytes queued and %d writes pending; closing anyway",
-                busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
-                busy->nwrites);
     uv_mutex_lock(&net->mu);
-    net->left = busy ? -1 : 1;
+    net->left = net->leave_closing;
     net->stopping = 1;
     hs__net_wake(net);
     uv_mutex_unlock(&net->mu);

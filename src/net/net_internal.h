@@ -252,6 +252,7 @@ struct hs_net {
     int removed;         /* (mu) this peer was removed from the run */
     int stopping;        /* (mu) */
     uint64_t leave_deadline_us;
+    int leave_closing; /* leave: connections are closing (1 flushed, -1 not) */
 
     /* the exchange */
     hs_exchange ex;
@@ -300,6 +301,8 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
 /* Heartbeats, handshake deadlines, silence and write-progress checks of every connection. */
 void hs__conn_tick(hs_net *net, uint64_t now_us);
 void hs__conn_close_listener(hs_net *net);
+/* 1 once uv_close was called on it (only its close callbacks remain). */
+int hs__conn_closed(hs__conn *c);
 /* Stops (1) or resumes (0) reading: mailbox backpressure. Resuming forgives the silence. */
 void hs__conn_read_pause(hs__conn *c, int pause);
 /* Closes at once, without flushing (stopping). */
