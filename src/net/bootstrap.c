@@ -355,6 +355,16 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     pj->t_request_us = pj->t_forward_us = hs__now_us();
     pj->round_at_request = hs__net_round(net);
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
+    /* A first peer listening on a wildcard address learns here what the joiners dial. */
+    if (net->listen_wildcard && !net->s_advertise &&
+        (!strncmp(net->advertise, "0.0.0.0:", 8) || !strncmp(net->advertise, "[::]:", 5))) {
+        char ip[64];
+        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0) {
+            snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
+                     ip, net->listen_port);
+            HS_LOGI("advertising %s", net->advertise);
+        }
+    }
     if (pj->id != HS__ID_NONE) {
         hs__bs_try_welcomes(net);
         return;
