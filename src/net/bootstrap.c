@@ -207,32 +207,19 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->s_topo = spec;
     net->cfg.topo_spec = spec;
     net->cfg.topo_seed = w.topo_seed;
-    net->topo_file_n = 0;
-    size_t sl = strlen(spec);
-    if (strchr(spec, '/') || (sl > 5 && !strcmp(spec + sl - 5, ".json"))) {
-        hs_topo *t;
-        if (hs_topo_new(&t, spec, 0, w.topo_seed) < 0) {
-            char msg[600];
-            snprintf(msg, sizeof(msg), "%s", hs_error_message());
-            hs__members_clear(&w.members);
-            hs__bs_fail(net, HS_EINVAL, "the run's topology %s: %s", spec, msg);
-            return 0;
-        }
-        net->topo_file_n = hs_topo_n(t);
-        hs_topo_free(t);
+    if (hs__net_topo_file(net) < 0) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%s", hs_error_message());
+        hs__members_clear(&w.members);
+        hs__bs_fail(net, HS_EINVAL, "the run's topology %s: %s", spec, msg);
+        return 0;
     }
     uv_mutex_lock(&net->mu);
     net->self = w.id;
     uv_mutex_unlock(&net->mu);
     /* Links made before the id was known draw from the right stream from now on. */
-    for (int i = 0; i < net->n_peers; i++) {
-        hs__peer *q = net->peers[i];
-        const hs_net_emulation *e = &net->cfg.emulate;
-        for (int k = 0; k < net->cfg.n_link_emulate; k++)
-            if (net->link_emu[k].to == q->id)
-                e = &net->link_emu[k].emu;
-        hs__link_init(&q->link, e, net->cfg.seed, net->self, q->id);
-    }
+    for (int i = 0; i < net->n_peers; i++)
+        hs__net_link_init(net, net->peers[i]);
     err = hs__mb_accept(net, &w.members, "WELCOME");
     if (err < 0) {
         hs__members_clear(&w.members);

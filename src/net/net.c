@@ -175,6 +175,34 @@ hs__peer *hs__peer_find(hs_net *net, uint32_t id) {
     return NULL;
 }
 
+/* The emulation of the link to p: a per-peer override of the config, else the topology file's
+ * spec for this link, else the global one. */
+void hs__net_link_init(hs_net *net, hs__peer *p) {
+    hs_net_emulation e = net->cfg.emulate;
+    int found = 0;
+    for (int i = 0; i < net->cfg.n_link_emulate; i++)
+        if (net->link_emu[i].to == p->id) {
+            e = net->link_emu[i].emu;
+            found = 1;
+        }
+#ifdef HS_TOPO_MAX_STR /* hearsay/topo.h with per-link emulation (hs_topo_link_emulation) */
+    /* In a topology file ranks are peer ids. */
+    if (!found && net->topo_file && net->self != HS__ID_NONE &&
+        net->self < (uint32_t)hs_topo_n(net->topo_file) &&
+        p->id < (uint32_t)hs_topo_n(net->topo_file)) {
+        const char *spec = hs_topo_link_emulation(net->topo_file, (int)net->self, (int)p->id);
+        hs_net_emulation f;
+        if (spec && hs_net_emulation_parse(spec, &f) == 0)
+            e = f;
+        else if (spec)
+            HS_LOGW("topology %s: link %u -> %u: %s (using the global emulation)", net->s_topo,
+                    net->self, p->id, hs_error_message());
+    }
+#endif
+    (void)found;
+    hs__link_init(&p->link, &e, net->cfg.seed, net->self, p->id);
+}
+
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
     hs__peer *p = hs__peer_find(net, id);
     if (p) {
@@ -187,11 +215,7 @@ hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
     p->id = id;
     if (addr)
         snprintf(p->addr, sizeof(p->addr), "%s", addr);
-    const hs_net_emulation *e = &net->cfg.emulate;
-    for (int i = 0; i < net->cfg.n_link_emulate; i++)
-        if (net->link_emu[i].to == id)
-            e = &net->link_emu[i].emu;
-    hs__link_init(&p->link, e, net->cfg.seed, net->self, id);
+    hs__net_link_init(net, p);
     p->backoff_ms = 50;
     uv_mutex_lock(&net->mu);
     if (net->n_peers == net->cap_peers) {
@@ -1001,17 +1025,18 @@ static int copy_config(hs_net *net, const hs_net_config *in) {
 }
 
 /* Topology files fix the number of peers (and so the ids that can join). */
-static int topo_file_peers(hs_net *net) {
+int hs__net_topo_file(hs_net *net) {
     const char *s = net->s_topo;
     size_t n = strlen(s);
+    hs_topo_free(net->topo_file);
+    net->topo_file = NULL;
+    net->topo_file_n = 0;
     if (!strchr(s, '/') && !(n > 5 && !strcmp(s + n - 5, ".json")))
         return 0;
-    hs_topo *t;
-    int err = hs_topo_new(&t, s, 0, net->cfg.topo_seed);
+    int err = hs_topo_new(&net->topo_file, s, 0, net->cfg.topo_seed);
     if (err < 0)
         return err;
-    net->topo_file_n = hs_topo_n(t);
-    hs_topo_free(t);
+    net->topo_file_n = hs_topo_n(net->topo_file);
     return 0;
 }
 
@@ -1051,7 +1076,7 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         memset(welcome, 0, sizeof(*welcome));
     if ((err = copy_config(net, cfg)) < 0)
         goto fail;
-    if ((err = topo_file_peers(net)) < 0)
+    if ((err = hs__net_topo_file(net)) < 0)
         goto fail;
     if (net->cfg.security == HS_NET_INSECURE) {
         HS_LOGW("--insecure: plain TCP, peers are neither authenticated nor encrypted");
@@ -1316,6 +1341,7 @@ void hs_net_free(hs_net *net) {
     free(net->view_in);
     free(net->view_out);
     hs__tls_ctx_free(net->tls);
+    hs_topo_free(net->topo_file);
     free(net->s_listen);
     free(net->s_advertise);
     free(net->s_bootstrap);

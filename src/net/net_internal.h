@@ -180,7 +180,8 @@ struct hs_net {
     char *s_listen, *s_advertise, *s_bootstrap, *s_secret, *s_ca, *s_cert, *s_key, *s_run, *s_sig,
         *s_algo, *s_codec, *s_topo, *s_app_config;
     hs_net_link_emulation *link_emu;
-    int topo_file_n; /* > 0 when the topology is a file with this many peers */
+    int topo_file_n;    /* > 0 when the topology is a file with this many peers */
+    hs_topo *topo_file; /* that file, as loaded (ranks = peer ids) */
 
     uint32_t self; /* (mu) HS__ID_NONE until joined */
     char advertise[HS__ADDR_MAX + 1];
@@ -265,7 +266,11 @@ uint64_t hs__now_us(void);
 hs__peer *hs__peer_find(hs_net *net, uint32_t id);
 /* Finds or creates (under mu). NULL on ENOMEM. */
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr);
-void hs__net_wake(hs_net *net);      /* cv broadcast (caller holds mu) */
+void hs__net_wake(hs_net *net); /* cv broadcast (caller holds mu) */
+/* (Re)loads a topology file spec (net->topo_file, topo_file_n); 0 for a generator spec. */
+int hs__net_topo_file(hs_net *net);
+/* Sets up the emulation of the link to p (config override, topology file, global). */
+void hs__net_link_init(hs_net *net, hs__peer *p);
 uint64_t hs__net_round(hs_net *net); /* the training thread's round, as the loop knows it */
 
 /* Queues a frame for a peer (its outq) or on a connection (ctlq), and starts writing. Take a
