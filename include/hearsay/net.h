@@ -84,8 +84,10 @@ typedef struct hs_net_config {
 
     /* Limits. */
     size_t max_frame;         /* largest DATA payload (default 64 MiB, hard cap 256 MiB) */
-    size_t max_buffered;      /* bytes queued towards one peer, and held from one peer in the
-                                 mailbox (default 2 * max_frame + 1 MiB) */
+    size_t max_buffered;     /* bytes queued towards one peer (send() says HS_EAGAIN beyond)
+                                and held from one peer in the mailbox (beyond, its connection
+                                stops reading until the application takes half: backpressure,
+                                never loss). Default 2 * max_frame + 1 MiB */
     int max_conns;            /* connections in total (default 256) */
     int max_conns_per_addr;   /* connections from one IP address (default 16) */
     int handshake_timeout_ms; /* TCP + TLS + HELLO (default 5000) */

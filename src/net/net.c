@@ -456,7 +456,12 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
      * the peer timeout declares this peer slow). */
     if (p->mailbox_bytes > net->cfg.max_buffered)
         p->rx_paused = 1;
-    hs__net_wake(net);
+    /* Wake the training thread only for what it waits for: with k neighbours, waking it for
+     * every arrival would cost up to k - 1 useless context switches per round (a later round
+     * from the same sender wakes it too: it means the awaited one is lost). drain() users
+     * do not wait. */
+    if (net->recv_waiting && net->recv_from == p->id && round >= net->recv_round)
+        uv_cond_signal(&net->cv);
     return 0;
 }
 
@@ -904,7 +909,11 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
                           (unsigned long long)round, timeout_ms);
             break;
         }
+        net->recv_waiting = 1;
+        net->recv_from = from;
+        net->recv_round = round;
         uv_cond_timedwait(&net->cv, &net->mu, (deadline - now) * 1000);
+        net->recv_waiting = 0;
     }
     uv_mutex_unlock(&net->mu);
     return err;

@@ -241,6 +241,9 @@ struct hs_net {
     uv_cond_t cv;
     hs__cmd *cmd_head, *cmd_tail; /* (mu) */
     hs__mail *mail;               /* (mu) */
+    int recv_waiting;             /* (mu) recv() sleeps, for (recv_from, recv_round) */
+    uint32_t recv_from;
+    uint64_t recv_round;
     int n_mail, cap_mail;
     uint64_t cur_round;  /* (mu) the training thread's newest round */
     hs_buf *snap;        /* (mu) */

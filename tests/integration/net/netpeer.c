@@ -225,9 +225,13 @@ int main(int argc, char **argv) {
     uint64_t r0 = w.join_round;
     hs_net_welcome_clear(&w);
 
-    float *x = malloc((size_t)dim * sizeof(float)), *acc = malloc((size_t)dim * sizeof(float));
-    if (!x || !acc)
+    /* x lives in an hs_buf that is sent as it is (no copy): each round's result goes to a new
+     * buffer, and the old one is freed when its last write is done. */
+    hs_buf *xb;
+    if (hs_buf_new(&xb, (size_t)dim * sizeof(float)) < 0)
         return 1;
+    xb->len = (size_t)dim * sizeof(float);
+    float *x = (float *)xb->data, *acc = NULL;
     for (long k = 0; k < dim; k++)
         x[k] = (float)self;
     hs_buf *snap;
@@ -288,15 +292,11 @@ int main(int argc, char **argv) {
             epoch = v.epoch;
             have_epoch = 1;
         }
-        hs_buf *b;
-        if (hs_buf_new(&b, (size_t)dim * 4) < 0)
-            break;
-        hs_buf_append(b, x, (size_t)dim * 4);
+        hs_buf *b = xb;
         for (int i = 0; i < v.n_out; i++)
             if ((err = ex->ops->send(ex, v.out[i].id, r, b)) < 0)
                 jlog("\"event\":\"send_error\",\"round\":%llu,\"to\":%u,\"code\":\"%s\"",
                      (unsigned long long)r, v.out[i].id, hs_err_name(err));
-        hs_buf_unref(b);
         /* Take every neighbour's vector (a missing one counts as our own), then mix in one
          * pass: x_j <- self_w x_j + sum_k w_k y_k[j]. */
         hs_buf *ins[64];
@@ -318,6 +318,11 @@ int main(int argc, char **argv) {
                      err < 0 ? hs_error_message() : "");
             }
         }
+        hs_buf *nb;
+        if (hs_buf_new(&nb, (size_t)dim * sizeof(float)) < 0)
+            break;
+        nb->len = (size_t)dim * sizeof(float);
+        acc = (float *)nb->data;
         float sw = (float)v.self_w;
         if (nin == 2) {
             const float *y0 = ys[0], *y1 = ys[1];
@@ -333,9 +338,9 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < nin; i++)
             hs_buf_unref(ins[i]);
-        float *t = x;
+        hs_buf_unref(xb); /* the writes of this round hold their own references */
+        xb = nb;
         x = acc;
-        acc = t;
         if (hs_net_snapshot_wanted(net) && hs_buf_new(&snap, (size_t)dim * 4) == 0) {
             hs_buf_append(snap, x, (size_t)dim * 4);
             hs_net_publish_snapshot(net, r, snap);
@@ -403,8 +408,7 @@ out:
     if (leave)
         hs_net_leave(net, 2000);
     hs_net_free(net);
-    free(x);
-    free(acc);
+    hs_buf_unref(xb);
     if (logf_ != stdout)
         fclose(logf_);
     return rc;
