@@ -84,10 +84,10 @@ typedef struct hs_net_config {
 
     /* Limits. */
     size_t max_frame;         /* largest DATA payload (default 64 MiB, hard cap 256 MiB) */
-    size_t max_buffered;     /* bytes queued towards one peer (send() says HS_EAGAIN beyond)
-                                and held from one peer in the mailbox (beyond, its connection
-                                stops reading until the application takes half: backpressure,
-                                never loss). Default 2 * max_frame + 1 MiB */
+    size_t max_buffered;      /* bytes queued towards one peer (send() says HS_EAGAIN beyond)
+                                 and held from one peer in the mailbox (beyond, its connection
+                                 stops reading until the application takes half: backpressure,
+                                 never loss). Default 2 * max_frame + 1 MiB */
     int max_conns;            /* connections in total (default 256) */
     int max_conns_per_addr;   /* connections from one IP address (default 16) */
     int handshake_timeout_ms; /* TCP + TLS + HELLO (default 5000) */
@@ -107,6 +107,11 @@ typedef struct hs_net_config {
     const hs_net_link_emulation *link_emulate; /* per-peer overrides; borrowed, copied */
     int n_link_emulate;
     uint64_t seed; /* emulation draws and join nonces */
+    /* 1 (default): hs_net_start sets glibc's M_MMAP_THRESHOLD to 32 MiB and M_TRIM_THRESHOLD to
+     * 512 MiB, process-wide. Received payloads are allocated on the loop thread and freed by
+     * the application, every round: without this, each frame above 128 KiB is a fresh mmap
+     * whose pages fault in again (40% of the CPU of a 1 MiB stream). 0 leaves malloc alone. */
+    int tune_malloc;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */

@@ -6,6 +6,7 @@
  * thread; everything else here runs on the loop thread except what is marked. The two sides
  * meet under net->mu: commands go to the loop through a list and a uv_async; the loop hands
  * messages, deaths and member lists back through the mailbox and net->cv. */
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ void hs_net_config_init(hs_net_config *cfg) {
     cfg->snapshot_timeout_ms = 5000;
     cfg->change_rounds = 4;
     cfg->change_delay_ms = 300;
+    cfg->tune_malloc = 1;
 }
 
 void hs_net_welcome_clear(hs_net_welcome *w) {
@@ -1087,6 +1089,10 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         goto fail;
     if ((err = hs__net_topo_file(net)) < 0)
         goto fail;
+    if (net->cfg.tune_malloc) {
+        mallopt(M_MMAP_THRESHOLD, 32 << 20);
+        mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    }
     if (net->cfg.security == HS_NET_INSECURE) {
         HS_LOGW("--insecure: plain TCP, peers are neither authenticated nor encrypted");
     } else if ((err = hs__tls_ctx_new(&net->tls, &net->cfg)) < 0) {

@@ -267,7 +267,7 @@ static double stream_framed(int tls, size_t size, size_t count) {
     for (size_t i = 1; i <= count; i++) {
         int err;
         while ((err = ex->ops->send(ex, 1, i, buf)) == HS_EAGAIN)
-            usleep(200); /* the queue holds 8 frames: no need to spin */
+            usleep(1000); /* the queue holds 8 frames: no need to spin */
         if (err < 0)
             die(hs_error_message());
     }

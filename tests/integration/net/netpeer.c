@@ -10,7 +10,6 @@
  * Exit status: 0 done, 1 runtime error (logged as {"event":"error"}), 2 usage, 3 timed out
  * waiting for members, 4 removed from the run. */
 #include <errno.h>
-#include <malloc.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -197,10 +196,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "netpeer: cannot write %s\n", log_path);
         return 2;
     }
-    /* Frames of a round are allocated by the loop thread and freed by this one, every round:
-     * keep those pages instead of returning them to the kernel and faulting them back in. */
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1024 << 20);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
