@@ -397,7 +397,11 @@ void hs__conn_pump(hs__conn *c) {
     if (ext(c)->final)
         return;
     uint64_t now = hs__now_us();
+    /* Bytes handed to libuv but not yet written count against the same cap as the queue, so
+     * a peer that does not read holds at most about 2 * max_buffered of our memory. */
     size_t cap = c->tls ? TLS_INFLIGHT : PLAIN_INFLIGHT, budget = PUMP_BUDGET;
+    if (cap > c->net->cfg.max_buffered)
+        cap = c->net->cfg.max_buffered;
     while (c->inflight < cap) {
         /* Encrypting is work: after a budget, let the loop read and serve others first. */
         if (!budget) {
