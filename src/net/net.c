@@ -1255,7 +1255,13 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
 
 void hs_net_stats_get(hs_net *net, hs_net_stats *out) {
     uv_mutex_lock(&net->mu);
-    *out = net->st;
+    memset(out, 0, sizeof(*out));
+    out->dropped_emulated = net->st.dropped_emulated;
+    out->dropped_late = net->st.dropped_late;
+    out->conns_accepted = net->st.conns_accepted;
+    out->conns_refused = net->st.conns_refused;
+    out->conns_malformed = net->st.conns_malformed;
+    out->peers_dead = net->st.peers_dead;
     /* the per-frame counters are written atomically by the loop thread */
     out->frames_sent = __atomic_load_n(&net->st.frames_sent, __ATOMIC_RELAXED);
     out->frames_recv = __atomic_load_n(&net->st.frames_recv, __ATOMIC_RELAXED);
