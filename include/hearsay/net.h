@@ -103,8 +103,10 @@ typedef struct hs_net_config {
                                  (default 300) */
     int sock_buf;             /* SO_SNDBUF/SO_RCVBUF on every connection; 0 = OS default */
 
-    hs_net_emulation emulate;                  /* on every outgoing link */
-    const hs_net_link_emulation *link_emulate; /* per-peer overrides; borrowed, copied */
+    /* Emulation of an outgoing link: a link_emulate entry for the peer if any, else the
+     * topology file's spec for the link (hs_topo_link_emulation), else emulate. */
+    hs_net_emulation emulate;
+    const hs_net_link_emulation *link_emulate; /* per-peer overrides; copied */
     int n_link_emulate;
     uint64_t seed; /* emulation draws and join nonces */
     /* 1 (default): hs_net_start sets glibc's M_MMAP_THRESHOLD to 32 MiB and M_TRIM_THRESHOLD to

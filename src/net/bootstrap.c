@@ -64,7 +64,8 @@ static void join_dial(hs_net *net) {
                     (uint32_t)net->listen_port);
         while (!net->join_nonce)
             net->join_nonce = hs_rng_u64(&r);
-        net->join_deadline_us = now + (uint64_t)net->cfg.join_timeout_ms * 1000;
+        if (!net->join_deadline_us)
+            net->join_deadline_us = now + (uint64_t)net->cfg.join_timeout_ms * 1000;
         net->join_backoff_ms = 50;
     }
     hs__conn *c;
@@ -155,7 +156,7 @@ void hs__bs_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *text
 void hs__bs_join_tick(hs_net *net, uint64_t now) {
     int s = join_state(net);
     if (s == HS__JOIN_DIALING || s == HS__JOIN_WAITING) {
-        if (now >= net->join_deadline_us) {
+        if (net->join_deadline_us && now >= net->join_deadline_us) {
             hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: no WELCOME within %d ms",
                         net->s_bootstrap, net->cfg.join_timeout_ms);
             return;

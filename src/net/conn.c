@@ -45,6 +45,7 @@ typedef struct conn_ext {
     int shutdown;    /* uv_shutdown called */
     int notified;    /* net told about the close */
     size_t last_len; /* payload length of the last frame read */
+    int eof;         /* the other side's end of stream (or an error) was read */
 } conn_ext;
 
 /* The extension lives right after the conn (one allocation). */
@@ -465,7 +466,13 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 
 static void maybe_finish_close(hs__conn *c) {
     conn_ext *x = ext(c);
-    if (x->final || x->shutdown || c->ctlq.head || c->nwrites)
+    if (x->final || c->ctlq.head || c->nwrites)
+        return;
+    if (x->eof) { /* its end of stream is in: nothing more to wait for */
+        final_close(c);
+        return;
+    }
+    if (x->shutdown)
         return;
     x->shutdown = 1;
     x->shut.data = c;
@@ -810,6 +817,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     if (nread < 0) {
+        ext(c)->eof = 1;
         size_t part = hs__reader_partial(&c->rd);
         if (nread != UV_EOF)
             hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_INFO, "%s", uv_strerror((int)nread));

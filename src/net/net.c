@@ -627,7 +627,9 @@ static void leave_step(hs_net *net, uint64_t now) {
             next = c->next;
             hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "this peer left the run");
         }
-        net->leave_deadline_us = now + 1200000;
+        /* The rest of the caller's timeout (at least half a second) for the ends of stream. */
+        if (net->leave_deadline_us < now + 500000)
+            net->leave_deadline_us = now + 500000;
     }
     int open = 0;
     for (hs__conn *c = net->conns; c; c = c->next)
@@ -1130,6 +1132,8 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     uv_timer_start(&net->tick, on_tick, tick, tick);
     if (!net->s_bootstrap && (err = hs__mb_init_first(net)) < 0)
         goto fail;
+    if (net->s_bootstrap)
+        net->join_deadline_us = hs__now_us() + (uint64_t)net->cfg.join_timeout_ms * 1000;
     if ((err = uv_thread_create(&net->thread, loop_main, net)) < 0) {
         err = hs__err(err, "loop thread: %s", uv_strerror(err));
         goto fail;
@@ -1141,6 +1145,7 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         net->welcome = welcome;
         net->join_state = HS__JOIN_DIALING;
         uv_mutex_unlock(&net->mu);
+        /* (the loop's tick may run before the JOIN command: it must not see a zero deadline) */
         if ((err = post(net, HS__CMD_JOIN, 0, 0, NULL, 0)) == 0)
             err = wait_join(net);
         uv_mutex_lock(&net->mu);
@@ -1305,7 +1310,7 @@ int hs_net_ping(hs_net *net, uint32_t peer, int timeout_ms, double *rtt_us) {
 int hs_net_leave(hs_net *net, int timeout_ms) {
     if (timeout_ms <= 0)
         timeout_ms = 1000;
-    uint64_t deadline = hs__now_us() + (uint64_t)timeout_ms * 1000 + 500000;
+    uint64_t deadline = hs__now_us() + (uint64_t)timeout_ms * 1000 + 1000000;
     uv_mutex_lock(&net->mu);
     if (net->stopping || net->leaving) {
         uv_mutex_unlock(&net->mu);

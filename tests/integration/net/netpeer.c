@@ -400,8 +400,12 @@ int main(int argc, char **argv) {
             usleep(10000);
     }
 out:
-    if (leave)
-        hs_net_leave(net, 2000);
+    if (leave) {
+        double tl = now_s();
+        err = hs_net_leave(net, 10000);
+        jlog("\"event\":\"left\",\"code\":\"%s\",\"leave_s\":%.4f", err < 0 ? hs_err_name(err) : "",
+             now_s() - tl);
+    }
     hs_net_free(net);
     hs_buf_unref(xb);
     if (logf_ != stdout)
