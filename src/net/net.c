@@ -619,6 +619,14 @@ static void leave_step(hs_net *net, uint64_t now) {
                     busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
                     busy->nwrites);
         net->leave_closing = busy ? -1 : 1;
+        for (int i = 0; i < net->n_peers; i++) {
+            hs__peer *p = net->peers[i];
+            if (p->outq.head)
+                HS_LOGW("leave: %zu frames for peer %u not sent (connection %s)", p->outq.n, p->id,
+                        !p->conn                       ? "none"
+                        : p->conn->state == HS__C_OPEN ? "open"
+                                                       : "not open");
+        }
         /* Close each connection the polite way (shutdown, then wait for the other side's end
          * of stream): a socket closed with unread input is reset, and a reset can destroy the
          * last frames we sent before they are read. */
@@ -646,6 +654,7 @@ static void leave_step(hs_net *net, uint64_t now) {
 
 static void start_leave(hs_net *net, uint64_t deadline) {
     net->leave_deadline_us = deadline;
+    net->leave_started = 1;
     hs__conn_close_listener(net);
     HS_LOGI("leaving the run");
     for (int i = 0; i < net->n_peers; i++) {
@@ -666,7 +675,10 @@ static void on_tick(uv_timer_t *t) {
         return;
     hs__conn_tick(net, now);
     if (leaving) {
-        leave_step(net, now);
+        /* Only once the LEAVE command ran (it may still be queued behind the last sends):
+         * before, there is no deadline and nothing was flushed. */
+        if (net->leave_started)
+            leave_step(net, now);
         return;
     }
     hs__bs_join_tick(net, now);

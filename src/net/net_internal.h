@@ -64,6 +64,7 @@ struct hs__peer {
     hs__fq outq;            /* frames for this peer, written by whichever conn is attached */
     hs__link link;
     int member;         /* in the newest member list */
+    int left;           /* it said BYE(leave) rather than died */
     int ever_connected; /* we had an authenticated connection once */
     uint64_t next_dial_us;
     int backoff_ms;
@@ -257,6 +258,7 @@ struct hs_net {
     int stopping;        /* (mu) */
     uint64_t leave_deadline_us;
     int leave_closing; /* leave: connections are closing (1 flushed, -1 not) */
+    int leave_started; /* the LEAVE command ran (loop) */
 
     /* the exchange */
     hs_exchange ex;
