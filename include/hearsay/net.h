@@ -7,6 +7,9 @@
  * recv, drain, stats. It meets the loop thread in a mailbox keyed by (round, neighbour); sends
  * are queued and never block; recv waits with a timeout.
  *
+ * Sockets are written only on the loop thread, which blocks SIGPIPE: the application need not
+ * ignore it.
+ *
  * Threading: hs_net_start, hs_net_leave and hs_net_free from one thread (the application's);
  * the exchange ops from one thread (the training thread, which may be the same); the other
  * calls from any thread. Nothing here waits without a timeout. */

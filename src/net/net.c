@@ -7,6 +7,8 @@
  * meet under net->mu: commands go to the loop through a list and a uv_async; the loop hands
  * messages, deaths and member lists back through the mailbox and net->cv. */
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -759,6 +761,13 @@ static void on_async(uv_async_t *a) {
 
 static void loop_main(void *arg) {
     hs_net *net = arg;
+    /* Every socket write happens on this thread: with SIGPIPE blocked here, a write to a
+     * closed connection fails with EPIPE instead of killing the process, whatever the
+     * application does with the signal. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     uv_run(&net->loop, UV_RUN_DEFAULT);
 }
 

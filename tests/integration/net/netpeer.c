@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "netpeer: cannot write %s\n", log_path);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
+    /* SIGPIPE is left alone: the runtime blocks it on its loop thread. */
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     if ((size_t)dim * 4 > cfg.max_frame)
