@@ -320,9 +320,10 @@ int main(int argc, char **argv) {
         acc = (float *)nb->data;
         float sw = (float)v.self_w;
         if (nin == 2) {
-            const float *y0 = ys[0], *y1 = ys[1];
+            const float *restrict y0 = ys[0], *restrict y1 = ys[1], *restrict xx = x;
+            float *restrict out = acc, w0 = ws[0], w1 = ws[1];
             for (long j = 0; j < dim; j++)
-                acc[j] = sw * x[j] + ws[0] * y0[j] + ws[1] * y1[j];
+                out[j] = sw * xx[j] + w0 * y0[j] + w1 * y1[j];
         } else {
             for (long j = 0; j < dim; j++) {
                 float sum = sw * x[j];
