@@ -7,6 +7,9 @@
  * recv, drain, stats. It meets the loop thread in a mailbox keyed by (round, neighbour); sends
  * are queued and never block; recv waits with a timeout.
  *
+ * Sockets are written only on the loop thread, which blocks SIGPIPE: the application need not
+ * ignore it.
+ *
  * Threading: hs_net_start, hs_net_leave and hs_net_free from one thread (the application's);
  * the exchange ops from one thread (the training thread, which may be the same); the other
  * calls from any thread. Nothing here waits without a timeout. */
@@ -84,8 +87,10 @@ typedef struct hs_net_config {
 
     /* Limits. */
     size_t max_frame;         /* largest DATA payload (default 64 MiB, hard cap 256 MiB) */
-    size_t max_buffered;      /* bytes queued towards one peer, and held from one peer in the
-                                 mailbox (default 2 * max_frame + 1 MiB) */
+    size_t max_buffered;      /* bytes queued towards one peer (send() says HS_EAGAIN beyond)
+                                 and held from one peer in the mailbox (beyond, its connection
+                                 stops reading until the application takes half: backpressure,
+                                 never loss). Default 2 * max_frame + 1 MiB */
     int max_conns;            /* connections in total (default 256) */
     int max_conns_per_addr;   /* connections from one IP address (default 16) */
     int handshake_timeout_ms; /* TCP + TLS + HELLO (default 5000) */
@@ -101,10 +106,17 @@ typedef struct hs_net_config {
                                  (default 300) */
     int sock_buf;             /* SO_SNDBUF/SO_RCVBUF on every connection; 0 = OS default */
 
-    hs_net_emulation emulate;                  /* on every outgoing link */
-    const hs_net_link_emulation *link_emulate; /* per-peer overrides; borrowed, copied */
+    /* Emulation of an outgoing link: a link_emulate entry for the peer if any, else the
+     * topology file's spec for the link (hs_topo_link_emulation), else emulate. */
+    hs_net_emulation emulate;
+    const hs_net_link_emulation *link_emulate; /* per-peer overrides; copied */
     int n_link_emulate;
     uint64_t seed; /* emulation draws and join nonces */
+    /* 1 (default): hs_net_start sets glibc's M_MMAP_THRESHOLD to 32 MiB and M_TRIM_THRESHOLD to
+     * 512 MiB, process-wide. Received payloads are allocated on the loop thread and freed by
+     * the application, every round: without this, each frame above 128 KiB is a fresh mmap
+     * whose pages fault in again (40% of the CPU of a 1 MiB stream). 0 leaves malloc alone. */
+    int tune_malloc;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */
@@ -151,7 +163,10 @@ uint32_t hs_net_self(const hs_net *net);
 int hs_net_listen_port(const hs_net *net);
 
 /* Publishes the application's snapshot (model + algorithm state, opaque) at round; a reference
- * is taken on success. WELCOMEs to joiners carry the latest one. */
+ * is taken on success. WELCOMEs to joiners carry the latest one: once an application has
+ * published a snapshot, a WELCOME waits (up to snapshot_timeout_ms) for one at least as new as
+ * the round at which the join arrived; an application that never publishes one welcomes
+ * joiners at once, without a snapshot. */
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot);
 /* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
  * should publish at its next safe point. */

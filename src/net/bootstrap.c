@@ -64,7 +64,8 @@ static void join_dial(hs_net *net) {
                     (uint32_t)net->listen_port);
         while (!net->join_nonce)
             net->join_nonce = hs_rng_u64(&r);
-        net->join_deadline_us = now + (uint64_t)net->cfg.join_timeout_ms * 1000;
+        if (!net->join_deadline_us)
+            net->join_deadline_us = now + (uint64_t)net->cfg.join_timeout_ms * 1000;
         net->join_backoff_ms = 50;
     }
     hs__conn *c;
@@ -155,7 +156,7 @@ void hs__bs_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *text
 void hs__bs_join_tick(hs_net *net, uint64_t now) {
     int s = join_state(net);
     if (s == HS__JOIN_DIALING || s == HS__JOIN_WAITING) {
-        if (now >= net->join_deadline_us) {
+        if (net->join_deadline_us && now >= net->join_deadline_us) {
             hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: no WELCOME within %d ms",
                         net->s_bootstrap, net->cfg.join_timeout_ms);
             return;
@@ -207,32 +208,19 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->s_topo = spec;
     net->cfg.topo_spec = spec;
     net->cfg.topo_seed = w.topo_seed;
-    net->topo_file_n = 0;
-    size_t sl = strlen(spec);
-    if (strchr(spec, '/') || (sl > 5 && !strcmp(spec + sl - 5, ".json"))) {
-        hs_topo *t;
-        if (hs_topo_new(&t, spec, 0, w.topo_seed) < 0) {
-            char msg[600];
-            snprintf(msg, sizeof(msg), "%s", hs_error_message());
-            hs__members_clear(&w.members);
-            hs__bs_fail(net, HS_EINVAL, "the run's topology %s: %s", spec, msg);
-            return 0;
-        }
-        net->topo_file_n = hs_topo_n(t);
-        hs_topo_free(t);
+    if (hs__net_topo_file(net) < 0) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%s", hs_error_message());
+        hs__members_clear(&w.members);
+        hs__bs_fail(net, HS_EINVAL, "the run's topology %s: %s", spec, msg);
+        return 0;
     }
     uv_mutex_lock(&net->mu);
     net->self = w.id;
     uv_mutex_unlock(&net->mu);
     /* Links made before the id was known draw from the right stream from now on. */
-    for (int i = 0; i < net->n_peers; i++) {
-        hs__peer *q = net->peers[i];
-        const hs_net_emulation *e = &net->cfg.emulate;
-        for (int k = 0; k < net->cfg.n_link_emulate; k++)
-            if (net->link_emu[k].to == q->id)
-                e = &net->link_emu[k].emu;
-        hs__link_init(&q->link, e, net->cfg.seed, net->self, q->id);
-    }
+    for (int i = 0; i < net->n_peers; i++)
+        hs__net_link_init(net, net->peers[i]);
     err = hs__mb_accept(net, &w.members, "WELCOME");
     if (err < 0) {
         hs__members_clear(&w.members);
@@ -355,6 +343,16 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     pj->t_request_us = pj->t_forward_us = hs__now_us();
     pj->round_at_request = hs__net_round(net);
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
+    /* A first peer listening on a wildcard address learns here what the joiners dial. */
+    if (net->listen_wildcard && !net->s_advertise &&
+        (!strncmp(net->advertise, "0.0.0.0:", 8) || !strncmp(net->advertise, "[::]:", 5))) {
+        char ip[64];
+        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0) {
+            snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
+                     ip, net->listen_port);
+            HS_LOGI("advertising %s", net->advertise);
+        }
+    }
     if (pj->id != HS__ID_NONE) {
         hs__bs_try_welcomes(net);
         return;
@@ -413,7 +411,8 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     uint64_t now = hs__now_us();
     int late = now - pj->t_request_us > (uint64_t)net->cfg.snapshot_timeout_ms * 1000;
     uv_mutex_lock(&net->mu);
-    int fresh = net->snap && net->snap_round >= pj->round_at_request;
+    /* An application that never published a snapshot does not use them: no waiting. */
+    int fresh = !net->snap_ever || (net->snap && net->snap_round >= pj->round_at_request);
     if (!fresh && !late) {
         net->snap_wanted = 1;
         uv_mutex_unlock(&net->mu);

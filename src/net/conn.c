@@ -20,11 +20,13 @@
 #define RX_CAP (256u * 1024)
 #define PLAIN_CAP (64u * 1024)
 #define DIRECT_MIN (16u * 1024) /* read straight into a payload when this much is missing */
-#define TLS_CHUNK (256u * 1024)
-#define TLS_INFLIGHT (1u << 20)
+#define TLS_CHUNK (HS__TLS_WRITE_MAX - HS__HDR_LEN)
+#define TLS_INFLIGHT (4u << 20)
 #define PLAIN_INFLIGHT (8u << 20)
 #define PACE_CHUNK (16u * 1024)
+#define PUMP_BUDGET (2u << 20) /* plaintext encrypted per pump call */
 #define SMALL_FRAME (16u * 1024)
+#define BIG_FRAME (64u * 1024)
 #define CLOSE_FLUSH_MS 1000
 
 typedef struct wreq {
@@ -38,10 +40,12 @@ typedef struct wreq {
 
 typedef struct conn_ext {
     uv_shutdown_t shut;
-    int direct;   /* the current read goes straight into the payload */
-    int final;    /* uv_close called */
-    int shutdown; /* uv_shutdown called */
-    int notified; /* net told about the close */
+    int direct;      /* the current read goes straight into the payload */
+    int final;       /* uv_close called */
+    int shutdown;    /* uv_shutdown called */
+    int notified;    /* net told about the close */
+    size_t last_len; /* payload length of the last frame read */
+    int eof;         /* the other side's end of stream (or an error) was read */
 } conn_ext;
 
 /* The extension lives right after the conn (one allocation). */
@@ -56,25 +60,25 @@ static const char *cname(hs__conn *c, char *buf, size_t cap) {
     return buf;
 }
 
+/* Per-frame counters are atomics (relaxed): every frame passes here, the mutex need not. */
 static void stats_add(hs_net *net, int sent, const hs__frame *f, size_t frame_bytes, int type) {
-    uv_mutex_lock(&net->mu);
+    hs_net_stats *st = &net->st;
+    (void)f;
     if (sent) {
-        net->st.frames_sent++;
-        net->st.bytes_sent += frame_bytes;
+        __atomic_fetch_add(&st->frames_sent, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&st->bytes_sent, frame_bytes, __ATOMIC_RELAXED);
         if (type == HS__T_DATA) {
-            net->st.ex.msgs_sent++;
-            net->st.ex.bytes_sent += frame_bytes;
+            __atomic_fetch_add(&st->ex.msgs_sent, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&st->ex.bytes_sent, frame_bytes, __ATOMIC_RELAXED);
         }
     } else {
-        net->st.frames_recv++;
-        net->st.bytes_recv += frame_bytes;
+        __atomic_fetch_add(&st->frames_recv, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&st->bytes_recv, frame_bytes, __ATOMIC_RELAXED);
         if (type == HS__T_DATA) {
-            net->st.ex.msgs_recv++;
-            net->st.ex.bytes_recv += frame_bytes;
+            __atomic_fetch_add(&st->ex.msgs_recv, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&st->ex.bytes_recv, frame_bytes, __ATOMIC_RELAXED);
         }
     }
-    (void)f;
-    uv_mutex_unlock(&net->mu);
 }
 
 /* ------------------------------------------------------------------ reader limits per state */
@@ -225,33 +229,55 @@ static void on_write(uv_write_t *req, int status) {
     hs__conn_pump(c);
 }
 
-/* Writes all TLS output waiting in the session; it accounts for plain plaintext bytes. */
+/* Writes all TLS output waiting in the session, which accounts for plain plaintext bytes. The
+ * ciphertext goes to the socket straight from the session's ring when the socket takes it now;
+ * what it does not take is copied out and queued, so the ring is always empty afterwards. */
 static int flush_tls(hs__conn *c, size_t plain) {
-    size_t n = hs__tls_out_pending(c->tls);
-    if (!n)
-        return 0;
-    wreq *w = calloc(1, sizeof(*w));
-    uint8_t *buf = malloc(n);
-    if (!w || !buf) {
-        free(w);
-        free(buf);
-        return hs__err(HS_ENOMEM, "TLS output of %zu bytes: out of memory", n);
+    const uint8_t *p;
+    size_t n;
+    wreq *last = NULL;
+    while ((n = hs__tls_out_peek(c->tls, &p)) > 0) {
+        size_t done = 0;
+        if (!c->nwrites) {
+            uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+            int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            if (r > 0) {
+                done = (size_t)r;
+                c->last_progress_us = c->last_send_us = hs__now_us();
+            } else if (r != UV_EAGAIN && r != UV_ENOSYS) {
+                return hs__err(r, "write: %s", uv_strerror(r));
+            }
+        }
+        if (done < n) {
+            wreq *w = calloc(1, sizeof(*w));
+            uint8_t *buf = malloc(n - done);
+            if (!w || !buf) {
+                free(w);
+                free(buf);
+                return hs__err(HS_ENOMEM, "TLS output of %zu bytes: out of memory", n - done);
+            }
+            memcpy(buf, p + done, n - done);
+            w->c = c;
+            w->cipher = buf;
+            w->req.data = w;
+            uv_buf_t b = uv_buf_init((char *)buf, (unsigned)(n - done));
+            int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+            if (r < 0) {
+                free(buf);
+                free(w);
+                return hs__err(r, "write: %s", uv_strerror(r));
+            }
+            c->nwrites++;
+            c->last_send_us = hs__now_us();
+            last = w;
+        }
+        hs__tls_out_consume(c->tls, n);
     }
-    size_t got = hs__tls_out_take(c->tls, buf, n);
-    w->c = c;
-    w->cipher = buf;
-    w->bytes = plain;
-    w->req.data = w;
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)got);
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (r < 0) {
-        free(buf);
-        free(w);
-        return hs__err(r, "write: %s", uv_strerror(r));
+    /* The plaintext counts as in flight until the last write that carries part of it is done. */
+    if (last) {
+        last->bytes = plain;
+        c->inflight += plain;
     }
-    c->inflight += plain;
-    c->nwrites++;
-    c->last_send_us = hs__now_us();
     return 0;
 }
 
@@ -282,6 +308,30 @@ static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
         f->off = end;
         return flush_tls(c, chunk);
     }
+    /* Plain: the header and the payload go from where they are (the payload's reference is held
+     * by the write). Straight to the socket when nothing is queued before them: no request, no
+     * callback, which is what a small frame's latency is made of. */
+    if (!c->nwrites) {
+        uv_buf_t b[2];
+        unsigned nb = 0;
+        if (off < HS__HDR_LEN)
+            b[nb++] = uv_buf_init((char *)f->hdr + off,
+                                  (unsigned)((end < HS__HDR_LEN ? end : HS__HDR_LEN) - off));
+        if (end > HS__HDR_LEN) {
+            size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
+            b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
+        }
+        int r = uv_try_write((uv_stream_t *)&c->tcp, b, nb);
+        if (r < 0 && r != UV_EAGAIN && r != UV_ENOSYS)
+            return hs__err(r, "write: %s", uv_strerror(r));
+        if (r > 0) {
+            off += (size_t)r;
+            f->off = off;
+            c->last_send_us = c->last_progress_us = hs__now_us();
+            if (off == end)
+                return 0;
+        }
+    }
     wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return hs__err(HS_ENOMEM, "write request: out of memory");
@@ -298,7 +348,7 @@ static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
         w->payload = hs_buf_ref(f->payload);
     }
     w->c = c;
-    w->bytes = chunk;
+    w->bytes = end - off;
     w->req.data = w;
     int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, b, nb, on_write);
     if (r < 0) {
@@ -306,8 +356,8 @@ static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
         free(w);
         return hs__err(r, "write: %s", uv_strerror(r));
     }
+    c->inflight += end - off;
     f->off = end;
-    c->inflight += chunk;
     c->nwrites++;
     c->last_send_us = hs__now_us();
     return 0;
@@ -348,8 +398,17 @@ void hs__conn_pump(hs__conn *c) {
     if (ext(c)->final)
         return;
     uint64_t now = hs__now_us();
-    size_t cap = c->tls ? TLS_INFLIGHT : PLAIN_INFLIGHT;
+    /* Bytes handed to libuv but not yet written count against the same cap as the queue, so
+     * a peer that does not read holds at most about 2 * max_buffered of our memory. */
+    size_t cap = c->tls ? TLS_INFLIGHT : PLAIN_INFLIGHT, budget = PUMP_BUDGET;
+    if (cap > c->net->cfg.max_buffered)
+        cap = c->net->cfg.max_buffered;
     while (c->inflight < cap) {
+        /* Encrypting is work: after a budget, let the loop read and serve others first. */
+        if (!budget) {
+            arm(c, 0);
+            break;
+        }
         hs__fq *q = &c->ctlq;
         if (!q->head) {
             if (c->state != HS__C_OPEN || !c->peer || c->peer->conn != c)
@@ -382,6 +441,7 @@ void hs__conn_pump(hs__conn *c) {
             return;
         }
         q->bytes -= chunk;
+        budget = c->tls ? (budget > chunk ? budget - chunk : 0) : budget;
         if (f->off == total) {
             hs__fq_pop(q);
             frame_sent(c, q, f);
@@ -406,7 +466,13 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 
 static void maybe_finish_close(hs__conn *c) {
     conn_ext *x = ext(c);
-    if (x->final || x->shutdown || c->ctlq.head || c->nwrites)
+    if (x->final || c->ctlq.head || c->nwrites)
+        return;
+    if (x->eof) { /* its end of stream is in: nothing more to wait for */
+        final_close(c);
+        return;
+    }
+    if (x->shutdown)
         return;
     x->shutdown = 1;
     x->shut.data = c;
@@ -523,6 +589,7 @@ static void malformed(hs__conn *c, int err, const char *msg) {
 
 static void handle_frame(hs__conn *c, const hs__hdr *h, hs_buf *pay) {
     hs_net *net = c->net;
+    ext(c)->last_len = h->len;
     char why[HS__REASON_MAX + 1];
     c->last_recv_us = hs__now_us();
     stats_add(net, 0, NULL, HS__HDR_LEN + (size_t)h->len, h->type);
@@ -652,7 +719,7 @@ static void tls_failed(hs__conn *c, int err) {
 }
 
 static void read_tls(hs__conn *c, const uint8_t *p, size_t n) {
-    int err = hs__tls_feed(c->tls, p, n);
+    int err = n ? hs__tls_feed(c->tls, p, n) : 0;
     if (err < 0) {
         hs__conn_close(c, err, 0, HS_LOG_WARN, "%s", hs_error_message());
         return;
@@ -718,6 +785,12 @@ static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     uint8_t *dst;
     size_t want;
+    if (c->tls && c->state != HS__C_CLOSING && (want = hs__tls_in_space(c->tls, &dst)) >= 4096) {
+        ext(c)->direct = 1; /* ciphertext straight into the session's ring */
+        buf->base = (char *)dst;
+        buf->len = want > (1u << 30) ? (1u << 30) : want;
+        return;
+    }
     if (!c->tls && c->state != HS__C_CLOSING &&
         (want = hs__reader_direct(&c->rd, &dst)) >= DIRECT_MIN) {
         ext(c)->direct = 1;
@@ -728,6 +801,10 @@ static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     ext(c)->direct = 0;
     buf->base = (char *)c->rx;
     buf->len = c->rx_cap;
+    /* After a large frame, read the next header alone: its payload then goes straight into
+     * its buffer instead of through the staging copy (one small read against a big memcpy). */
+    if (!c->tls && ext(c)->last_len >= BIG_FRAME && !c->rd.in_payload)
+        buf->len = HS__HDR_LEN - c->rd.hb_have;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -740,6 +817,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     if (nread < 0) {
+        ext(c)->eof = 1;
         size_t part = hs__reader_partial(&c->rd);
         if (nread != UV_EOF)
             hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_INFO, "%s", uv_strerror((int)nread));
@@ -755,7 +833,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     c->last_recv_us = hs__now_us();
     if (c->tls) {
-        read_tls(c, (const uint8_t *)buf->base, (size_t)nread);
+        if (ext(c)->direct) {
+            hs__tls_in_commit(c->tls, (size_t)nread);
+            read_tls(c, NULL, 0);
+        } else {
+            read_tls(c, (const uint8_t *)buf->base, (size_t)nread);
+        }
     } else if (ext(c)->direct) {
         hs__hdr h;
         hs_buf *pay;
@@ -881,6 +964,23 @@ int hs__conn_listen(hs_net *net) {
 
 void hs__conn_abort(hs__conn *c) { final_close(c); }
 
+int hs__conn_closed(hs__conn *c) { return ext(c)->final; }
+
+void hs__conn_read_pause(hs__conn *c, int pause) {
+    if (c->state == HS__C_CLOSING || ext(c)->final || pause == c->reading_paused)
+        return;
+    c->reading_paused = pause;
+    if (pause) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        HS_LOGD("%s: mailbox full, not reading", c->remote);
+        return;
+    }
+    c->last_recv_us = hs__now_us();
+    int err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (err < 0)
+        hs__conn_close(c, err, 0, HS_LOG_WARN, "read: %s", uv_strerror(err));
+}
+
 void hs__conn_close_listener(hs_net *net) {
     if (!net->listening)
         return;
@@ -987,7 +1087,7 @@ void hs__conn_tick(hs_net *net, uint64_t now) {
             }
             continue;
         }
-        if (now - c->last_recv_us > peer_to) {
+        if (!c->reading_paused && now - c->last_recv_us > peer_to) {
             hs__conn_close(c, HS_ETIMEDOUT, 1, HS_LOG_WARN, "nothing received for %llu ms",
                            (unsigned long long)((now - c->last_recv_us) / 1000));
             continue;

@@ -537,8 +537,11 @@ static void send_suspect(hs_net *net, hs__peer *dead) {
     if (!seq || seq == dead || seq->dead)
         return;
     char why[400];
-    snprintf(why, sizeof(why), "peer %u (%s) is unreachable from peer %u", dead->id, dead->addr,
-             net->self);
+    if (dead->left)
+        snprintf(why, sizeof(why), "%s", HS__LEFT);
+    else
+        snprintf(why, sizeof(why), "peer %u (%s) is unreachable from peer %u", dead->id, dead->addr,
+                 net->self);
     hs__send_reason(net, seq, NULL, HS__T_SUSPECT, dead->id, why);
 }
 
@@ -551,6 +554,7 @@ void hs__mb_peer_dead(hs_net *net, hs__peer *p, const char *fmt, ...) {
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     int left = !strcmp(why, HS__LEFT);
+    p->left = left;
     uv_mutex_lock(&net->mu);
     p->dead = 1;
     if (!left)
@@ -624,7 +628,10 @@ void hs__mb_on_suspect(hs_net *net, hs__conn *c, const hs__reason *r) {
         HS_LOGI("peer %u suspects peer %u (%s), but it is alive here", c->peer_id, p->id, r->text);
         return;
     }
-    hs__mb_peer_dead(net, p, "reported by peer %u: %s", c->peer_id, r->text);
+    if (!strcmp(r->text, HS__LEFT)) /* it said BYE to the reporter, not (yet) to us */
+        hs__mb_peer_dead(net, p, HS__LEFT);
+    else
+        hs__mb_peer_dead(net, p, "reported by peer %u: %s", c->peer_id, r->text);
 }
 
 /* ------------------------------------------------------------------ connections */

@@ -6,6 +6,9 @@
  * thread; everything else here runs on the loop thread except what is marked. The two sides
  * meet under net->mu: commands go to the loop through a list and a uv_async; the loop hands
  * messages, deaths and member lists back through the mailbox and net->cv. */
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,7 @@ void hs_net_config_init(hs_net_config *cfg) {
     cfg->snapshot_timeout_ms = 5000;
     cfg->change_rounds = 4;
     cfg->change_delay_ms = 300;
+    cfg->tune_malloc = 1;
 }
 
 void hs_net_welcome_clear(hs_net_welcome *w) {
@@ -175,6 +179,31 @@ hs__peer *hs__peer_find(hs_net *net, uint32_t id) {
     return NULL;
 }
 
+/* The emulation of the link to p: a per-peer override of the config, else the topology file's
+ * spec for this link, else the global one. */
+void hs__net_link_init(hs_net *net, hs__peer *p) {
+    hs_net_emulation e = net->cfg.emulate;
+    int found = 0;
+    for (int i = 0; i < net->cfg.n_link_emulate; i++)
+        if (net->link_emu[i].to == p->id) {
+            e = net->link_emu[i].emu;
+            found = 1;
+        }
+    /* In a topology file ranks are peer ids. */
+    if (!found && net->topo_file && net->self != HS__ID_NONE &&
+        net->self < (uint32_t)hs_topo_n(net->topo_file) &&
+        p->id < (uint32_t)hs_topo_n(net->topo_file)) {
+        const char *spec = hs_topo_link_emulation(net->topo_file, (int)net->self, (int)p->id);
+        hs_net_emulation f;
+        if (spec && hs_net_emulation_parse(spec, &f) == 0)
+            e = f;
+        else if (spec)
+            HS_LOGW("topology %s: link %u -> %u: %s (using the global emulation)", net->s_topo,
+                    net->self, p->id, hs_error_message());
+    }
+    hs__link_init(&p->link, &e, net->cfg.seed, net->self, p->id);
+}
+
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
     hs__peer *p = hs__peer_find(net, id);
     if (p) {
@@ -187,11 +216,7 @@ hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
     p->id = id;
     if (addr)
         snprintf(p->addr, sizeof(p->addr), "%s", addr);
-    const hs_net_emulation *e = &net->cfg.emulate;
-    for (int i = 0; i < net->cfg.n_link_emulate; i++)
-        if (net->link_emu[i].to == id)
-            e = &net->link_emu[i].emu;
-    hs__link_init(&p->link, e, net->cfg.seed, net->self, id);
+    hs__net_link_init(net, p);
     p->backoff_ms = 50;
     uv_mutex_lock(&net->mu);
     if (net->n_peers == net->cap_peers) {
@@ -212,12 +237,7 @@ hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr) {
 
 void hs__net_wake(hs_net *net) { uv_cond_broadcast(&net->cv); }
 
-uint64_t hs__net_round(hs_net *net) {
-    uv_mutex_lock(&net->mu);
-    uint64_t r = net->cur_round;
-    uv_mutex_unlock(&net->mu);
-    return r;
-}
+uint64_t hs__net_round(hs_net *net) { return __atomic_load_n(&net->cur_round, __ATOMIC_RELAXED); }
 
 /* ------------------------------------------------------------------ HELLO */
 
@@ -381,6 +401,38 @@ static void mail_remove(hs_net *net, int i) {
     net->n_mail--;
 }
 
+/* Drops DATA of rounds the application left behind long ago (a receiver that gave up on
+ * them), and lets paused connections read again once their sender's share fell to half the
+ * cap. Caller holds mu; either thread. */
+static void mail_gc(hs_net *net) {
+    for (int i = 0; i < net->n_mail;) {
+        if (net->mail[i].round + MAIL_GC_ROUNDS < net->cur_round) {
+            hs_buf_unref(net->mail[i].buf);
+            mail_remove(net, i);
+            net->st.dropped_late++;
+        } else {
+            i++;
+        }
+    }
+}
+
+static int post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
+
+/* The application took messages: resume the connections it was holding back. mu held. */
+static void mail_taken(hs_net *net) {
+    mail_gc(net);
+    int kick = 0;
+    for (int i = 0; i < net->n_peers; i++) {
+        hs__peer *p = net->peers[i];
+        if (p->rx_paused && p->mailbox_bytes <= net->cfg.max_buffered / 2) {
+            p->rx_paused = 0;
+            kick = 1;
+        }
+    }
+    if (kick)
+        post(net, HS__CMD_KICK, 0, 0, NULL, 1);
+}
+
 /* Stores a DATA payload (reference taken over). Caller holds mu. */
 static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
     if (p->have_data_round && round <= p->last_data_round)
@@ -389,20 +441,7 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
                        (unsigned long long)round, p->id, (unsigned long long)p->last_data_round);
     p->have_data_round = 1;
     p->last_data_round = round;
-    /* Unclaimed old rounds (a receiver that gave up on them) and a sender over its cap lose
-     * their oldest messages first. */
-    for (int i = 0; i < net->n_mail;) {
-        int old = net->mail[i].round + MAIL_GC_ROUNDS < net->cur_round;
-        int over =
-            net->mail[i].from == p->id && p->mailbox_bytes + buf->len > net->cfg.max_buffered;
-        if (old || over) {
-            hs_buf_unref(net->mail[i].buf);
-            mail_remove(net, i);
-            net->st.dropped_late++;
-        } else {
-            i++;
-        }
-    }
+    mail_gc(net);
     if (net->n_mail == net->cap_mail) {
         int cap = net->cap_mail ? 2 * net->cap_mail : 64;
         hs__mail *m = realloc(net->mail, (size_t)cap * sizeof(*m));
@@ -413,33 +452,37 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
     }
     net->mail[net->n_mail++] = (hs__mail){p->id, round, buf};
     p->mailbox_bytes += buf->len;
-    hs__net_wake(net);
+    /* Backpressure, not loss: over its cap, the sender's connection stops reading until the
+     * application has taken enough (its queue then fills, and a sender that cannot write for
+     * the peer timeout declares this peer slow). */
+    if (p->mailbox_bytes > net->cfg.max_buffered)
+        p->rx_paused = 1;
+    /* Wake the training thread only for what it waits for: with k neighbours, waking it for
+     * every arrival would cost up to k - 1 useless context switches per round (a later round
+     * from the same sender wakes it too: it means the awaited one is lost). drain() users
+     * do not wait. */
+    if (net->recv_waiting && net->recv_from == p->id && round >= net->recv_round)
+        uv_cond_signal(&net->cv);
     return 0;
 }
 
 /* ------------------------------------------------------------------ dispatch */
 
-static int on_heartbeat(hs_net *net, hs__conn *c, const hs_buf *pay) {
+static int on_heartbeat(hs_net *net, hs__conn *c, hs_buf *pay) {
     hs__heartbeat hb;
     int err = hs__wire_heartbeat_decode(pay->data, pay->len, &hb);
     if (err < 0)
         return err;
     if (hb.kind == HS__HB_PING) {
-        hs__heartbeat pong = hb;
-        pong.kind = HS__HB_PONG;
-        hs_buf *b;
-        if ((err = hs_buf_new(&b, HS__HB_LEN)) < 0)
-            return err;
-        if ((err = hs__wire_heartbeat_encode(b, &pong)) == 0)
-            err = hs__send_conn(c, HS__T_HEARTBEAT, hs__net_round(net), b);
-        hs_buf_unref(b);
-        return err;
+        /* The answer is the same bytes with the kind turned (the payload is ours alone). */
+        pay->data[0] = HS__HB_PONG;
+        return hs__send_conn(c, HS__T_HEARTBEAT, hs__net_round(net), pay);
     }
     if (hb.kind == HS__HB_PONG) {
         hs__peer *p = c->peer;
-        if (p && hb.token == p->ping_token && p->ping_sent_us) {
+        if (p && hb.token == p->ping_token && p->ping_sent_ns) {
             uv_mutex_lock(&net->mu);
-            p->rtt_us = (double)(hs__now_us() - p->ping_sent_us);
+            p->rtt_us = (double)(uv_hrtime() - p->ping_sent_ns) / 1e3;
             p->pong = 1;
             hs__net_wake(net);
             uv_mutex_unlock(&net->mu);
@@ -462,9 +505,13 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
             break;
         }
         uv_mutex_lock(&net->mu);
-        err = p->dead ? 0 : mail_put(net, p, h->round, pay);
+        int dead = p->dead;
+        err = dead ? 0 : mail_put(net, p, h->round, pay);
+        int pause = p->rx_paused;
         uv_mutex_unlock(&net->mu);
-        if (err == 0 && !p->dead)
+        if (pause)
+            hs__conn_read_pause(c, 1);
+        if (err == 0 && !dead)
             return 0; /* the mailbox has the reference */
         break;
     case HS__T_HEARTBEAT:
@@ -557,20 +604,47 @@ static void do_stop(hs_net *net) {
 }
 
 static void leave_step(hs_net *net, uint64_t now) {
-    /* Flushed: every open connection wrote its queues (the last DATA, then BYE). Connections
-     * still being set up carry nothing of ours. */
-    const hs__conn *busy = NULL;
-    for (hs__conn *c = net->conns; c && !busy; c = c->next)
-        if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
-            busy = c;
-    if (busy && now < net->leave_deadline_us)
+    if (!net->leave_closing) {
+        /* Flushed: every open connection wrote its queues (the last DATA, then BYE).
+         * Connections still being set up carry nothing of ours. */
+        const hs__conn *busy = NULL;
+        for (hs__conn *c = net->conns; c && !busy; c = c->next)
+            if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
+                busy = c;
+        if (busy && now < net->leave_deadline_us)
+            return;
+        if (busy)
+            HS_LOGW("leave: %s still has %zu bytes queued and %d writes pending; closing anyway",
+                    busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
+                    busy->nwrites);
+        net->leave_closing = busy ? -1 : 1;
+        for (int i = 0; i < net->n_peers; i++) {
+            hs__peer *p = net->peers[i];
+            if (p->outq.head)
+                HS_LOGW("leave: %zu frames for peer %u not sent (connection %s)", p->outq.n, p->id,
+                        !p->conn                       ? "none"
+                        : p->conn->state == HS__C_OPEN ? "open"
+                                                       : "not open");
+        }
+        /* Close each connection the polite way (shutdown, then wait for the other side's end
+         * of stream): a socket closed with unread input is reset, and a reset can destroy the
+         * last frames we sent before they are read. */
+        hs__conn *next;
+        for (hs__conn *c = net->conns; c; c = next) {
+            next = c->next;
+            hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "this peer left the run");
+        }
+        /* The rest of the caller's timeout (at least half a second) for the ends of stream. */
+        if (net->leave_deadline_us < now + 500000)
+            net->leave_deadline_us = now + 500000;
+    }
+    int open = 0;
+    for (hs__conn *c = net->conns; c; c = c->next)
+        open += !hs__conn_closed(c);
+    if (open && now < net->leave_deadline_us)
         return;
-    if (busy)
-        HS_LOGW("leave: %s still has %zu bytes queued and %d writes pending; closing anyway",
-                busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
-                busy->nwrites);
     uv_mutex_lock(&net->mu);
-    net->left = busy ? -1 : 1;
+    net->left = net->leave_closing;
     net->stopping = 1;
     hs__net_wake(net);
     uv_mutex_unlock(&net->mu);
@@ -579,6 +653,7 @@ static void leave_step(hs_net *net, uint64_t now) {
 
 static void start_leave(hs_net *net, uint64_t deadline) {
     net->leave_deadline_us = deadline;
+    net->leave_started = 1;
     hs__conn_close_listener(net);
     HS_LOGI("leaving the run");
     for (int i = 0; i < net->n_peers; i++) {
@@ -599,7 +674,10 @@ static void on_tick(uv_timer_t *t) {
         return;
     hs__conn_tick(net, now);
     if (leaving) {
-        leave_step(net, now);
+        /* Only once the LEAVE command ran (it may still be queued behind the last sends):
+         * before, there is no deadline and nothing was flushed. */
+        if (net->leave_started)
+            leave_step(net, now);
         return;
     }
     hs__bs_join_tick(net, now);
@@ -643,7 +721,7 @@ static void on_async(uv_async_t *a) {
                 hs_buf *b;
                 if (hs_buf_new(&b, HS__HB_LEN) == 0) {
                     if (hs__wire_heartbeat_encode(b, &hb) == 0) {
-                        p->ping_sent_us = now;
+                        p->ping_sent_ns = uv_hrtime();
                         hs__send_conn(p->conn, HS__T_HEARTBEAT, hb.round, b);
                     }
                     hs_buf_unref(b);
@@ -661,6 +739,16 @@ static void on_async(uv_async_t *a) {
             break;
         case HS__CMD_KICK:
             hs__bs_try_welcomes(net);
+            for (int i = 0; i < net->n_peers; i++) {
+                hs__peer *q = net->peers[i];
+                if (!q->conn || !q->conn->reading_paused)
+                    continue;
+                uv_mutex_lock(&net->mu);
+                int still = q->rx_paused;
+                uv_mutex_unlock(&net->mu);
+                if (!still)
+                    hs__conn_read_pause(q->conn, 0);
+            }
             break;
         }
         hs_buf_unref(cmd->buf);
@@ -670,6 +758,13 @@ static void on_async(uv_async_t *a) {
 
 static void loop_main(void *arg) {
     hs_net *net = arg;
+    /* Every socket write happens on this thread: with SIGPIPE blocked here, a write to a
+     * closed connection fails with EPIPE instead of killing the process, whatever the
+     * application does with the signal. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     uv_run(&net->loop, UV_RUN_DEFAULT);
 }
 
@@ -697,9 +792,10 @@ static int post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf,
 
 /* ------------------------------------------------------------------ the exchange */
 
+/* Written under mu by the training thread; the loop reads it without (hs__net_round). */
 static void bump_round(hs_net *net, uint64_t round) {
     if (round > net->cur_round)
-        net->cur_round = round;
+        __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
 }
 
 static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
@@ -707,6 +803,7 @@ static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
     int err = 0;
     uv_mutex_lock(&net->mu);
     bump_round(net, round);
+    mail_taken(net);
     hs__mview *mv = hs__mb_at(net, round);
     hs_view v;
     memset(&v, 0, sizeof(v));
@@ -805,6 +902,7 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
             if (net->mail[i].from == from && net->mail[i].round == round) {
                 *out = net->mail[i].buf;
                 mail_remove(net, i);
+                mail_taken(net);
                 uv_mutex_unlock(&net->mu);
                 return 0;
             }
@@ -833,7 +931,11 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
                           (unsigned long long)round, timeout_ms);
             break;
         }
+        net->recv_waiting = 1;
+        net->recv_from = from;
+        net->recv_round = round;
         uv_cond_timedwait(&net->cv, &net->mu, (deadline - now) * 1000);
+        net->recv_waiting = 0;
     }
     uv_mutex_unlock(&net->mu);
     return err;
@@ -853,15 +955,17 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
     }
     memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
     net->n_mail -= n;
+    mail_taken(net);
     uv_mutex_unlock(&net->mu);
     return n;
 }
 
 static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     hs_net *net = ex->impl;
-    uv_mutex_lock(&net->mu);
-    *out = net->st.ex;
-    uv_mutex_unlock(&net->mu);
+    out->msgs_sent = __atomic_load_n(&net->st.ex.msgs_sent, __ATOMIC_RELAXED);
+    out->msgs_recv = __atomic_load_n(&net->st.ex.msgs_recv, __ATOMIC_RELAXED);
+    out->bytes_sent = __atomic_load_n(&net->st.ex.bytes_sent, __ATOMIC_RELAXED);
+    out->bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
 }
 
 static const hs_exchange_ops net_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats};
@@ -952,17 +1056,18 @@ static int copy_config(hs_net *net, const hs_net_config *in) {
 }
 
 /* Topology files fix the number of peers (and so the ids that can join). */
-static int topo_file_peers(hs_net *net) {
+int hs__net_topo_file(hs_net *net) {
     const char *s = net->s_topo;
     size_t n = strlen(s);
+    hs_topo_free(net->topo_file);
+    net->topo_file = NULL;
+    net->topo_file_n = 0;
     if (!strchr(s, '/') && !(n > 5 && !strcmp(s + n - 5, ".json")))
         return 0;
-    hs_topo *t;
-    int err = hs_topo_new(&t, s, 0, net->cfg.topo_seed);
+    int err = hs_topo_new(&net->topo_file, s, 0, net->cfg.topo_seed);
     if (err < 0)
         return err;
-    net->topo_file_n = hs_topo_n(t);
-    hs_topo_free(t);
+    net->topo_file_n = hs_topo_n(net->topo_file);
     return 0;
 }
 
@@ -1002,8 +1107,12 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         memset(welcome, 0, sizeof(*welcome));
     if ((err = copy_config(net, cfg)) < 0)
         goto fail;
-    if ((err = topo_file_peers(net)) < 0)
+    if ((err = hs__net_topo_file(net)) < 0)
         goto fail;
+    if (net->cfg.tune_malloc) {
+        mallopt(M_MMAP_THRESHOLD, 32 << 20);
+        mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    }
     if (net->cfg.security == HS_NET_INSECURE) {
         HS_LOGW("--insecure: plain TCP, peers are neither authenticated nor encrypted");
     } else if ((err = hs__tls_ctx_new(&net->tls, &net->cfg)) < 0) {
@@ -1041,6 +1150,8 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     uv_timer_start(&net->tick, on_tick, tick, tick);
     if (!net->s_bootstrap && (err = hs__mb_init_first(net)) < 0)
         goto fail;
+    if (net->s_bootstrap)
+        net->join_deadline_us = hs__now_us() + (uint64_t)net->cfg.join_timeout_ms * 1000;
     if ((err = uv_thread_create(&net->thread, loop_main, net)) < 0) {
         err = hs__err(err, "loop thread: %s", uv_strerror(err));
         goto fail;
@@ -1052,6 +1163,7 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         net->welcome = welcome;
         net->join_state = HS__JOIN_DIALING;
         uv_mutex_unlock(&net->mu);
+        /* (the loop's tick may run before the JOIN command: it must not see a zero deadline) */
         if ((err = post(net, HS__CMD_JOIN, 0, 0, NULL, 0)) == 0)
             err = wait_join(net);
         uv_mutex_lock(&net->mu);
@@ -1101,6 +1213,7 @@ int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     hs_buf_unref(net->snap);
     net->snap = hs_buf_ref(snapshot);
     net->snap_round = round;
+    net->snap_ever = 1;
     int wanted = net->snap_wanted;
     net->snap_wanted = 0;
     uv_mutex_unlock(&net->mu);
@@ -1165,7 +1278,22 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
 
 void hs_net_stats_get(hs_net *net, hs_net_stats *out) {
     uv_mutex_lock(&net->mu);
-    *out = net->st;
+    memset(out, 0, sizeof(*out));
+    out->dropped_emulated = net->st.dropped_emulated;
+    out->dropped_late = net->st.dropped_late;
+    out->conns_accepted = net->st.conns_accepted;
+    out->conns_refused = net->st.conns_refused;
+    out->conns_malformed = net->st.conns_malformed;
+    out->peers_dead = net->st.peers_dead;
+    /* the per-frame counters are written atomically by the loop thread */
+    out->frames_sent = __atomic_load_n(&net->st.frames_sent, __ATOMIC_RELAXED);
+    out->frames_recv = __atomic_load_n(&net->st.frames_recv, __ATOMIC_RELAXED);
+    out->bytes_sent = __atomic_load_n(&net->st.bytes_sent, __ATOMIC_RELAXED);
+    out->bytes_recv = __atomic_load_n(&net->st.bytes_recv, __ATOMIC_RELAXED);
+    out->ex.msgs_sent = __atomic_load_n(&net->st.ex.msgs_sent, __ATOMIC_RELAXED);
+    out->ex.msgs_recv = __atomic_load_n(&net->st.ex.msgs_recv, __ATOMIC_RELAXED);
+    out->ex.bytes_sent = __atomic_load_n(&net->st.ex.bytes_sent, __ATOMIC_RELAXED);
+    out->ex.bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
     hs__mview *at = hs__mb_at(net, net->cur_round);
     out->version = at ? at->m.version : 0;
     out->n_members = net->n_sched ? (int)net->sched[net->n_sched - 1]->m.n : 0;
@@ -1200,7 +1328,7 @@ int hs_net_ping(hs_net *net, uint32_t peer, int timeout_ms, double *rtt_us) {
 int hs_net_leave(hs_net *net, int timeout_ms) {
     if (timeout_ms <= 0)
         timeout_ms = 1000;
-    uint64_t deadline = hs__now_us() + (uint64_t)timeout_ms * 1000 + 500000;
+    uint64_t deadline = hs__now_us() + (uint64_t)timeout_ms * 1000 + 1000000;
     uv_mutex_lock(&net->mu);
     if (net->stopping || net->leaving) {
         uv_mutex_unlock(&net->mu);
@@ -1257,6 +1385,7 @@ void hs_net_free(hs_net *net) {
     free(net->view_in);
     free(net->view_out);
     hs__tls_ctx_free(net->tls);
+    hs_topo_free(net->topo_file);
     free(net->s_listen);
     free(net->s_advertise);
     free(net->s_bootstrap);

@@ -64,6 +64,7 @@ struct hs__peer {
     hs__fq outq;            /* frames for this peer, written by whichever conn is attached */
     hs__link link;
     int member;         /* in the newest member list */
+    int left;           /* it said BYE(leave) rather than died */
     int ever_connected; /* we had an authenticated connection once */
     uint64_t next_dial_us;
     int backoff_ms;
@@ -72,7 +73,7 @@ struct hs__peer {
     uint64_t known_round;      /* highest round in its frames */
     uint64_t members_sent_ver; /* anti-entropy: newest version we pushed to it */
     uint32_t members_sent_iss;
-    uint64_t ping_token, ping_sent_us;
+    uint64_t ping_token, ping_sent_ns;
     /* (mu) */
     int dead; /* recv from it fails at once */
     int have_data_round;
@@ -81,6 +82,7 @@ struct hs__peer {
     uint64_t last_sent_round; /* newest DATA round sent */
     size_t queued_bytes;      /* DATA bytes accepted by send() and not yet written */
     size_t mailbox_bytes;     /* bytes from it waiting in the mailbox */
+    int rx_paused;            /* (mu) over max_buffered: its connection stops reading */
     double rtt_us;            /* last ping */
     int pong;                 /* a pong arrived for ping_token */
 };
@@ -127,6 +129,7 @@ struct hs__conn {
     int got_bye;        /* BYE received: 1 close, 2 leave */
     int timer_armed;
     int connected;                /* TCP established */
+    int reading_paused;           /* mailbox backpressure (hs__conn_read_pause) */
     int state_before_close;       /* the state hs__conn_close found */
     char why[HS__REASON_MAX + 1]; /* why it is closing */
     hs__conn *next, *prev;
@@ -178,7 +181,8 @@ struct hs_net {
     char *s_listen, *s_advertise, *s_bootstrap, *s_secret, *s_ca, *s_cert, *s_key, *s_run, *s_sig,
         *s_algo, *s_codec, *s_topo, *s_app_config;
     hs_net_link_emulation *link_emu;
-    int topo_file_n; /* > 0 when the topology is a file with this many peers */
+    int topo_file_n;    /* > 0 when the topology is a file with this many peers */
+    hs_topo *topo_file; /* that file, as loaded (ranks = peer ids) */
 
     uint32_t self; /* (mu) HS__ID_NONE until joined */
     char advertise[HS__ADDR_MAX + 1];
@@ -238,17 +242,23 @@ struct hs_net {
     uv_cond_t cv;
     hs__cmd *cmd_head, *cmd_tail; /* (mu) */
     hs__mail *mail;               /* (mu) */
+    int recv_waiting;             /* (mu) recv() sleeps, for (recv_from, recv_round) */
+    uint32_t recv_from;
+    uint64_t recv_round;
     int n_mail, cap_mail;
     uint64_t cur_round;  /* (mu) the training thread's newest round */
     hs_buf *snap;        /* (mu) */
     uint64_t snap_round; /* (mu) */
     int snap_wanted;     /* (mu) */
+    int snap_ever;       /* (mu) the application publishes snapshots */
     hs_net_stats st;     /* (mu) */
     int leaving;         /* (mu) */
     int left;            /* (mu) leave finished */
     int removed;         /* (mu) this peer was removed from the run */
     int stopping;        /* (mu) */
     uint64_t leave_deadline_us;
+    int leave_closing; /* leave: connections are closing (1 flushed, -1 not) */
+    int leave_started; /* the LEAVE command ran (loop) */
 
     /* the exchange */
     hs_exchange ex;
@@ -261,7 +271,11 @@ uint64_t hs__now_us(void);
 hs__peer *hs__peer_find(hs_net *net, uint32_t id);
 /* Finds or creates (under mu). NULL on ENOMEM. */
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr);
-void hs__net_wake(hs_net *net);      /* cv broadcast (caller holds mu) */
+void hs__net_wake(hs_net *net); /* cv broadcast (caller holds mu) */
+/* (Re)loads a topology file spec (net->topo_file, topo_file_n); 0 for a generator spec. */
+int hs__net_topo_file(hs_net *net);
+/* Sets up the emulation of the link to p (config override, topology file, global). */
+void hs__net_link_init(hs_net *net, hs__peer *p);
 uint64_t hs__net_round(hs_net *net); /* the training thread's round, as the loop knows it */
 
 /* Queues a frame for a peer (its outq) or on a connection (ctlq), and starts writing. Take a
@@ -297,6 +311,10 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
 /* Heartbeats, handshake deadlines, silence and write-progress checks of every connection. */
 void hs__conn_tick(hs_net *net, uint64_t now_us);
 void hs__conn_close_listener(hs_net *net);
+/* 1 once uv_close was called on it (only its close callbacks remain). */
+int hs__conn_closed(hs__conn *c);
+/* Stops (1) or resumes (0) reading: mailbox backpressure. Resuming forgives the silence. */
+void hs__conn_read_pause(hs__conn *c, int pause);
 /* Closes at once, without flushing (stopping). */
 void hs__conn_abort(hs__conn *c);
 /* The local IP of a connection ("127.0.0.1"), for an advertise address. */

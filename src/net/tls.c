@@ -20,6 +20,7 @@
 #define PSK_LEN 32
 #define SECRET_MIN 16
 #define SECRET_MAX 65536
+#define PAIR_BUF (512 * 1024) /* each direction; holds at least one chunk of writes */
 /* Both SHA-256 suites, so one external PSK (whose hash is SHA-256) fits either. AES-128-GCM is
  * first: it is what the CPUs here accelerate and what the benchmark compares against. */
 #define CIPHERS "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256"
@@ -32,7 +33,8 @@ struct hs__tls_ctx {
 
 struct hs__tls {
     SSL *ssl;
-    BIO *rbio, *wbio; /* owned by ssl */
+    BIO *ssl_end; /* the pair's end the SSL uses (owned by ssl) */
+    BIO *net_end; /* the end the connection reads ciphertext from and writes it to (owned) */
     hs__tls_ctx *ctx;
     int server;
     char alert[128]; /* the last alert sent or received, for messages */
@@ -236,17 +238,16 @@ int hs__tls_new(hs__tls **out, hs__tls_ctx *ctx, int server) {
         return hs__err(HS_ENOMEM, "TLS session: out of memory");
     t->ctx = ctx;
     t->server = server;
-    if (!(t->ssl = SSL_new(ctx->ctx)) || !(t->rbio = BIO_new(BIO_s_mem())) ||
-        !(t->wbio = BIO_new(BIO_s_mem()))) {
-        BIO_free(t->rbio);
-        BIO_free(t->wbio);
+    /* A BIO pair, not memory BIOs: two fixed ring buffers, so the socket reads straight into
+     * the incoming ring and writes straight from the outgoing one (memory BIOs zero-fill and
+     * copy on every write). */
+    if (!(t->ssl = SSL_new(ctx->ctx)) ||
+        BIO_new_bio_pair(&t->ssl_end, PAIR_BUF, &t->net_end, PAIR_BUF) != 1) {
         SSL_free(t->ssl);
         free(t);
         return hs__err(HS_ETLS, "TLS session: %s", ssl_errstr(e, sizeof(e)));
     }
-    /* An empty read BIO means "more to come", not end of stream. */
-    BIO_set_mem_eof_return(t->rbio, -1);
-    SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    SSL_set_bio(t->ssl, t->ssl_end, t->ssl_end);
     SSL_set_ex_data(t->ssl, ex_index, t);
     if (server)
         SSL_set_accept_state(t->ssl);
@@ -260,19 +261,48 @@ void hs__tls_free(hs__tls *t) {
     if (!t)
         return;
     SSL_free(t->ssl);
+    BIO_free(t->net_end);
     free(t);
 }
 
 int hs__tls_feed(hs__tls *t, const void *p, size_t n) {
     while (n) {
         int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
-        int w = BIO_write(t->rbio, p, chunk);
+        int w = BIO_write(t->net_end, p, chunk);
         if (w <= 0)
-            return hs__err(HS_ENOMEM, "TLS: cannot buffer %zu bytes of input", n);
+            return hs__err(HS_ETLS, "TLS: %zu bytes of input do not fit the session's buffer", n);
         p = (const uint8_t *)p + w;
         n -= (size_t)w;
     }
     return 0;
+}
+
+size_t hs__tls_in_space(hs__tls *t, uint8_t **p) {
+    char *b = NULL;
+    ossl_ssize_t n = BIO_nwrite0(t->net_end, &b);
+    if (n <= 0)
+        return 0;
+    *p = (uint8_t *)b;
+    return (size_t)n;
+}
+
+void hs__tls_in_commit(hs__tls *t, size_t n) {
+    char *b;
+    BIO_nwrite(t->net_end, &b, (int)n);
+}
+
+size_t hs__tls_out_peek(hs__tls *t, const uint8_t **p) {
+    char *b = NULL;
+    ossl_ssize_t n = BIO_nread0(t->net_end, &b);
+    if (n <= 0)
+        return 0;
+    *p = (const uint8_t *)b;
+    return (size_t)n;
+}
+
+void hs__tls_out_consume(hs__tls *t, size_t n) {
+    char *b;
+    BIO_nread(t->net_end, &b, (int)n);
 }
 
 /* Why a handshake failed, in words a user can act on. */
@@ -335,26 +365,15 @@ int hs__tls_read(hs__tls *t, void *p, size_t n) {
 }
 
 int hs__tls_write(hs__tls *t, const void *p, size_t n) {
-    while (n) {
-        size_t done = 0, chunk = n > (1u << 30) ? (1u << 30) : n;
-        ERR_clear_error();
-        if (SSL_write_ex(t->ssl, p, chunk, &done) != 1) {
-            char es[256];
-            return hs__err(HS_ETLS, "TLS write: %s", ssl_errstr(es, sizeof(es)));
-        }
-        p = (const uint8_t *)p + done;
-        n -= done;
+    size_t done = 0;
+    if (n > HS__TLS_WRITE_MAX)
+        return hs__err(HS_EINVAL, "TLS write of %zu bytes: over %u per call", n, HS__TLS_WRITE_MAX);
+    ERR_clear_error();
+    if (n && (SSL_write_ex(t->ssl, p, n, &done) != 1 || done != n)) {
+        char es[256];
+        return hs__err(HS_ETLS, "TLS write: %s", ssl_errstr(es, sizeof(es)));
     }
     return 0;
-}
-
-size_t hs__tls_out_pending(hs__tls *t) { return BIO_ctrl_pending(t->wbio); }
-
-size_t hs__tls_out_take(hs__tls *t, void *p, size_t n) {
-    size_t got = 0;
-    if (BIO_read_ex(t->wbio, p, n, &got) != 1)
-        return 0;
-    return got;
 }
 
 const char *hs__tls_describe(hs__tls *t, char *buf, size_t cap) {

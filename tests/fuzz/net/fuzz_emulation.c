@@ -10,7 +10,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s = malloc(size + 1);
-    if (!s) return 0;
+    if (!s)
+        return 0;
     memcpy(s, data, size);
     s[size] = '\0';
     hs_net_emulation e, f;
@@ -19,8 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             !(e.rate_bps == 0 || e.rate_bps >= 1000) || !isfinite(e.rate_bps))
             __builtin_trap();
         char buf[512];
-        if (hs_net_emulation_format(&e, buf, sizeof(buf)) < 0) __builtin_trap();
-        if (hs_net_emulation_parse(buf, &f) != 0 || memcmp(&e, &f, sizeof(e))) __builtin_trap();
+        if (hs_net_emulation_format(&e, buf, sizeof(buf)) < 0)
+            __builtin_trap();
+        if (hs_net_emulation_parse(buf, &f) != 0 || memcmp(&e, &f, sizeof(e)))
+            __builtin_trap();
     }
     free(s);
     return 0;

@@ -12,7 +12,8 @@
         T a, b;                                                                                    \
         if (dec(data, size, &a) == 0) {                                                            \
             hs_buf *buf;                                                                           \
-            if (hs_buf_new(&buf, size) < 0) return 0;                                              \
+            if (hs_buf_new(&buf, size) < 0)                                                        \
+                return 0;                                                                          \
             if (enc(buf, &a) != 0 || buf->len != size || memcmp(buf->data, data, size))            \
                 __builtin_trap();                                                                  \
             if (dec(buf->data, buf->len, &b) != 0 || memcmp(&a, &b, sizeof(a)))                    \

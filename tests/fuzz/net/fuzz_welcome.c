@@ -9,9 +9,12 @@
 
 static void check_members(const hs__members *m) {
     for (uint32_t i = 0; i < m->n; i++) {
-        if (m->m[i].id >= m->next_id) __builtin_trap();
-        if (i && m->m[i].id <= m->m[i - 1].id) __builtin_trap();
-        if (strlen(m->m[i].addr) > HS__ADDR_MAX) __builtin_trap();
+        if (m->m[i].id >= m->next_id)
+            __builtin_trap();
+        if (i && m->m[i].id <= m->m[i - 1].id)
+            __builtin_trap();
+        if (strlen(m->m[i].addr) > HS__ADDR_MAX)
+            __builtin_trap();
     }
 }
 
@@ -33,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_members(&w.members);
         if (w.config_len && (w.config < data || w.config + w.config_len > data + size))
             __builtin_trap();
-        if (w.snap_len && (w.snap < data || w.snap + w.snap_len > data + size)) __builtin_trap();
+        if (w.snap_len && (w.snap < data || w.snap + w.snap_len > data + size))
+            __builtin_trap();
         hs_buf *b;
         if (hs_buf_new(&b, size) == 0) {
             if (hs__wire_welcome_encode(b, &w) != 0 || b->len != size ||

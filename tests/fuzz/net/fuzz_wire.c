@@ -36,10 +36,12 @@ static void decode(const hs__hdr *h, const hs_buf *p) {
         hs__wire_heartbeat_decode(p->data, p->len, &u.hb);
         break;
     case HS__T_MEMBERS:
-        if (hs__wire_members_decode(p->data, p->len, &m) == 0) hs__members_clear(&m);
+        if (hs__wire_members_decode(p->data, p->len, &m) == 0)
+            hs__members_clear(&m);
         break;
     case HS__T_WELCOME:
-        if (hs__wire_welcome_decode(p->data, p->len, &w) == 0) hs__members_clear(&w.members);
+        if (hs__wire_welcome_decode(p->data, p->len, &w) == 0)
+            hs__members_clear(&w.members);
         break;
     default:
         break;
@@ -47,14 +49,17 @@ static void decode(const hs__hdr *h, const hs_buf *p) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size < 1) return 0;
+    if (size < 1)
+        return 0;
     uint8_t mode = data[0];
     data++;
     size--;
     hs__reader r;
     hs__reader_init(&r);
-    for (int t = 1; t <= HS__T_MAX; t++) r.max_len[t] = (mode & 0x80) ? 64 : 1u << 16;
-    if (mode & 0x40) r.max_len[HS__T_DATA] = 0; /* a type not accepted now */
+    for (int t = 1; t <= HS__T_MAX; t++)
+        r.max_len[t] = (mode & 0x80) ? 64 : 1u << 16;
+    if (mode & 0x40)
+        r.max_len[HS__T_DATA] = 0; /* a type not accepted now */
     size_t chunk = (size_t)(mode & 0x3f) + 1;
     size_t off = 0;
     while (off < size) {
@@ -66,18 +71,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t want = hs__reader_direct(&r, &dst);
         int ret;
         if (want && (mode & 0x20)) {
-            if (n > want) n = want;
+            if (n > want)
+                n = want;
             memcpy(dst, data + off, n);
             used = n;
             ret = hs__reader_direct_done(&r, n, &h, &p);
         } else {
             ret = hs__reader_feed(&r, data + off, n, &used, &h, &p);
         }
-        if (ret < 0) break;
-        if (used > n) __builtin_trap();
+        if (ret < 0)
+            break;
+        if (used > n)
+            __builtin_trap();
         off += used;
         if (ret == 1) {
-            if (p->len != h.len || h.len == 0 || h.len > r.max_len[h.type]) __builtin_trap();
+            if (p->len != h.len || h.len == 0 || h.len > r.max_len[h.type])
+                __builtin_trap();
             decode(&h, p);
             hs_buf_unref(p);
         }

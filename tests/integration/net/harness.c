@@ -92,6 +92,7 @@ int h_spawn(hproc *p, char *const argv[], const char *out, const char *err) {
         int fi = open("/dev/null", O_RDONLY);
         if (fo < 0 || fe < 0 || fi < 0)
             _exit(127);
+        signal(SIGPIPE, SIG_DFL); /* the peers get default dispositions, not the harness's */
         dup2(fi, 0);
         dup2(fo, 1);
         dup2(fe, 2);

@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "netpeer: cannot write %s\n", log_path);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
+    /* SIGPIPE is left alone: the runtime blocks it on its loop thread. */
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     if ((size_t)dim * 4 > cfg.max_frame)
@@ -220,9 +220,13 @@ int main(int argc, char **argv) {
     uint64_t r0 = w.join_round;
     hs_net_welcome_clear(&w);
 
-    float *x = malloc((size_t)dim * sizeof(float)), *acc = malloc((size_t)dim * sizeof(float));
-    if (!x || !acc)
+    /* x lives in an hs_buf that is sent as it is (no copy): each round's result goes to a new
+     * buffer, and the old one is freed when its last write is done. */
+    hs_buf *xb;
+    if (hs_buf_new(&xb, (size_t)dim * sizeof(float)) < 0)
         return 1;
+    xb->len = (size_t)dim * sizeof(float);
+    float *x = (float *)xb->data, *acc = NULL;
     for (long k = 0; k < dim; k++)
         x[k] = (float)self;
     hs_buf *snap;
@@ -283,23 +287,24 @@ int main(int argc, char **argv) {
             epoch = v.epoch;
             have_epoch = 1;
         }
-        hs_buf *b;
-        if (hs_buf_new(&b, (size_t)dim * 4) < 0)
-            break;
-        hs_buf_append(b, x, (size_t)dim * 4);
+        hs_buf *b = xb;
         for (int i = 0; i < v.n_out; i++)
             if ((err = ex->ops->send(ex, v.out[i].id, r, b)) < 0)
                 jlog("\"event\":\"send_error\",\"round\":%llu,\"to\":%u,\"code\":\"%s\"",
                      (unsigned long long)r, v.out[i].id, hs_err_name(err));
-        hs_buf_unref(b);
-        for (long j = 0; j < dim; j++)
-            acc[j] = (float)v.self_w * x[j];
-        for (int i = 0; i < v.n_in; i++) {
-            hs_buf *in = NULL;
-            err = ex->ops->recv(ex, v.in[i].id, r, (int)recv_timeout_ms, &in);
-            const float *y = x;
-            if (err == 0 && in->len == (size_t)dim * 4) {
-                y = (const float *)in->data;
+        /* Take every neighbour's vector (a missing one counts as our own), then mix in one
+         * pass: x_j <- self_w x_j + sum_k w_k y_k[j]. */
+        hs_buf *ins[64];
+        const float *ys[64];
+        float ws[64];
+        int nin = v.n_in < 64 ? v.n_in : 64;
+        for (int i = 0; i < nin; i++) {
+            ins[i] = NULL;
+            err = ex->ops->recv(ex, v.in[i].id, r, (int)recv_timeout_ms, &ins[i]);
+            ys[i] = x;
+            ws[i] = (float)v.in[i].w;
+            if (err == 0 && ins[i]->len == (size_t)dim * 4) {
+                ys[i] = (const float *)ins[i]->data;
             } else {
                 misses++;
                 jlog("\"event\":\"miss\",\"round\":%llu,\"from\":%u,\"code\":\"%s\","
@@ -307,12 +312,31 @@ int main(int argc, char **argv) {
                      (unsigned long long)r, v.in[i].id, err < 0 ? hs_err_name(err) : "size",
                      err < 0 ? hs_error_message() : "");
             }
-            float wj = (float)v.in[i].w;
-            for (long j = 0; j < dim; j++)
-                acc[j] += wj * y[j];
-            hs_buf_unref(in);
         }
-        memcpy(x, acc, (size_t)dim * sizeof(float));
+        hs_buf *nb;
+        if (hs_buf_new(&nb, (size_t)dim * sizeof(float)) < 0)
+            break;
+        nb->len = (size_t)dim * sizeof(float);
+        acc = (float *)nb->data;
+        float sw = (float)v.self_w;
+        if (nin == 2) {
+            const float *restrict y0 = ys[0], *restrict y1 = ys[1], *restrict xx = x;
+            float *restrict out = acc, w0 = ws[0], w1 = ws[1];
+            for (long j = 0; j < dim; j++)
+                out[j] = sw * xx[j] + w0 * y0[j] + w1 * y1[j];
+        } else {
+            for (long j = 0; j < dim; j++) {
+                float sum = sw * x[j];
+                for (int i = 0; i < nin; i++)
+                    sum += ws[i] * ys[i][j];
+                acc[j] = sum;
+            }
+        }
+        for (int i = 0; i < nin; i++)
+            hs_buf_unref(ins[i]);
+        hs_buf_unref(xb); /* the writes of this round hold their own references */
+        xb = nb;
+        x = acc;
         if (hs_net_snapshot_wanted(net) && hs_buf_new(&snap, (size_t)dim * 4) == 0) {
             hs_buf_append(snap, x, (size_t)dim * 4);
             hs_net_publish_snapshot(net, r, snap);
@@ -377,11 +401,14 @@ int main(int argc, char **argv) {
             usleep(10000);
     }
 out:
-    if (leave)
-        hs_net_leave(net, 2000);
+    if (leave) {
+        double tl = now_s();
+        err = hs_net_leave(net, 10000);
+        jlog("\"event\":\"left\",\"code\":\"%s\",\"leave_s\":%.4f", err < 0 ? hs_err_name(err) : "",
+             now_s() - tl);
+    }
     hs_net_free(net);
-    free(x);
-    free(acc);
+    hs_buf_unref(xb);
     if (logf_ != stdout)
         fclose(logf_);
     return rc;

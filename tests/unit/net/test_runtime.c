@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "hearsay/error.h"
 #include "hearsay/exchange.h"
@@ -417,6 +418,89 @@ static void test_send_limits_and_loss(void **state) {
     hs_net_free(a);
 }
 
+/* Backpressure: a receiver slower than its sender loses nothing (its connection stops reading
+ * while the mailbox is over max_buffered, and the sender gets HS_EAGAIN); a receiver that
+ * takes nothing at all is declared slow by its sender after the peer timeout. */
+typedef struct slow_arg {
+    hs_net *net;
+    int n, bad;
+} slow_arg;
+
+static void *slow_receiver(void *p) {
+    slow_arg *a = p;
+    hs_exchange *ex = hs_net_exchange(a->net);
+    for (int r = 1; r <= a->n; r++) {
+        hs_buf *in = NULL;
+        if (ex->ops->recv(ex, 0, (uint64_t)r, 5000, &in) < 0 || in->len != 64u << 10 ||
+            in->data[0] != (uint8_t)r || in->data[in->len - 1] != (uint8_t)r)
+            a->bad++;
+        hs_buf_unref(in);
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static void test_backpressure_and_slow(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_INSECURE);
+    c.max_frame = 64u << 10;
+    c.max_buffered = 3u * (64u << 10);
+    c.sock_buf = 16 << 10;
+    hs_net *a = start_first(&c);
+    hs_net_welcome w;
+    hs_net *b = join(&c, &w);
+    hs_net_welcome_clear(&w);
+    assert_int_equal(hs_net_wait_members(a, 2, 3000), 0);
+    hs_exchange *ea = hs_net_exchange(a);
+    slow_arg arg = {b, 150, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slow_receiver, &arg), 0);
+    int again = 0;
+    for (int r = 1; r <= arg.n; r++) {
+        hs_buf *m;
+        assert_int_equal(hs_buf_new(&m, 64u << 10), 0);
+        m->len = 64u << 10;
+        memset(m->data, r, m->len);
+        int err;
+        while ((err = ea->ops->send(ea, 1, (uint64_t)r, m)) == HS_EAGAIN) {
+            again++;
+            usleep(500);
+        }
+        assert_int_equal(err, 0);
+        hs_buf_unref(m);
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(arg.bad, 0);
+    assert_true(again > 0); /* the pressure reached the sender */
+    hs_net_stats st;
+    hs_net_stats_get(b, &st);
+    assert_true(st.dropped_late == 0 && st.peers_dead == 0);
+
+    /* Now b takes nothing: its connection stops reading, a's writes stall, and a declares b
+     * slow (dead) after its peer timeout, without ever blocking. */
+    hs_buf *m;
+    assert_int_equal(hs_buf_new(&m, 64u << 10), 0);
+    m->len = 64u << 10;
+    double t0 = now_s();
+    int err = 0;
+    for (int r = arg.n + 1; now_s() - t0 < 5; r++) {
+        while ((err = ea->ops->send(ea, 1, (uint64_t)r, m)) == HS_EAGAIN && now_s() - t0 < 5)
+            usleep(1000);
+        if (err == HS_ECONNRESET)
+            break;
+        assert_int_equal(err, 0);
+    }
+    assert_int_equal(err, HS_ECONNRESET);
+    double dt = now_s() - t0;
+    assert_true(dt > 0.7 && dt < 3); /* the 0.8 s timeout, after the buffers filled */
+    hs_net_stats_get(a, &st);
+    assert_true(st.peers_dead == 1);
+    hs_buf_unref(m);
+    hs_net_free(b);
+    hs_net_free(a);
+}
+
 static void test_emulated_delay(void **state) {
     (void)state;
     hs_net_config c;
@@ -469,7 +553,7 @@ int main(void) {
         cmocka_unit_test(test_join_and_exchange),    cmocka_unit_test(test_mismatch_refused),
         cmocka_unit_test(test_wrong_secret_refused), cmocka_unit_test(test_crash_and_leave),
         cmocka_unit_test(test_send_limits_and_loss), cmocka_unit_test(test_emulated_delay),
-        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_errors),        cmocka_unit_test(test_backpressure_and_slow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
