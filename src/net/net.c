@@ -17,7 +17,6 @@
 #include "core/error_internal.h"
 #include "net/net_internal.h"
 
-#define MAIL_GC_ROUNDS 64 /* unclaimed DATA this many rounds old is dropped */
 #define TICK_MS_MAX 25
 
 uint64_t hs__now_us(void) { return uv_hrtime() / 1000; }
@@ -401,26 +400,11 @@ static void mail_remove(hs_net *net, int i) {
     net->n_mail--;
 }
 
-/* Drops DATA of rounds the application left behind long ago (a receiver that gave up on
- * them), and lets paused connections read again once their sender's share fell to half the
- * cap. Caller holds mu; either thread. */
-static void mail_gc(hs_net *net) {
-    for (int i = 0; i < net->n_mail;) {
-        if (net->mail[i].round + MAIL_GC_ROUNDS < net->cur_round) {
-            hs_buf_unref(net->mail[i].buf);
-            mail_remove(net, i);
-            net->st.dropped_late++;
-        } else {
-            i++;
-        }
-    }
-}
-
 static int post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
 
-/* The application took messages: resume the connections it was holding back. mu held. */
+/* The application took messages: connections held back read again once their sender's share
+ * fell to half the cap. mu held; either thread. */
 static void mail_taken(hs_net *net) {
-    mail_gc(net);
     int kick = 0;
     for (int i = 0; i < net->n_peers; i++) {
         hs__peer *p = net->peers[i];
@@ -441,7 +425,10 @@ static int mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
                        (unsigned long long)round, p->id, (unsigned long long)p->last_data_round);
     p->have_data_round = 1;
     p->last_data_round = round;
-    mail_gc(net);
+    /* Nothing is dropped for being old: push-sum adds shares whenever they arrive (a
+     * straggler's are many rounds behind), and losing one would lose its mass. The
+     * synchronous algorithms take every round they are sent, in order; the per-sender cap
+     * below bounds what waits. */
     if (net->n_mail == net->cap_mail) {
         int cap = net->cap_mail ? 2 * net->cap_mail : 64;
         hs__mail *m = realloc(net->mail, (size_t)cap * sizeof(*m));
