@@ -8,6 +8,7 @@
  * change, or the first round when peers did not start from the same x0) carries the sender's
  * full xhat once instead of q. For symmetric doubly stochastic W the gossip step keeps the
  * average of the x_i. Memory: one replica per in-neighbour plus xhat_i (own). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo_internal.h"
