@@ -100,6 +100,12 @@ int hs_compress_encode(hs_compressor *c, const float *x, size_t d, uint32_t peer
 int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                            uint64_t round, float *acc, size_t d, float alpha);
 
+/* As hs_compress_decode_add into two accumulators at once (acc += alpha C(x), acc2 += alpha2
+ * C(x)), parsing the message once where the codec allows it. Both are unchanged on error. */
+int hs_compress_decode_add2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                            uint64_t round, float *acc, float alpha, float *acc2, float alpha2,
+                            size_t d);
+
 /* The largest message c can produce for d (its own d): the exact size for every operator but
  * topk, whose index coding varies per message. 0 if d is not c's. */
 size_t hs_compress_max_bytes(const hs_compressor *c, size_t d);

@@ -376,11 +376,10 @@ int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, 
         return hs__err(HS_EPROTO, "peer %u sent a payload of type %d", n->id, p[0]);
     if (!n->synced)
         return hs__err(HS_EPROTO, "peer %u sent a delta before its full replica", n->id);
-    int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
-    /* The first decode validated the message: the second cannot fail on its bytes. */
-    if (err == 0 && a->mix && a->mix_valid && n->is_in)
-        err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, a->mix, a->d, n->w_in);
-    return err;
+    if (a->mix && a->mix_valid && n->is_in)
+        return hs_compress_decode_add2(a->comp, p + 1, len - 1, n->id, round, n->rep, 1.0f,
+                                       a->mix, n->w_in, a->d);
+    return hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
 }
 
 /* Sends q to out-neighbours that hold this peer's replica and the full replica to the others. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "core/hd.h"
 #include "core/error_internal.h"
 
 /* m = sum_j W_ij (xhat_j - xhat_i) over the synced in-neighbours, in view order. */
@@ -35,6 +36,11 @@ static int choco_init(hs_algo *a, const float *x0) {
     return 0;
 }
 
+HS_VECTOR_CLONES
+static void sub(float *out, const float *x, const float *y, size_t d) {
+    for (size_t k = 0; k < d; k++) out[k] = x[k] - y[k];
+}
+
 static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);
@@ -42,16 +48,14 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t d = a->d;
     float *xh = a->own, *diff = a->tmp;
     if (!a->mix_valid) rebuild_mix(a, &v);
-    for (size_t k = 0; k < d; k++) diff[k] = x[k] - xh[k];
+    sub(diff, x, xh, d);
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
     /* xhat_i += q and m -= (sum_j W_ij) q, both from the bytes that travel. */
     if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
-        (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh, d,
-                                      1.0f)) >= 0 &&
-        (err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, a->mix,
-                                      d, -a->mix_wsum)) >= 0)
+        (err = hs_compress_decode_add2(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh,
+                                       1.0f, a->mix, -a->mix_wsum, d)) >= 0)
         err = hs__algo_send_replica(a, ex, &v, r, msg);
     hs_buf_unref(msg);
     return err < 0 ? err : 0;

@@ -300,6 +300,26 @@ int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len,
     return c->ops->decode(c, p, len, peer, round, acc, alpha);
 }
 
+int hs_compress_decode_add2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                            uint64_t round, float *acc, float alpha, float *acc2, float alpha2,
+                            size_t d) {
+    if (!isfinite(alpha2))
+        return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
+                       (double)alpha2);
+    if (c->ops->decode2) {
+        if (d != c->d)
+            return hs__err(HS_EINVAL, "compressor %s: decode into %zu floats, configured for %zu",
+                           c->name, d, c->d);
+        if (!isfinite(alpha))
+            return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
+                           (double)alpha);
+        return c->ops->decode2(c, p, len, peer, round, acc, alpha, acc2, alpha2);
+    }
+    int err = hs_compress_decode_add(c, p, len, peer, round, acc, d, alpha);
+    /* The first decode validated the message: the second cannot fail on its bytes. */
+    return err < 0 ? err : hs_compress_decode_add(c, p, len, peer, round, acc2, d, alpha2);
+}
+
 int hs_compress_apply(const hs_compressor *c, const float *x, size_t d, uint32_t peer,
                       uint64_t round, float *out) {
     if (d != c->d)

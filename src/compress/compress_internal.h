@@ -62,6 +62,10 @@ struct hs__cops {
                   uint64_t round, float *acc, float alpha);
     int (*apply)(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
                  float *out);
+    /* Optional: decode once into two accumulators (acc += alpha C, acc2 += alpha2 C); without
+     * it hs_compress_decode_add2 decodes twice. */
+    int (*decode2)(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                   uint64_t round, float *acc, float alpha, float *acc2, float alpha2);
 };
 
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,

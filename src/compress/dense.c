@@ -122,8 +122,8 @@ static int dense_apply(const hs_compressor *c, const float *x, uint32_t peer, ui
 }
 
 const hs__cops hs__cops_none = {"none",          HS_CODEC_NONE,   dense_init,  dense_unbiased,
-                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL};
 const hs__cops hs__cops_fp16 = {"fp16",          HS_CODEC_FP16,   dense_init,  dense_unbiased,
-                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL};
 const hs__cops hs__cops_bf16 = {"bf16",          HS_CODEC_BF16,   dense_init,  dense_unbiased,
-                                dense_max_bytes, dense_encode,    dense_decode, dense_apply};
+                                dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL};

@@ -252,4 +252,4 @@ static int qsgd_apply(const hs_compressor *c, const float *x, uint32_t peer, uin
 }
 
 const hs__cops hs__cops_qsgd = {"qsgd",         HS_CODEC_QSGD, qsgd_init,   qsgd_unbiased,
-                                qsgd_max_bytes, qsgd_encode,   qsgd_decode, qsgd_apply};
+                                qsgd_max_bytes, qsgd_encode,   qsgd_decode, qsgd_apply, NULL};

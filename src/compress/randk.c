@@ -159,4 +159,4 @@ static int randk_apply(const hs_compressor *c, const float *x, uint32_t peer, ui
 }
 
 const hs__cops hs__cops_randk = {"randk",         HS_CODEC_RANDK, randk_init,   randk_unbiased,
-                                 randk_max_bytes, randk_encode,   randk_decode, randk_apply};
+                                 randk_max_bytes, randk_encode,   randk_decode, randk_apply, NULL};

@@ -107,4 +107,4 @@ static int sign_apply(const hs_compressor *c, const float *x, uint32_t peer, uin
 }
 
 const hs__cops hs__cops_sign = {"sign",         HS_CODEC_SIGN, sign_init,   sign_unbiased,
-                                sign_max_bytes, sign_encode,   sign_decode, sign_apply};
+                                sign_max_bytes, sign_encode,   sign_decode, sign_apply, NULL};

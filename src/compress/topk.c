@@ -322,18 +322,21 @@ static uint32_t cursor_next(idx_cursor *cu) {
     return at;
 }
 
+/* acc[i] += alpha v_i, and acc2[i] += alpha2 v_i when acc2 is non-NULL, for the message's
+ * (index, value) pairs: one walk of the indices for both. */
 static void sparse_add(const uint8_t *ip, size_t ilen, int bitmap, const uint8_t *vals, int fp16,
-                       size_t k, float *acc, float alpha) {
+                       size_t k, float *acc, float alpha, float *acc2, float alpha2) {
     idx_cursor cu = {ip, 0, ilen, bitmap, -1, 0, (size_t)0 - 64};
     for (size_t j = 0; j < k; j++) {
         uint32_t at = cursor_next(&cu);
         float v = fp16 ? hs_cw_f32_from_f16(hs__ld16(vals + 2 * j)) : hs__ldf(vals + 4 * j);
         acc[at] = acc[at] + alpha * v;
+        if (acc2) acc2[at] = acc2[at] + alpha2 * v;
     }
 }
 
-static int topk_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                       uint64_t round, float *acc, float alpha) {
+static int topk_decode2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                        uint64_t round, float *acc, float alpha, float *acc2, float alpha2) {
     (void)peer;
     (void)round;
     uint32_t d = (uint32_t)c->d, flags;
@@ -352,8 +355,13 @@ static int topk_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
     int bad = w == 4 ? hs__cf32_max_key(vals, k) >= HS_CW_KEY_INF
                      : hs__c16_max_mag(vals, k) >= 0x7C00;
     if (bad) return hs__err(HS_EFORMAT, "%s message: a value is not finite", c->ops->name);
-    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, w == 2, k, acc, alpha);
+    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, w == 2, k, acc, alpha, acc2, alpha2);
     return 0;
+}
+
+static int topk_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                       uint64_t round, float *acc, float alpha) {
+    return topk_decode2(c, p, len, peer, round, acc, alpha, NULL, 0.0f);
 }
 
 static int topk_apply(const hs_compressor *c, const float *x, uint32_t peer, uint64_t round,
@@ -381,4 +389,5 @@ static int topk_apply(const hs_compressor *c, const float *x, uint32_t peer, uin
 }
 
 const hs__cops hs__cops_topk = {"topk",         HS_CODEC_TOPK, topk_init,   topk_unbiased,
-                                topk_max_bytes, topk_encode,   topk_decode, topk_apply};
+                                topk_max_bytes, topk_encode,   topk_decode, topk_apply,
+                                topk_decode2};

@@ -8,6 +8,7 @@
 
 #include "core/error_internal.h"
 #include "tensor/backend_internal.h"
+#include "core/hd.h"
 #include "tensor/ew.h"
 
 static int cpu_alloc(hs_backend *be, size_t bytes, void **out) {
@@ -60,6 +61,7 @@ static int cpu_scale(hs_backend *be, float *x, size_t n, float a) {
     return 0;
 }
 
+HS_VECTOR_CLONES
 static int cpu_axpy(hs_backend *be, float *y, const float *x, size_t n, float a) {
     (void)be;
     for (size_t i = 0; i < n; i++) y[i] = hs_ew_axpy(y[i], a, x[i]);
@@ -151,6 +153,7 @@ static int cpu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels
     return 0;
 }
 
+HS_VECTOR_CLONES
 static int cpu_sgd_step(hs_backend *be, float *x, const float *g, float *v, size_t n,
                         const hs_sgd_hparams *h) {
     (void)be;
