@@ -4,10 +4,10 @@
  * thread never computes. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,14 +45,16 @@ static void sleep_s(double s) {
 }
 
 /* ---------------------------------------------------------------- checkpoints
- * File DIR/ckpt-<round, 12 digits>.hsck, written to a temporary name, fsync'd and renamed, so
- * a crash leaves either the old or the new file, never half of one. Layout (little-endian):
- *   "HSCK" | u32 version | u64 round | u32 peer id | u32 signature length | signature |
- *   u32 member count | per member: u32 id, u16 address length, address |
- *   u64 state length | u32 crc32 of the state | state (hs_trainer_save) */
+ * File DIR/ckpt-<shard>-<round, 12 digits>.hsck (shard: the peer's rank, so peers sharing a
+ * directory keep their own files), written to a temporary name of its own process, fsync'd and
+ * renamed, so a crash leaves either the old or the new file, never half of one. Layout
+ * (little-endian):
+ *   "HSCK" | u32 version | u64 round | u64 end round of the job | u32 peer id |
+ *   u32 signature length | signature | u32 member count | per member: u32 id, u16 address
+ *   length, address | u64 state length | u32 crc32 of the state | state (hs_trainer_save) */
 
 #define CK_MAGIC "HSCK"
-#define CK_VERSION 1u
+#define CK_VERSION 2u
 #define CK_KEEP 3
 
 static int ck_put(hs_buf *b, const void *p, size_t n) { return hs_buf_append(b, p, n); }
@@ -72,21 +74,24 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 
 #define CK_LIST_MAX 256
 
-/* The checkpoint files of dir (ckpt-*.hsck), newest first: zero-padded rounds sort as strings.
- * Returns their number, or -1 when dir cannot be read. */
-static int list_checkpoints(const char *dir, char names[][64], int max) {
+/* The checkpoint files of shard `rank` in dir (ckpt-RANK-*.hsck; every shard's when rank < 0),
+ * newest first. Returns their number, or -1 when dir cannot be read. */
+static int list_checkpoints(const char *dir, int rank, char names[][64], int max) {
     DIR *d = opendir(dir);
     if (!d) return -1;
+    char prefix[32] = "ckpt-";
+    if (rank >= 0) snprintf(prefix, sizeof(prefix), "ckpt-%d-", rank);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < max)
-        if (!strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".hsck") &&
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".hsck") &&
             strlen(e->d_name) < 64)
             snprintf(names[n++], 64, "%s", e->d_name);
     closedir(d);
+    /* Newest first: by round (the zero-padded last field), whatever the shard. */
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
-            if (strcmp(names[i], names[j]) < 0) {
+            if (strcmp(strrchr(names[i], '-'), strrchr(names[j], '-')) < 0) {
                 char t[64];
                 memcpy(t, names[i], sizeof(t));
                 memcpy(names[i], names[j], sizeof(t));
@@ -96,9 +101,9 @@ static int list_checkpoints(const char *dir, char names[][64], int max) {
 }
 
 /* Removes all but the newest CK_KEEP checkpoints. */
-static void prune_checkpoints(const char *dir) {
+static void prune_checkpoints(const char *dir, int rank) {
     static char names[CK_LIST_MAX][64];
-    int n = list_checkpoints(dir, names, CK_LIST_MAX);
+    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX);
     for (int i = CK_KEEP; i < n; i++) {
         char p[4096];
         snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
@@ -106,8 +111,8 @@ static void prune_checkpoints(const char *dir) {
     }
 }
 
-static int write_checkpoint(const char *dir, uint64_t round, uint32_t id, const char *sig,
-                            hs_net *net, hs_trainer *t) {
+static int write_checkpoint(const char *dir, int rank, uint64_t round, uint64_t end_round,
+                            uint32_t id, const char *sig, hs_net *net, hs_trainer *t) {
     hs_buf *state = NULL, *file = NULL;
     hs_net_member *mem = NULL;
     int nm = 0, err, fd = -1;
@@ -119,9 +124,10 @@ static int write_checkpoint(const char *dir, uint64_t round, uint32_t id, const 
     if (net && hs_net_members(net, &mem, &nm, NULL, NULL) < 0) nm = 0;
     uint32_t ver = CK_VERSION, sl = (uint32_t)strlen(sig), un = (uint32_t)nm;
     uint64_t slen = state->len;
-    uint32_t crc = (uint32_t)crc32(0L, state->data, (uInt)state->len);
+    uint32_t crc = (uint32_t)crc32_z(0L, state->data, state->len);
     if ((err = ck_put(file, CK_MAGIC, 4)) < 0 || (err = ck_put(file, &ver, 4)) < 0 ||
-        (err = ck_put(file, &round, 8)) < 0 || (err = ck_put(file, &id, 4)) < 0 ||
+        (err = ck_put(file, &round, 8)) < 0 || (err = ck_put(file, &end_round, 8)) < 0 ||
+        (err = ck_put(file, &id, 4)) < 0 ||
         (err = ck_put(file, &sl, 4)) < 0 || (err = ck_put(file, sig, sl)) < 0 ||
         (err = ck_put(file, &un, 4)) < 0)
         goto out;
@@ -134,8 +140,10 @@ static int write_checkpoint(const char *dir, uint64_t round, uint32_t id, const 
     if ((err = ck_put(file, &slen, 8)) < 0 || (err = ck_put(file, &crc, 4)) < 0 ||
         (err = ck_put(file, state->data, state->len)) < 0)
         goto out;
-    snprintf(final_path, sizeof(final_path), "%s/ckpt-%012llu.hsck", dir, (unsigned long long)round);
-    snprintf(tmp, sizeof(tmp), "%s/.ckpt-%012llu.tmp", dir, (unsigned long long)round);
+    snprintf(final_path, sizeof(final_path), "%s/ckpt-%d-%012llu.hsck", dir, rank,
+             (unsigned long long)round);
+    snprintf(tmp, sizeof(tmp), "%s/.ckpt-%d-%012llu.%d.tmp", dir, rank, (unsigned long long)round,
+             (int)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || write_all(fd, file->data, file->len) != 0 || fsync(fd) != 0) {
         err = hs__err(HS_EIO, "checkpoint %s: %s", tmp, strerror(errno));
@@ -153,7 +161,7 @@ static int write_checkpoint(const char *dir, uint64_t round, uint32_t id, const 
         fsync(dfd);
         close(dfd);
     }
-    prune_checkpoints(dir);
+    prune_checkpoints(dir, rank);
     HS_LOGI("checkpoint %s (round %llu, %zu bytes)", final_path, (unsigned long long)round,
             file->len);
 out:
@@ -168,7 +176,8 @@ out:
 }
 
 typedef struct checkpoint {
-    uint64_t round;
+    uint64_t round, end_round;
+    int rank; /* the shard it was written for */
     uint32_t id;
     uint8_t *data; /* the whole file */
     size_t len;
@@ -203,7 +212,7 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
-    NEED(24);
+    NEED(32);
     if (memcmp(p, CK_MAGIC, 4) != 0) {
         err = hs__err(HS_EFORMAT, "%s: not a hearsay checkpoint", path);
         goto fail;
@@ -211,9 +220,10 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
     uint32_t ver, sl, nm;
     memcpy(&ver, p + 4, 4);
     memcpy(&ck->round, p + 8, 8);
-    memcpy(&ck->id, p + 16, 4);
-    memcpy(&sl, p + 20, 4);
-    p += 24;
+    memcpy(&ck->end_round, p + 16, 8);
+    memcpy(&ck->id, p + 24, 4);
+    memcpy(&sl, p + 28, 4);
+    p += 32;
     if (ver != CK_VERSION) {
         err = hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", path, ver, CK_VERSION);
         goto fail;
@@ -257,7 +267,7 @@ static int read_checkpoint(const char *path, const char *sig, checkpoint *ck) {
                       (unsigned long long)slen, (size_t)(end - p));
         goto fail;
     }
-    if ((uint32_t)crc32(0L, p, (uInt)slen) != crc) {
+    if ((uint32_t)crc32_z(0L, p, (size_t)slen) != crc) {
         err = hs__err(HS_EFORMAT, "%s: checksum mismatch (corrupt)", path);
         goto fail;
     }
@@ -275,20 +285,22 @@ fail:
 
 /* The newest valid checkpoint in dir; corrupt or foreign ones are reported and skipped.
  * HS_ENOENT when there is none. */
-static int newest_checkpoint(const char *dir, const char *sig, checkpoint *ck) {
+static int newest_checkpoint(const char *dir, int rank, const char *sig, checkpoint *ck) {
     static char names[CK_LIST_MAX][64];
-    int n = list_checkpoints(dir, names, CK_LIST_MAX);
+    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX);
     if (n < 0) return hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
     for (int i = 0; i < n; i++) {
         char p[4096];
         if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;
         if (read_checkpoint(p, sig, ck) == 0) {
+            ck->rank = atoi(names[i] + 5);
             HS_LOGI("resuming from %s (round %llu)", p, (unsigned long long)ck->round);
             return 0;
         }
         HS_LOGW("skipping checkpoint: %s", hs_error_message());
     }
-    return hs__err(HS_ENOENT, "--resume: no valid checkpoint in %s", dir);
+    return hs__err(HS_ENOENT, "--resume: no valid checkpoint%s in %s",
+                   rank >= 0 ? " of this shard" : "", dir);
 }
 
 /* ---------------------------------------------------------------- rendezvous */
@@ -304,16 +316,19 @@ static void own_address(const hs_net_config *nc, hs_net *net, char *out, size_t 
     memcpy(host, src, hl);
     host[hl] = '\0';
     if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "::") || !host[0]) {
-        /* Listening everywhere: others dial this host's own address, resolved from its name
-         * (the runtime dials IP literals). */
-        char name[256];
-        struct addrinfo hints, *res = NULL;
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_family = AF_INET;
+        /* Listening everywhere: others dial this host's first non-loopback IPv4 address (its
+         * name may resolve to 127.0.1.1, as on Debian, which other nodes cannot dial). */
+        struct ifaddrs *ifs = NULL;
         snprintf(host, sizeof(host), "127.0.0.1");
-        if (gethostname(name, sizeof(name)) == 0 && getaddrinfo(name, NULL, &hints, &res) == 0 && res) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, host, sizeof(host));
-            freeaddrinfo(res);
+        if (getifaddrs(&ifs) == 0) {
+            for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+                if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+                const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+                if ((ntohl(sin->sin_addr.s_addr) >> 24) == 127) continue;
+                inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+                break;
+            }
+            freeifaddrs(ifs);
         }
     }
     int port = nc->advertise && colon ? atoi(colon + 1) : hs_net_listen_port(net);
@@ -338,12 +353,15 @@ static int write_rendezvous(const char *path, const char *run_id, const char *ad
     return 0;
 }
 
-/* Waits for the rendezvous file of this run (a stale file of another run id is ignored). */
+/* Waits for the rendezvous file of this run. A file of another run id is ignored, and so is
+ * one older than two minutes before this peer started (a requeued job keeps its id). */
 static int read_rendezvous(const char *path, const char *run_id, int timeout_ms, char *addr,
                            size_t cap) {
     double end = now_s() + timeout_ms / 1000.0;
+    time_t oldest = time(NULL) - 120;
     while (!stop_requested) {
-        FILE *f = fopen(path, "r");
+        struct stat sb;
+        FILE *f = stat(path, &sb) == 0 && sb.st_mtime >= oldest ? fopen(path, "r") : NULL;
         if (f) {
             char id[256], a[300];
             int n = fscanf(f, "%255s %299s", id, a);
@@ -372,11 +390,12 @@ static int expand_id(const char *in, uint32_t id, char *out, size_t cap) {
     return 0;
 }
 
-static int publish_snapshot(hs_net *net, hs_trainer *t, uint64_t round) {
+static int publish_snapshot(hs_net *net, hs_trainer *t, uint64_t round, uint64_t job_end) {
     hs_buf *b;
     int err = hs_buf_new(&b, sizeof(float) * hs_trainer_dim(t) + 64);
     if (err < 0) return err;
-    if ((err = hs_trainer_snapshot(t, b)) == 0) err = hs_net_publish_snapshot(net, round, b);
+    if ((err = hs_buf_append(b, &job_end, 8)) == 0 && (err = hs_trainer_snapshot(t, b)) == 0)
+        err = hs_net_publish_snapshot(net, round, b);
     hs_buf_unref(b);
     return err;
 }
@@ -399,7 +418,8 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
 
     if (cfg->resume) {
         if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
-        if ((err = newest_checkpoint(cfg->checkpoint_dir, sig, &ck)) < 0) return err;
+        /* Files are named by shard: a resumed peer knows its rank, not the id it had. */
+        if ((err = newest_checkpoint(cfg->checkpoint_dir, cfg->rank, sig, &ck)) < 0) return err;
         have_ck = 1;
     }
     hs_net_config nc = cfg->net;
@@ -409,21 +429,39 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     nc.codec = cfg->algo.compress;
     const char *run_id = nc.run_id ? nc.run_id : "hearsay";
     char rv_addr[320];
+    int join_ms = nc.join_timeout_ms > 0 ? nc.join_timeout_ms : 30000;
+    /* The first peer of a job: no address to join, and (with a rank) rank 0. A resumed peer is
+     * never first while a member it knew still answers: it rejoins the running job. */
     int first = !nc.bootstrap && cfg->rank <= 0;
-    if (cfg->rendezvous && !first) {
-        if ((err = read_rendezvous(cfg->rendezvous, run_id, nc.join_timeout_ms > 0 ? nc.join_timeout_ms : 30000,
-                                   rv_addr, sizeof(rv_addr))) < 0)
+    if (cfg->rendezvous && !nc.bootstrap && (!first || have_ck)) {
+        err = read_rendezvous(cfg->rendezvous, run_id, first ? 2000 : join_ms, rv_addr,
+                              sizeof(rv_addr));
+        if (err == 0) {
+            nc.bootstrap = rv_addr;
+            first = 0;
+        } else if (!first) {
             return err;
-        nc.bootstrap = rv_addr;
+        }
     }
-    err = hs_net_start(&net, &nc, &w);
-    /* A resumed peer whose bootstrap is gone tries the members it knew. */
-    for (int i = 0; err < 0 && have_ck && i < ck.n_members; i++) {
-        if (err == HS_EMISMATCH || err == HS_EAUTH || err == HS_ETLS || err == HS_EINVAL) break;
-        HS_LOGW("join through %s failed (%s); trying %s from the checkpoint",
-                nc.bootstrap ? nc.bootstrap : "-", hs_error_message(), ck.addrs[i]);
-        nc.bootstrap = ck.addrs[i];
-        err = hs_net_start(&net, &nc, &w);
+    err = HS_ENOENT;
+    if (!have_ck || nc.bootstrap) err = hs_net_start(&net, &nc, &w);
+    if (have_ck && (err < 0 || !nc.bootstrap)) {
+        /* Resuming: the members the checkpoint knew, each tried briefly. */
+        hs_net_config nk = nc;
+        nk.join_timeout_ms = join_ms < 5000 ? join_ms : 5000;
+        for (int i = 0; i < ck.n_members && (err < 0 || !nc.bootstrap); i++) {
+            if (err == HS_EMISMATCH || err == HS_EAUTH || err == HS_ETLS || err == HS_EINVAL) break;
+            HS_LOGI("rejoining through %s, a member in the checkpoint", ck.addrs[i]);
+            nk.bootstrap = ck.addrs[i];
+            if ((err = hs_net_start(&net, &nk, &w)) == 0) nc.bootstrap = nk.bootstrap;
+        }
+        if (err < 0 && !nc.bootstrap && first && err != HS_EMISMATCH && err != HS_EAUTH &&
+            err != HS_ETLS && err != HS_EINVAL) {
+            HS_LOGW("no member of the checkpoint's job answers: starting the job anew");
+            err = hs_net_start(&net, &nc, &w);
+        } else {
+            first = 0;
+        }
     }
     if (err < 0) goto out;
     if (cfg->rendezvous && first) {
@@ -440,7 +478,10 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         hs_log_set_tag(tag);
     }
     int world = cfg->world > 0 ? cfg->world : 1;
-    int rank = cfg->rank >= 0 ? cfg->rank % world : (int)(self % (uint32_t)world);
+    /* A resumed peer keeps the shard it trained on (named in its checkpoint). */
+    int rank = cfg->rank >= 0 ? cfg->rank % world
+               : have_ck      ? ck.rank % world
+                              : (int)(self % (uint32_t)world);
     uint32_t *idx;
     size_t cnt;
     if ((err = hs_shard(train, &cfg->partition, rank, world, cfg->trainer.seed, &idx, &cnt)) < 0)
@@ -450,12 +491,31 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     if (err < 0) goto out;
     hs_trainer_cfg tc = cfg->trainer;
     tc.stream = (uint32_t)rank;
-    if ((err = hs_trainer_new(&t, be, &tc, shard, &cfg->algo, self)) < 0) goto out;
+    /* Snapshots are [u64 end round of the job (0: not known yet)][trainer snapshot]. */
+    uint64_t job_end = 0;
+    const uint8_t *snap = NULL;
+    size_t snap_len = 0;
+    if (!have_ck && w.snapshot) {
+        if (w.snapshot->len < 8) {
+            err = hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w.snapshot->len);
+            goto out;
+        }
+        memcpy(&job_end, w.snapshot->data, 8);
+        snap = w.snapshot->data + 8;
+        snap_len = w.snapshot->len - 8;
+    }
+    /* Replicas may start equal to the common initialisation only for a peer that begins with
+     * the job, before anyone trained; a joiner of a running job or a resumed peer makes its
+     * neighbours send it full replicas, and sends its own. */
+    hs_algo_cfg acfg = cfg->algo;
+    acfg.same_start = 0;
+    if ((err = hs_trainer_new(&t, be, &tc, shard, &acfg, self)) < 0) goto out;
     if (have_ck) {
         if ((err = hs_trainer_load(t, ck.state, ck.state_len, 0)) < 0) goto out;
+        job_end = ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", hs_trainer_steps(t));
-    } else if (w.snapshot) {
-        if ((err = hs_trainer_adopt(t, w.snapshot->data, w.snapshot->len)) < 0) {
+    } else if (snap) {
+        if ((err = hs_trainer_adopt(t, snap, snap_len)) < 0) {
             hs__err_prefix(err, "welcome snapshot");
             goto out;
         }
@@ -463,10 +523,11 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
                 (unsigned long long)w.join_round, (unsigned long long)w.snapshot_round,
                 hs_trainer_steps(t));
     }
+    hs_algo_set_same_start(hs_trainer_algo(t), !have_ck && hs_trainer_steps(t) == 0);
     uint64_t r = w.join_round;
     /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
      * publish before waiting for the others, or their joins stall. */
-    if ((err = publish_snapshot(net, t, r)) < 0) goto out;
+    if ((err = publish_snapshot(net, t, r, job_end)) < 0) goto out;
     if (cfg->wait_peers > 1) {
         if ((err = hs_net_wait_members(net, cfg->wait_peers, cfg->wait_timeout_ms)) < 0) {
             hs__err_prefix(err, "waiting for %d peers", cfg->wait_peers);
@@ -483,8 +544,9 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     }
     res->first_round = r;
     /* Peers that waited for each other run `rounds` rounds from their common start; others
-     * end at the job's global round `rounds`. */
-    long end_round = cfg->rounds + (cfg->wait_peers > 1 ? (long)r : 0);
+     * end at the job's global round `rounds`; a joiner or a resumed peer ends with the job. */
+    long end_round = job_end ? (long)job_end : cfg->rounds + (cfg->wait_peers > 1 ? (long)r : 0);
+    job_end = (uint64_t)end_round;
     char path[4096];
     if (cfg->metrics && ((err = expand_id(cfg->metrics, self, path, sizeof(path))) < 0 ||
                          (err = hs_jsonl_open(&metrics, path, cfg->resume)) < 0))
@@ -501,7 +563,8 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
             res->stopped = 1;
             break;
         }
-        if (hs_net_snapshot_wanted(net) && (err = publish_snapshot(net, t, r)) < 0) goto out;
+        if (hs_net_snapshot_wanted(net) && (err = publish_snapshot(net, t, r, job_end)) < 0)
+            goto out;
         hs_round_stats st;
         if ((err = hs_trainer_begin(t, ex, r)) < 0 || (err = hs_trainer_local(t, r, &st)) < 0)
             goto out;
@@ -514,7 +577,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         if (do_eval && (err = hs_trainer_evaluate(t, test, &test_loss, &test_acc)) < 0) goto out;
         if (cfg->checkpoint_dir && cfg->checkpoint_every > 0 &&
             ((long)r + 1) % cfg->checkpoint_every == 0 && !last &&
-            (err = write_checkpoint(cfg->checkpoint_dir, r + 1, self, sig, net, t)) < 0)
+            (err = write_checkpoint(cfg->checkpoint_dir, rank, r + 1, job_end, self, sig, net, t)) < 0)
             HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
         hs_algo_stats as;
         hs_algo_get_stats(hs_trainer_algo(t), &as);
@@ -559,7 +622,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         }
     }
     if (checkpoint_requested && cfg->checkpoint_dir &&
-        (err = write_checkpoint(cfg->checkpoint_dir, r, self, sig, net, t)) < 0)
+        (err = write_checkpoint(cfg->checkpoint_dir, rank, r, job_end, self, sig, net, t)) < 0)
         HS_LOGW("%s", hs_error_message());
     if ((err = hs_trainer_evaluate(t, test, &test_loss, &test_acc)) < 0) goto out;
     {

@@ -82,6 +82,14 @@ const char *hs_algo_compressor_name(const hs_algo *a);
  * returned in a buffer owned by a, valid until the next call). */
 const float *hs_algo_eval_point(hs_algo *a, const float *x);
 
+/* Before the first round: the peer starts from x instead of the x0 it was created with (a
+ * joiner adopting a member's model, a resumed peer); its own replica starts there too. No
+ * effect once a round has run. */
+void hs_algo_reset_x(hs_algo *a, const float *x);
+
+/* Before the first round: whether every peer starts from this same x0 (see hs_algo_cfg). */
+void hs_algo_set_same_start(hs_algo *a, int same_start);
+
 /* The inverse of hs_algo_eval_point: turns an evaluation point z (in place, d floats) into the
  * algorithm's x (x = w z for SGP; nothing for the others). */
 void hs_algo_from_eval_point(hs_algo *a, float *z);
@@ -94,9 +102,12 @@ int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
 int hs_algo_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 
 /* Completes round r: receives the neighbours' messages and leaves the next model in x. A
- * neighbour that is gone (HS_ECONNRESET from the exchange) or times out is left out of this
- * round by moving its weight to the peer's own value, which keeps the mixing row stochastic;
- * other errors are returned. */
+ * neighbour whose message does not come in time, or that is gone (HS_ECONNRESET), is handled so
+ * that the mixing row stays stochastic: D-PSGD and DCD-PSGD move its weight to the peer's own
+ * value for this round; CHOCO-SGD keeps it in the gossip step with its replica of the round
+ * before (the late message is applied, in order, when it comes; a gone neighbour leaves at the
+ * next membership change). A message that is lost for good or fails validation makes a
+ * replica algorithm ask that neighbour for its full replica. Other errors are returned. */
 int hs_algo_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 
 /* hs_algo_push then hs_algo_pull. */
@@ -105,7 +116,7 @@ int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 /* What the last round did. */
 typedef struct hs_algo_stats {
     uint64_t bytes_sent, bytes_recv; /* encoded payload bytes, cumulative */
-    int missing;                     /* neighbours left out of the last round */
+    int missing;                     /* neighbours whose message of the last round did not come */
     double push_weight;              /* SGP: w_i; 1 for the others */
     double disagreement;             /* a local estimate of the consensus distance, per parameter:
                                         ||avg_j v_j - v_i||^2 / d, the squared distance from this
@@ -113,6 +124,8 @@ typedef struct hs_algo_stats {
                                         values it holds (replicas for dcd/choco, received models
                                         for dpsgd); for sgp the mean ||z_j - z_i||^2 / d over the
                                         shares received */
+    uint64_t resyncs;                /* replicas lost (a message lost or malformed) and asked for
+                                        again in full, cumulative */
     int staleness_max;               /* SGP: oldest message added in the last round (rounds) */
     double staleness_mean;
 } hs_algo_stats;

@@ -56,11 +56,14 @@ typedef struct hs_exchange_stats {
 typedef struct hs_exchange_ops {
     /* The view in effect at `round`. */
     int (*view)(hs_exchange *ex, uint64_t round, hs_peer_view *out);
-    /* Queues payload for peer `to`, tagged with round. Never blocks. */
+    /* Queues payload for peer `to`, tagged with round. Never blocks: HS_ECONNRESET when `to`
+     * is gone, HS_EAGAIN when too much is queued towards it already (a slow link); the
+     * message is then not sent. */
     int (*send)(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload);
     /* Waits for the payload of `round` from `from`, up to timeout_ms (< 0: no limit, only for
-     * the simulator). HS_ETIMEDOUT when it did not come; HS_ECONNRESET when `from` left or
-     * was declared dead (the algorithm then leaves it out of this round). */
+     * the simulator). HS_ETIMEDOUT when it did not come in time; HS_ENOENT when it will never
+     * come (a later round of that sender has arrived: rounds on a link only go up, so this one
+     * was lost); HS_ECONNRESET when `from` left or was declared dead. */
     int (*recv)(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_ms, hs_buf **out);
     /* Takes every message that has arrived, of any round, without waiting (asynchronous
      * algorithms). Returns the number written to out (at most max). */

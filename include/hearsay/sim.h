@@ -40,6 +40,11 @@ void hs_simnet_set_clock(hs_simnet *s, int i, double t);
 double hs_simnet_clock(const hs_simnet *s, int i);
 void hs_simnet_set_latency(hs_simnet *s, double latency);
 
+/* Drops each message sent from now on with probability p (seeded), as a lossy link would;
+ * a receive of a dropped round fails with HS_ENOENT once a later round of that sender is
+ * queued, as on the network. */
+void hs_simnet_set_loss(hs_simnet *s, double p, uint64_t seed);
+
 /* Peer i leaves (crashes): from now on views are the topology restricted to the survivors,
  * re-weighted by Metropolis-Hastings, under a new epoch; receives from i fail with
  * HS_ECONNRESET; messages to i are dropped. */

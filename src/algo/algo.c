@@ -117,6 +117,16 @@ const float *hs_algo_eval_point(hs_algo *a, const float *x) {
     return a->ops->eval_point ? a->ops->eval_point(a, x) : x;
 }
 
+void hs_algo_set_same_start(hs_algo *a, int same_start) {
+    if (!a->have_view) a->cfg.same_start = same_start;
+}
+
+void hs_algo_reset_x(hs_algo *a, const float *x) {
+    if (a->have_view) return;
+    memcpy(a->own, x, sizeof(float) * a->d);
+    a->mix_valid = 0;
+}
+
 void hs_algo_from_eval_point(hs_algo *a, float *z) {
     if (a->cfg.kind != HS_ALGO_SGP) return;
     float w = (float)a->w;
@@ -173,9 +183,19 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
     int err = ex->ops->view(ex, r, v);
     if (err < 0) return err;
     /* Time-varying topologies change the neighbour sets within one membership epoch, so the
-     * table is compared with every view, not only when the epoch changes. */
-    if (a->have_view && v->epoch == a->epoch && table_matches(a, v)) return 0;
-    int first = !a->have_view;
+     * table is compared with every view, not only when the epoch changes. Weights are taken
+     * from every view too (a loaded state has none yet). */
+    if (a->have_view && v->epoch == a->epoch && table_matches(a, v)) {
+        for (int i = 0; i < v->n_in; i++) {
+            hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
+            if (n->w_in != (float)v->in[i].w) {
+                n->w_in = (float)v->in[i].w;
+                a->mix_valid = 0;
+            }
+        }
+        return 0;
+    }
+    int first = !a->have_view, oom = 0;
     /* Drop neighbours that are neither in- nor out-neighbours any more. */
     int k = 0;
     for (int i = 0; i < a->n_nbrs; i++) {
@@ -190,8 +210,10 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
         if (is_in && !n->is_in) {
             n->synced = 0;
             n->next_round = r;
+            /* Out of memory: the entry stays, unsynced and without a replica, so the table
+             * remains consistent (it is left out of the gossip step) and the error returns. */
             if (a->ops->needs_replicas && !n->rep && !(n->rep = malloc(sizeof(float) * a->d)))
-                return hs__err(HS_ENOMEM, "algorithm: out of memory for a replica");
+                oom = 1;
         }
         if (is_out && !n->is_out) n->sent_full = 0;
         n->is_in = is_in;
@@ -199,6 +221,7 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
         a->nbrs[k++] = *n;
     }
     a->n_nbrs = k;
+    if (oom) return hs__err(HS_ENOMEM, "algorithm: out of memory for a replica");
     int need = v->n_in + v->n_out;
     if (a->n_nbrs + need > a->cap_nbrs) {
         int cap = a->n_nbrs + need + 4;
@@ -246,8 +269,11 @@ int hs__algo_view(hs_algo *a, hs_exchange *ex, uint64_t r, hs_peer_view *v, cons
 
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload) {
     int err = ex->ops->send(ex, to, r, payload);
-    if (err == HS_ECONNRESET) {
-        HS_LOGD("round %llu: peer %u is gone; its message is not sent", (unsigned long long)r, to);
+    if (err == HS_ECONNRESET || err == HS_EAGAIN) {
+        /* Gone, or a link so slow that its queue is full: the message is not sent (a replica
+         * neighbour then asks for a full replica; SGP keeps the share). */
+        HS_LOGD("round %llu: message to peer %u not sent: %s", (unsigned long long)r, to,
+                hs_error_message());
         return 1;
     }
     if (err < 0) return err;
@@ -309,11 +335,30 @@ int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, ui
     return 0;
 }
 
+/* A neighbour's replica can no longer follow its deltas (one was lost or malformed): drop it
+ * from the gossip step and ask the neighbour for its full replica. */
+static void replica_lost(hs_algo *a, hs__nbr *n) {
+    if (!n->rep) return;
+    if (n->synced) HS_LOGW("lost the replica of peer %u: asking it for a full one", n->id);
+    if (!n->want_full) a->stats.resyncs++;
+    n->synced = 0;
+    n->want_full = 1;
+    a->mix_valid = 0;
+}
+
 int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                       hs__apply_fn apply, void *ctx) {
     while (n->next_round <= r) {
         hs_buf *b = NULL;
         int err = ex->ops->recv(ex, n->id, n->next_round, timeout_ms, &b);
+        if (err == HS_ENOENT) {
+            /* It will never come: a replica that missed a delta must be replaced. */
+            HS_LOGD("round %llu: the message of round %llu from peer %u was lost",
+                    (unsigned long long)r, (unsigned long long)n->next_round, n->id);
+            replica_lost(a, n);
+            n->next_round++;
+            continue;
+        }
         if (err == HS_ETIMEDOUT || err == HS_ECONNRESET) {
             HS_LOGD("round %llu: no message of round %llu from peer %u (%s)",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id, hs_strerror(err));
@@ -321,14 +366,18 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
         }
         if (err < 0) return err;
         a->stats.bytes_recv += b->len;
+        /* The neighbour asks for this peer's full replica: it goes out with the next push. */
+        if (b->len > 0 && (b->data[0] & HS_PAYLOAD_WANT_FULL)) {
+            n->sent_full = 0;
+            b->data[0] &= (uint8_t)~HS_PAYLOAD_WANT_FULL;
+        }
         err = apply(a, n, n->next_round, b->data, b->len, ctx);
         hs_buf_unref(b);
         if (err < 0) {
-            /* A payload that fails validation is dropped, as a missing message would be; the
-             * replica is unchanged, so the next full payload can resynchronise it. */
+            /* A payload that fails validation is dropped as a lost one would be. */
             HS_LOGW("round %llu: dropped the message of peer %u: %s", (unsigned long long)r, n->id,
                     hs_error_message());
-            n->synced = n->rep ? 0 : n->synced;
+            replica_lost(a, n);
         }
         n->next_round++;
     }
@@ -368,14 +417,17 @@ int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, 
     if (len < 1) return hs__err(HS_EPROTO, "peer %u sent an empty payload", n->id);
     if (p[0] == HS_PAYLOAD_FULL) {
         int err = hs__payload_read_full(p, len, n->rep, a->d, n->id);
-        if (err == 0) n->synced = 1;
+        if (err == 0) {
+            n->synced = 1;
+            n->want_full = 0;
+        }
         a->mix_valid = 0; /* the replica jumped: m is rebuilt */
         return err;
     }
     if (p[0] != HS_PAYLOAD_DELTA)
         return hs__err(HS_EPROTO, "peer %u sent a payload of type %d", n->id, p[0]);
-    if (!n->synced)
-        return hs__err(HS_EPROTO, "peer %u sent a delta before its full replica", n->id);
+    /* Deltas that arrive before the full replica they apply to are discarded. */
+    if (!n->synced) return 0;
     if (a->mix && a->mix_valid && n->is_in)
         return hs_compress_decode_add2(a->comp, p + 1, len - 1, n->id, round, n->rep, 1.0f,
                                        a->mix, n->w_in, a->d);
@@ -389,12 +441,25 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
     int err = 0;
     for (int i = 0; i < v->n_out && err >= 0; i++) {
         hs__nbr *n = hs__algo_nbr(a, v->out[i].id);
-        if (n->sent_full) {
-            err = hs__algo_send(a, ex, n->id, r, delta);
-            continue;
+        hs_buf *msg = delta, *own = NULL;
+        if (!n->sent_full) {
+            if (!full && (err = hs__payload_full(a, &full, a->own, a->d)) < 0) break;
+            msg = full;
         }
-        if (!full && (err = hs__payload_full(a, &full, a->own, a->d)) < 0) break;
-        if ((err = hs__algo_send(a, ex, n->id, r, full)) == 0) n->sent_full = 1;
+        if (n->want_full) {
+            /* The request rides on this round's message to the neighbour: on a copy, since the
+             * payload is shared with the other neighbours. */
+            if ((err = hs_buf_new(&own, msg->len)) < 0 ||
+                (err = hs_buf_append(own, msg->data, msg->len)) < 0) {
+                hs_buf_unref(own);
+                break;
+            }
+            own->data[0] |= HS_PAYLOAD_WANT_FULL;
+            msg = own;
+        }
+        int full_now = !n->sent_full;
+        if ((err = hs__algo_send(a, ex, n->id, r, msg)) == 0 && full_now) n->sent_full = 1;
+        hs_buf_unref(own);
     }
     hs_buf_unref(full);
     return err;
@@ -548,6 +613,10 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     if ((err = hs__get_floats(&p, end, own, a->d)) < 0 || (err = hs__get_f64(&p, end, &w)) < 0 ||
         (err = hs__get_u32(&p, end, &nn)) < 0)
         goto fail;
+    if (!(w > 0.0) || w > 1e9) {
+        err = hs__err(HS_EFORMAT, "algorithm state: push-sum weight %g", w);
+        goto fail;
+    }
     if (nn > 1u << 16) {
         err = hs__err(HS_EFORMAT, "algorithm state: %u neighbours", nn);
         goto fail;
@@ -566,6 +635,17 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
         n->is_out = (flags >> 1) & 1;
         n->synced = (flags >> 2) & 1;
         n->sent_full = (flags >> 3) & 1;
+        for (uint32_t j = 0; j < got; j++)
+            if (nbrs[j].id == n->id) {
+                err = hs__err(HS_EFORMAT, "algorithm state: neighbour %u listed twice", n->id);
+                goto fail;
+            }
+        if (flags > 31 || (!n->is_in && !n->is_out) ||
+            (a->ops->needs_replicas && n->is_in && !(flags & 16)) ||
+            ((flags & 16) && !(a->ops->needs_replicas && n->is_in))) {
+            err = hs__err(HS_EFORMAT, "algorithm state: neighbour %u has flags 0x%x", n->id, flags);
+            goto fail;
+        }
         if (flags & 16) {
             if (!(n->rep = malloc(sizeof(float) * a->d))) {
                 err = hs__err(HS_ENOMEM, "algorithm state: out of memory");

@@ -13,11 +13,14 @@
 #error "payloads are little-endian IEEE floats: this host is not little-endian"
 #endif
 
-/* Byte 0 of every algorithm payload. */
+/* Byte 0 of every algorithm payload: the type in the low 7 bits. */
 enum {
     HS_PAYLOAD_DELTA = 1, /* a compressor message (hearsay/compress.h) */
     HS_PAYLOAD_FULL = 2,  /* a full replica: d little-endian fp32 values */
     HS_PAYLOAD_PUSH = 3,  /* push-sum: fp64 weight share, then a compressor message */
+    /* Bit 7: the sender lost its replica of the receiver (a message of the receiver's was lost
+     * or failed validation) and asks for the receiver's full replica. */
+    HS_PAYLOAD_WANT_FULL = 0x80,
 };
 
 typedef struct hs__nbr {
@@ -29,6 +32,7 @@ typedef struct hs__nbr {
     uint64_t next_round; /* first round of this neighbour's messages not yet consumed */
     int lagging;         /* sgp: missed a staleness wait; not waited for until it catches up */
     float w_in;          /* W[self][id] in the current view (in-neighbours) */
+    int want_full;       /* rep was lost: ask the neighbour for its full replica */
 } hs__nbr;
 
 typedef struct hs__algo_ops {

@@ -100,6 +100,7 @@ static int unstage_params(hs_trainer *t) {
 
 int hs_trainer_set_x(hs_trainer *t, const float *x) {
     if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
+    hs_algo_reset_x(t->algo, t->x_host);
     return stage_params(t);
 }
 
@@ -183,23 +184,24 @@ int hs_trainer_write_params(hs_trainer *t, const char *path) {
     FILE *f = fopen(path, "wb");
     if (!f) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
     size_t n = fwrite(hs_trainer_eval_x(t), sizeof(float), t->d, f);
-    if (fclose(f) != 0 || n != t->d) return hs__err(HS_EIO, "%s: write failed", path);
+    if ((fclose(f) | (n != t->d)) != 0) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
     return 0;
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 #define TR_MAGIC 0x52545348u /* "HSTR" */
-#define TR_VERSION 1u
+#define TR_VERSION 2u
 
-/* Layout: magic, version, d (u64), steps (u64), x (d floats), has_velocity (u32), velocity
- * (d floats), algorithm state length (u64) and bytes. */
+/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats: x, or x / w
+ * for SGP, so that a peer resuming with a fresh algorithm state starts from the model itself),
+ * has_velocity (u32), velocity (d floats), algorithm state length (u64) and bytes. */
 int hs_trainer_save(hs_trainer *t, hs_buf *out) {
     int err;
     float *vel = hs_optim_velocity(t->opt);
     if ((err = hs__put_u32(out, TR_MAGIC)) < 0 || (err = hs__put_u32(out, TR_VERSION)) < 0 ||
         (err = hs__put_u64(out, t->d)) < 0 || (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, t->x_host, t->d)) < 0 ||
+        (err = hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d)) < 0 ||
         (err = hs__put_u32(out, vel != NULL)) < 0)
         return err;
     if (vel) {
@@ -253,7 +255,10 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) 
     }
     /* The algorithm validates its whole state before changing anything; after it, nothing
      * here can fail but a device copy. */
-    if (with_algo && (err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
+    if (with_algo) {
+        if ((err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
+        hs_algo_from_eval_point(t->algo, x); /* x = w z with the restored push-sum weight */
+    }
     if ((err = hs_trainer_set_x(t, x)) < 0) goto out;
     if (has_vel && (err = hs_be_upload(t->be, hs_optim_velocity(t->opt), vel, sizeof(float) * t->d)) < 0)
         goto out;

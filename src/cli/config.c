@@ -97,6 +97,11 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
             continue;
         }
         if (cJSON_IsString(it)) {
+            if (strlen(it->valuestring) >= sizeof(val)) {
+                rc = hs_cli_usage_error("--config %s: the value of \"%s\" is longer than %zu "
+                                        "characters", path, o->name, sizeof(val) - 1);
+                break;
+            }
             snprintf(val, sizeof(val), "%s", it->valuestring);
         } else if (cJSON_IsNumber(it)) {
             double d = it->valuedouble;
@@ -113,9 +118,12 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
                                             path, o->name);
                     break;
                 }
-                int w = cJSON_IsNumber(e)
-                            ? snprintf(val + o2, sizeof(val) - o2, "%s%g", o2 ? "," : "", e->valuedouble)
-                            : snprintf(val + o2, sizeof(val) - o2, "%s%s", o2 ? "," : "", e->valuestring);
+                double dv = cJSON_IsNumber(e) ? e->valuedouble : 0;
+                int w = !cJSON_IsNumber(e)
+                            ? snprintf(val + o2, sizeof(val) - o2, "%s%s", o2 ? "," : "", e->valuestring)
+                        : dv == (double)(long long)dv
+                            ? snprintf(val + o2, sizeof(val) - o2, "%s%lld", o2 ? "," : "", (long long)dv)
+                            : snprintf(val + o2, sizeof(val) - o2, "%s%.17g", o2 ? "," : "", dv);
                 if (w < 0 || (size_t)w >= sizeof(val) - o2) {
                     rc = hs_cli_usage_error("--config %s: \"%s\" is too long", path, o->name);
                     break;

@@ -247,9 +247,10 @@ static int draw(const peer_view *pv, int npv, int n, int tty, int drawn, double 
 
 /* ---------------------------------------------------------------- processes */
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted, stop_signal;
 static void on_int(int sig) {
-    (void)sig;
+    /* The peers get the same signal: SIGTERM (a scheduler's preemption) makes them checkpoint. */
+    if (!stop_signal) stop_signal = sig;
     interrupted++;
 }
 
@@ -473,7 +474,8 @@ int hs_cmd_launch(int argc, char **argv) {
         ps[i].rank = i;
         ps[i].status = -1;
     }
-    int tty = isatty(STDOUT_FILENO), drawn = 0, npv = 0, alive = a.n, failed = 0;
+    int tty = isatty(STDOUT_FILENO), drawn = 0, npv = 0, alive = 0, failed = 0;
+    for (int i = 0; i < a.n; i++) alive += ps[i].pid > 0; /* only the peers that were forked */
     double last_draw = 0, stop_sent = 0;
     while (alive > 0) {
         if (interrupted && stop_sent == 0) {
@@ -481,7 +483,7 @@ int hs_cmd_launch(int argc, char **argv) {
             fflush(stdout);
             drawn = 0;
             for (int i = 0; i < a.n; i++)
-                if (ps[i].pid > 0 && !ps[i].exited) kill(ps[i].pid, SIGINT);
+                if (ps[i].pid > 0 && !ps[i].exited) kill(ps[i].pid, stop_signal ? stop_signal : SIGINT);
             stop_sent = hs_cli_now();
         }
         if (stop_sent > 0 && hs_cli_now() - stop_sent > 10.0) {

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "hearsay/compress.h"
 #include "hearsay/error.h"
+#include "hearsay/topo.h"
 
 const hs_cli_opt hs_runopts_table[] = {
     {"algo", RO_ALGO, "A", "dpsgd, dcd, choco or sgp (default: choco)"},
@@ -118,9 +119,12 @@ float hs_runopts_default_gamma_c(const char *compress) {
     if (!strncmp(c, "ef:", 3)) c += 3;
     double delta = 1.0;
     if (!strncmp(c, "topk:", 5) || !strncmp(c, "randk:", 6)) {
-        /* The kept fraction k/d; a count is taken relative to the default model. */
-        double k = atof(strchr(c, ':') + 1);
-        delta = k >= 1.0 ? k / 235146.0 : k;
+        /* The kept fraction k/d ("0.01", "1.0"); a count ("500") is taken relative to the
+         * default model. */
+        const char *v = strchr(c, ':') + 1;
+        double k = atof(v);
+        int fraction = strcspn(v, ":") > strcspn(v, ".eE");
+        delta = fraction ? k : k / 235146.0;
     } else if (!strncmp(c, "qsgd", 4)) {
         delta = 0.25;
     } else if (!strncmp(c, "sign", 4)) {
@@ -142,16 +146,36 @@ int hs_runopts_finish(hs_runopts *o) {
                  : o->algo.kind == HS_ALGO_DCD ? "qsgd:16"
                                                 : "none");
     if (!o->topology) o->topology = o->algo.kind == HS_ALGO_SGP ? "onepeer-exp" : "ring";
-    /* The spec is checked here, against a vector of the default size, so a typo fails before
-     * any data is loaded. */
+    /* The spec is checked here, so a typo fails before any data is loaded; against a large
+     * vector, so that any count k the model could take passes (the model checks it exactly). */
     hs_compressor *c;
-    if (hs_compressor_new(&c, o->compress, 1000, 1) < 0)
+    if (hs_compressor_new(&c, o->compress, (size_t)1 << 24, 1) < 0)
         return hs_cli_usage_error("--compress %s: %s", o->compress, hs_error_message());
     int unbiased = hs_compressor_unbiased(c);
     hs_compressor_free(c);
     if (o->algo.kind == HS_ALGO_DCD && !unbiased)
         return hs_cli_usage_error("--algo dcd needs an unbiased compressor; %s is biased (use "
                                   "qsgd, randk or none, or --algo choco)", o->compress);
+    /* Synchronous algorithms mix with symmetric weights; CHOCO and DCD keep replicas of fixed
+     * neighbours. A directed or time-varying topology is for SGP. */
+    if (hs_algo_kind_synchronous(o->algo.kind)) {
+        hs_topo *t = NULL;
+        const char *spec = o->topology;
+        int is_file = strlen(spec) > 5 && !strcmp(spec + strlen(spec) - 5, ".json");
+        if (is_file && hs_topo_new(&t, spec, 0, o->seed) < 0)
+            return hs_cli_usage_error("--topology %s: %s", spec, hs_error_message());
+        int directed = t ? hs_topo_directed(t) : !strncmp(spec, "onepeer-exp", 11);
+        int varying = t ? hs_topo_period(t) != 1 : directed;
+        hs_topo_free(t);
+        if (directed)
+            return hs_cli_usage_error("--algo %s needs an undirected (symmetric) topology; %s is "
+                                      "directed (use --algo sgp)",
+                                      hs_algo_kind_name(o->algo.kind), spec);
+        if (varying && o->algo.kind != HS_ALGO_DPSGD)
+            return hs_cli_usage_error("--algo %s keeps replicas of fixed neighbours; topology %s "
+                                      "changes every round (use dpsgd or sgp)",
+                                      hs_algo_kind_name(o->algo.kind), spec);
+    }
     o->algo.compress = o->compress;
     if (!o->gamma_c_set) o->algo.gamma_c = hs_runopts_default_gamma_c(o->compress);
     if (o->gamma_c_set && o->algo.kind != HS_ALGO_CHOCO)

@@ -1,6 +1,7 @@
 /* hearsay train: one peer alone, the single-node baseline every decentralized run is compared
  * with. Loads the data, trains the MLP with SGD, evaluates on the test set, prints progress and
  * writes JSON-lines metrics. Ctrl-C stops after the current step and still prints the summary. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +122,7 @@ static int handle(void *ctx, int key, const char *v) {
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
 
-/* Keeps a seeded random subset of n examples (or all of them), compacting the dataset. */
+/* Writes the final parameters as raw little-endian floats (--save). */
 static int save_params(const char *path, hs_model *m) {
     size_t n = hs_model_nparams(m);
     float *h = malloc(sizeof(float) * n);
@@ -129,8 +130,9 @@ static int save_params(const char *path, hs_model *m) {
     int err = hs_be_download(hs_model_backend(m), h, hs_model_params(m), sizeof(float) * n);
     if (err == 0) {
         FILE *f = fopen(path, "wb");
-        if (!f || fwrite(h, sizeof(float), n, f) != n || fclose(f) != 0) {
-            fprintf(stderr, "hearsay train: --save %s: cannot write\n", path);
+        size_t w = f ? fwrite(h, sizeof(float), n, f) : 0;
+        if (!f || (fclose(f) | (w != n)) != 0) {
+            fprintf(stderr, "hearsay train: --save %s: cannot write: %s\n", path, strerror(errno));
             err = HS_EIO;
         }
     }

@@ -909,7 +909,7 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
         }
         /* Rounds on a link only go up: a later round in means this one is lost. */
         if (p->have_data_round && p->last_data_round > round) {
-            err = hs__err(HS_ETIMEDOUT, "recv from peer %u: round %llu lost (round %llu came)",
+            err = hs__err(HS_ENOENT, "recv from peer %u: round %llu lost (round %llu came)",
                           from, (unsigned long long)round, (unsigned long long)p->last_data_round);
             break;
         }

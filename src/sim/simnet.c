@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "core/philox.h"
 #include "core/error_internal.h"
 #include "hearsay/sim.h"
 
@@ -26,6 +27,12 @@ typedef struct endpoint {
     hs_exchange_stats st;
     hs_nbr *in, *out;
     int cap_in, cap_out;
+    /* Newest round each sender sent here (whether or not it was dropped). */
+    struct {
+        uint32_t from;
+        uint64_t round;
+    } *seen;
+    int n_seen;
 } endpoint;
 
 struct hs_simnet {
@@ -37,6 +44,8 @@ struct hs_simnet {
     uint64_t epoch;
     double latency;
     uint64_t seq;
+    double loss;
+    uint64_t loss_seed;
     endpoint *ep;
 };
 
@@ -95,6 +104,22 @@ static int sim_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payloa
     e->st.msgs_sent++;
     if (!s->alive[to]) return 0; /* lost with the peer */
     endpoint *d = &s->ep[to];
+    int k;
+    for (k = 0; k < d->n_seen && d->seen[k].from != (uint32_t)e->id; k++) {
+    }
+    if (k == d->n_seen) {
+        void *ns = realloc(d->seen, sizeof(*d->seen) * (size_t)(d->n_seen + 1));
+        if (!ns) return hs__err(HS_ENOMEM, "simulator: out of memory");
+        d->seen = ns;
+        d->seen[d->n_seen].from = (uint32_t)e->id;
+        d->n_seen++;
+    }
+    d->seen[k].round = round;
+    if (s->loss > 0) {
+        uint64_t q = s->seq++;
+        uint32_t u = hs_rng_at(s->loss_seed, HS_RNG_NET, (uint32_t)e->id, (uint32_t)to, q);
+        if (hs_rng_u01(u) < s->loss) return 0; /* dropped on the way */
+    }
     if (d->nq == d->capq) {
         int cap = d->capq ? d->capq * 2 : 16;
         qmsg *q = realloc(d->q, sizeof(qmsg) * (size_t)cap);
@@ -127,6 +152,8 @@ static int sim_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_
             return 0;
         }
     if (from >= (uint32_t)e->net->n || !e->net->alive[from]) return HS_ECONNRESET;
+    for (int k = 0; k < e->n_seen; k++)
+        if (e->seen[k].from == from && e->seen[k].round > round) return HS_ENOENT;
     return HS_ETIMEDOUT;
 }
 
@@ -160,6 +187,7 @@ void hs_simnet_free(hs_simnet *s) {
         endpoint *e = &s->ep[i];
         for (int k = 0; k < e->nq; k++) hs_buf_unref(e->q[k].payload);
         free(e->q);
+        free(e->seen);
         free(e->in);
         free(e->out);
     }
@@ -199,6 +227,10 @@ hs_exchange *hs_simnet_exchange(hs_simnet *s, int i) { return &s->ep[i].ex; }
 void hs_simnet_set_clock(hs_simnet *s, int i, double t) { s->ep[i].clock = t; }
 double hs_simnet_clock(const hs_simnet *s, int i) { return s->ep[i].clock; }
 void hs_simnet_set_latency(hs_simnet *s, double latency) { s->latency = latency; }
+void hs_simnet_set_loss(hs_simnet *s, double p, uint64_t seed) {
+    s->loss = p;
+    s->loss_seed = seed;
+}
 int hs_simnet_alive(const hs_simnet *s, int i) { return i >= 0 && i < s->n && s->alive[i]; }
 
 int hs_simnet_kill(hs_simnet *s, int i) {
