@@ -289,33 +289,32 @@ int hs_compress_encode(hs_compressor *c, const float *x, size_t d, uint32_t peer
     return (int)n;
 }
 
-int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                           uint64_t round, float *acc, size_t d, float alpha) {
+int hs__cdecode_args(const hs_compressor *c, size_t d, float alpha) {
     if (d != c->d)
         return hs__err(HS_EINVAL, "compressor %s: decode into %zu floats, configured for %zu",
                        c->name, d, c->d);
     if (!isfinite(alpha))
         return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
                        (double)alpha);
-    return c->ops->decode(c, p, len, peer, round, acc, alpha);
+    return 0;
+}
+
+int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                           uint64_t round, float *acc, size_t d, float alpha) {
+    int err = hs__cdecode_args(c, d, alpha);
+    return err < 0 ? err : c->ops->decode(c, p, len, peer, round, acc, alpha);
 }
 
 int hs_compress_decode_add2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                             uint64_t round, float *acc, float alpha, float *acc2, float alpha2,
                             size_t d) {
-    if (!isfinite(alpha2))
-        return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
-                       (double)alpha2);
+    int err = hs__cdecode_args(c, d, alpha2);
+    if (err < 0) return err;
     if (c->ops->decode2) {
-        if (d != c->d)
-            return hs__err(HS_EINVAL, "compressor %s: decode into %zu floats, configured for %zu",
-                           c->name, d, c->d);
-        if (!isfinite(alpha))
-            return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
-                           (double)alpha);
+        if ((err = hs__cdecode_args(c, d, alpha)) < 0) return err;
         return c->ops->decode2(c, p, len, peer, round, acc, alpha, acc2, alpha2);
     }
-    int err = hs_compress_decode_add(c, p, len, peer, round, acc, d, alpha);
+    err = hs_compress_decode_add(c, p, len, peer, round, acc, d, alpha);
     /* The first decode validated the message: the second cannot fail on its bytes. */
     return err < 0 ? err : hs_compress_decode_add(c, p, len, peer, round, acc2, d, alpha2);
 }

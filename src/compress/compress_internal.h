@@ -68,6 +68,9 @@ struct hs__cops {
                    uint64_t round, float *acc, float alpha, float *acc2, float alpha2);
 };
 
+/* The argument checks every decode makes before it reads a byte: d is c's, alpha is finite. */
+int hs__cdecode_args(const hs_compressor *c, size_t d, float alpha);
+
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;
 

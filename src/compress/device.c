@@ -266,12 +266,8 @@ int hs_compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uint
                               float alpha) {
     if (be->host_memory) return hs_compress_decode_add(c, p, len, peer, round, acc, d, alpha);
     /* hs_compress_decode_add's own argument checks, before anything is staged. */
-    if (d != c->d)
-        return hs__err(HS_EINVAL, "compressor %s: decode into %zu floats, configured for %zu",
-                       c->name, d, c->d);
-    if (!isfinite(alpha))
-        return hs__err(HS_EINVAL, "compressor %s: decode with alpha = %g", c->name,
-                       (double)alpha);
+    int aerr = hs__cdecode_args(c, d, alpha);
+    if (aerr < 0) return aerr;
     const hs_backend_ops *o = be->ops;
     hs_codec_id id = c->ops->id;
     if (o->compress_add_dense &&
