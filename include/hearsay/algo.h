@@ -66,6 +66,12 @@ typedef struct hs_algo_cfg {
 
 void hs_algo_cfg_default(hs_algo_cfg *cfg);
 
+/* Whether algorithm k can run on a topology that is directed or not and repeats with `period`
+ * rounds (1: static): the synchronous ones mix with symmetric weights, and CHOCO and DCD keep
+ * replicas of fixed neighbours. HS_EINVAL with a message naming the topology `name` and what to
+ * use instead. */
+int hs_algo_check_topology(hs_algo_kind k, int directed, int period, const char *name);
+
 typedef struct hs_algo hs_algo;
 
 /* An algorithm for peer `self` (its id, which keys random compression) on vectors of d floats,

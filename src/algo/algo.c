@@ -38,6 +38,18 @@ void hs_algo_cfg_default(hs_algo_cfg *cfg) {
     cfg->same_start = 1;
 }
 
+int hs_algo_check_topology(hs_algo_kind k, int directed, int period, const char *name) {
+    if (hs_algo_kind_synchronous(k) && directed)
+        return hs__err(HS_EINVAL, "--algo %s needs an undirected (symmetric) topology; %s is "
+                                  "directed (use --algo sgp)",
+                       hs_algo_kind_name(k), name);
+    if ((k == HS_ALGO_CHOCO || k == HS_ALGO_DCD) && period != 1)
+        return hs__err(HS_EINVAL, "--algo %s keeps replicas of fixed neighbours; topology %s "
+                                  "changes every round (use dpsgd or sgp)",
+                       hs_algo_kind_name(k), name);
+    return 0;
+}
+
 static const hs__algo_ops *ops_of(hs_algo_kind k) {
     switch (k) {
     case HS_ALGO_DPSGD: return &hs__algo_dpsgd;

@@ -156,8 +156,8 @@ int hs_runopts_finish(hs_runopts *o) {
     if (o->algo.kind == HS_ALGO_DCD && !unbiased)
         return hs_cli_usage_error("--algo dcd needs an unbiased compressor; %s is biased (use "
                                   "qsgd, randk or none, or --algo choco)", o->compress);
-    /* Synchronous algorithms mix with symmetric weights; CHOCO and DCD keep replicas of fixed
-     * neighbours. A directed or time-varying topology is for SGP. */
+    /* The algorithm and the topology are checked together before any data is loaded: a file
+     * is read for its shape; of the generators only onepeer-exp is directed and time-varying. */
     if (hs_algo_kind_synchronous(o->algo.kind)) {
         hs_topo *t = NULL;
         const char *spec = o->topology;
@@ -165,16 +165,10 @@ int hs_runopts_finish(hs_runopts *o) {
         if (is_file && hs_topo_new(&t, spec, 0, o->seed) < 0)
             return hs_cli_usage_error("--topology %s: %s", spec, hs_error_message());
         int directed = t ? hs_topo_directed(t) : !strncmp(spec, "onepeer-exp", 11);
-        int varying = t ? hs_topo_period(t) != 1 : directed;
+        int period = t ? hs_topo_period(t) : directed ? 2 : 1;
         hs_topo_free(t);
-        if (directed)
-            return hs_cli_usage_error("--algo %s needs an undirected (symmetric) topology; %s is "
-                                      "directed (use --algo sgp)",
-                                      hs_algo_kind_name(o->algo.kind), spec);
-        if (varying && o->algo.kind != HS_ALGO_DPSGD)
-            return hs_cli_usage_error("--algo %s keeps replicas of fixed neighbours; topology %s "
-                                      "changes every round (use dpsgd or sgp)",
-                                      hs_algo_kind_name(o->algo.kind), spec);
+        if (hs_algo_check_topology(o->algo.kind, directed, period, spec) < 0)
+            return hs_cli_usage_error("%s", hs_error_message());
     }
     o->algo.compress = o->compress;
     if (!o->gamma_c_set) o->algo.gamma_c = hs_runopts_default_gamma_c(o->compress);

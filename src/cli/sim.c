@@ -42,6 +42,17 @@ static int handle(void *ctx, int key, const char *v) {
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
 
+/* Progress in rounds of a normal-speed peer: the lockstep round, or in virtual time the earliest
+ * clock (everyone has got that far). */
+static double progress(hs_sim *sim, int sync) {
+    double p = 0;
+    for (int i = 0; i < hs_sim_n(sim); i++) {
+        double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
+        if (i == 0 || c < p) p = c;
+    }
+    return p;
+}
+
 typedef struct acc_stats {
     double mean, min, max, loss;
 } acc_stats;
@@ -161,14 +172,7 @@ int hs_cmd_sim(int argc, char **argv) {
             stopped = 1;
             break;
         }
-        /* Progress in rounds of a normal-speed peer: the lockstep round, or in virtual time the
-         * earliest clock (everyone has got that far). */
-        double progress = 0;
-        for (int i = 0; i < a.n; i++) {
-            double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
-            if (i == 0 || c < progress) progress = c;
-        }
-        if (progress >= (double)rounds) break;
+        if (progress(sim, sync) >= (double)rounds) break;
         int peer;
         double ts = hs_cli_now();
         if ((err = hs_sim_step(sim, &peer)) < 0) {
@@ -177,11 +181,7 @@ int hs_cmd_sim(int argc, char **argv) {
         }
         step_time += hs_cli_now() - ts;
         steps++;
-        double now = 0;
-        for (int i = 0; i < a.n; i++) {
-            double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
-            if (i == 0 || c < now) now = c;
-        }
+        double now = progress(sim, sync);
         int finished = now >= (double)rounds;
         if (now < (double)next_eval && !finished) continue;
         while (next_eval <= now) next_eval += eval_every;

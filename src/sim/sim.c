@@ -53,19 +53,9 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
                       hs_topo_n(s->topo), cfg->n);
         goto fail;
     }
-    if (s->sync && hs_topo_directed(s->topo)) {
-        err = hs__err(HS_EINVAL, "--algo %s needs an undirected (symmetric) topology; %s is "
-                                 "directed (use --algo sgp)",
-                      hs_algo_kind_name(cfg->algo.kind), hs_topo_name(s->topo));
+    if ((err = hs_algo_check_topology(cfg->algo.kind, hs_topo_directed(s->topo),
+                                      hs_topo_period(s->topo), hs_topo_name(s->topo))) < 0)
         goto fail;
-    }
-    if ((cfg->algo.kind == HS_ALGO_CHOCO || cfg->algo.kind == HS_ALGO_DCD) &&
-        hs_topo_period(s->topo) != 1) {
-        err = hs__err(HS_EINVAL, "--algo %s keeps replicas of fixed neighbours; topology %s "
-                                 "changes every round (use dpsgd or sgp)",
-                      hs_algo_kind_name(cfg->algo.kind), hs_topo_name(s->topo));
-        goto fail;
-    }
     if ((err = hs_simnet_new(&s->net, s->topo)) < 0) goto fail;
     hs_simnet_set_latency(s->net, cfg->latency);
     s->shards = calloc((size_t)s->n, sizeof(*s->shards));
