@@ -87,6 +87,16 @@ static int get_rank(const ctx *c, const cJSON *v, const char *field, int *out) {
     return 0;
 }
 
+/* The two ranks of an edge entry x[0], x[1] of field f ("edges[3]"), each named in errors. */
+static int get_ends(const ctx *c, const cJSON *const *x, const char *f, int *i, int *j) {
+    char fi[112];
+    int err;
+    snprintf(fi, sizeof(fi), "%s[0]", f);
+    if ((err = get_rank(c, x[0], fi, i)) < 0) return err;
+    snprintf(fi, sizeof(fi), "%s[1]", f);
+    return get_rank(c, x[1], fi, j);
+}
+
 /* A weight in (0, 1] (edges) or [0, 1] (self weights). */
 static int get_weight(const ctx *c, const cJSON *v, const char *field, int zero_ok, double *out) {
     char d[96];
@@ -167,11 +177,7 @@ static int parse_edges(ctx *c, const cJSON *arr, const char *field, hs__arc **ou
             goto done;
         }
         int i, j;
-        char fi[112];
-        snprintf(fi, sizeof(fi), "%s[0]", f);
-        if ((err = get_rank(c, x[0], fi, &i)) < 0) goto done;
-        snprintf(fi, sizeof(fi), "%s[1]", f);
-        if ((err = get_rank(c, x[1], fi, &j)) < 0) goto done;
+        if ((err = get_ends(c, x, f, &i, &j)) < 0) goto done;
         if (i == j) {
             err = bad(c, "%s: self edge %d-%d (a peer's own weight is self_weight)", f, i, j);
             goto done;
@@ -386,10 +392,7 @@ static int parse_emulate(const ctx *c, const cJSON *v, hs_topo *t) {
             }
             int i, j;
             char fi[112];
-            snprintf(fi, sizeof(fi), "%s[0]", f);
-            if ((err = get_rank(c, x[0], fi, &i)) < 0) goto done;
-            snprintf(fi, sizeof(fi), "%s[1]", f);
-            if ((err = get_rank(c, x[1], fi, &j)) < 0) goto done;
+            if ((err = get_ends(c, x, f, &i, &j)) < 0) goto done;
             snprintf(fi, sizeof(fi), "%s[2]", f);
             if ((err = get_string(c, x[2], fi, 1, 1, &s)) < 0) goto done;
             const char *arrow = c->directed ? "->" : "-";
