@@ -283,3 +283,15 @@ const char *h_file(const char *name, const char *content) {
     chmod(p, 0600);
     return p;
 }
+
+int h_netpeer_argv(char **argv, const char *listen, const char *boot) {
+    int a = 0;
+    argv[a++] = (char *)h_netpeer();
+    argv[a++] = "--listen";
+    argv[a++] = (char *)listen;
+    if (boot) {
+        argv[a++] = "--bootstrap";
+        argv[a++] = (char *)boot;
+    }
+    return a;
+}

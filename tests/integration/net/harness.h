@@ -25,6 +25,10 @@ const char *h_ip(int k);
 const char *h_netpeer(void);
 const char *h_source(void);
 
+/* Writes the start of a netpeer command line to argv: the program, --listen, and --bootstrap
+ * when boot is non-NULL. Returns the number of entries written (3 or 5). */
+int h_netpeer_argv(char **argv, const char *listen, const char *boot);
+
 /* Starts argv (NULL-terminated) with stdout to out and stderr to err (paths; NULL = /dev/null).
  * Returns 0 or -1. */
 int h_spawn(hproc *p, char *const argv[], const char *out, const char *err);

@@ -31,10 +31,7 @@ static void server(hproc *p, int port, const char *tag, char *const *sec) {
     snprintf(logp, sizeof(logp), "%s/%s.log", h_dir(), tag);
     snprintf(errp, sizeof(errp), "%s/%s.err", h_dir(), tag);
     char *argv[40];
-    int a = 0;
-    argv[a++] = (char *)h_netpeer();
-    argv[a++] = "--listen";
-    argv[a++] = listen;
+    int a = h_netpeer_argv(argv, listen, NULL);
     for (int i = 0; sec[i]; i++)
         argv[a++] = sec[i];
     char *rest[] = {
@@ -55,12 +52,7 @@ static int joiner(int port, const char *tag, char *const *args, char *logp) {
     snprintf(logp, 600, "%s/%s.log", h_dir(), tag);
     snprintf(errp, sizeof(errp), "%s/%s.err", h_dir(), tag);
     char *argv[40];
-    int a = 0;
-    argv[a++] = (char *)h_netpeer();
-    argv[a++] = "--listen";
-    argv[a++] = listen;
-    argv[a++] = "--bootstrap";
-    argv[a++] = boot;
+    int a = h_netpeer_argv(argv, listen, boot);
     for (int i = 0; args[i]; i++)
         argv[a++] = args[i];
     char *rest[] = {

@@ -22,14 +22,7 @@ static void run(int k, const char *secret) {
         snprintf(logp[i], sizeof(logp[i]), "%s/b%d-p%d.log", h_dir(), k, i);
         snprintf(errp[i], sizeof(errp[i]), "%s/b%d-p%d.err", h_dir(), k, i);
         char *argv[48];
-        int a = 0;
-        argv[a++] = (char *)h_netpeer();
-        argv[a++] = "--listen";
-        argv[a++] = listen[i];
-        if (i) {
-            argv[a++] = "--bootstrap";
-            argv[a++] = boot;
-        }
+        int a = h_netpeer_argv(argv, listen[i], i ? boot : NULL);
         if (secret) {
             argv[a++] = "--secret-file";
             argv[a++] = (char *)secret;

@@ -28,14 +28,7 @@ int main(void) {
             snprintf(logp[i], sizeof(logp[i]), "%s/r%d-p%d.log", h_dir(), rep, i);
             snprintf(errp[i], sizeof(errp[i]), "%s/r%d-p%d.err", h_dir(), rep, i);
             char *argv[40];
-            int a = 0;
-            argv[a++] = (char *)h_netpeer();
-            argv[a++] = "--listen";
-            argv[a++] = listen[i];
-            if (i) {
-                argv[a++] = "--bootstrap";
-                argv[a++] = boot;
-            }
+            int a = h_netpeer_argv(argv, listen[i], i ? boot : NULL);
             char *rest[] = {"--secret-file",
                             (char *)secret,
                             "--topo",

@@ -30,14 +30,7 @@ static void scenario(int k, uint32_t victim, int sig) {
         snprintf(logp[i], sizeof(logp[i]), "%s/s%d-p%d.log", h_dir(), k, i);
         snprintf(errp[i], sizeof(errp[i]), "%s/s%d-p%d.err", h_dir(), k, i);
         char *argv[48];
-        int a = 0;
-        argv[a++] = (char *)h_netpeer();
-        argv[a++] = "--listen";
-        argv[a++] = listen[i];
-        if (i) {
-            argv[a++] = "--bootstrap";
-            argv[a++] = boot;
-        }
+        int a = h_netpeer_argv(argv, listen[i], i ? boot : NULL);
         char *rest[] = {"--secret-file",
                         (char *)secret,
                         "--topo",

@@ -173,14 +173,7 @@ static void start_peer(hproc *p, int i, const char *logp, const char *errp, cons
     snprintf(listen, sizeof(listen), "%s:%d", ip, port0 + i);
     snprintf(boot, sizeof(boot), "%s:%d", ip, port0);
     char *argv[40];
-    int a = 0;
-    argv[a++] = (char *)h_netpeer();
-    argv[a++] = "--listen";
-    argv[a++] = listen;
-    if (i) {
-        argv[a++] = "--bootstrap";
-        argv[a++] = boot;
-    }
+    int a = h_netpeer_argv(argv, listen, i ? boot : NULL);
     char *rest[] = {"--insecure",
                     "--topo",
                     "ring",
