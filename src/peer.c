@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "core/error_internal.h"
-#include "core/jsonl.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
+#include "hearsay/metrics.h"
 #include "hearsay/model.h"
 #include "hearsay/peer.h"
 
@@ -220,12 +220,21 @@ static double mean_square(const float *x, size_t d) {
     return s / (double)(d ? d : 1);
 }
 
-/* Writes one of the algorithm's own metrics (hs_algo_metrics) to the metrics file. */
-static void emit_metric(void *ctx, const char *name, double v, int is_int) {
-    if (is_int)
-        hs_jsonl_int(ctx, name, (long long)v);
-    else
-        hs_jsonl_num(ctx, name, v);
+/* What this peer is at after `round` rounds: the one source of its metrics line and of its
+ * progress line, so that the two agree (docs/METRICS.md). */
+static void peer_record(hs_metrics_rec *m, uint32_t self, uint64_t round, hs_trainer *t,
+                        hs_net *net, double time) {
+    hs_net_stats ns;
+    hs_net_stats_get(net, &ns);
+    hs_metrics_init(m);
+    hs_metrics_set(m, HS_MF_PEER, self);
+    hs_metrics_set(m, HS_MF_ROUND, (double)round);
+    /* Passes over this peer's shard, counting steps adopted from a snapshot. */
+    hs_metrics_set(m, HS_MF_EPOCH,
+                   (double)hs_trainer_steps(t) / (double)hs_trainer_steps_per_epoch(t));
+    hs_metrics_set(m, HS_MF_TIME, time);
+    hs_metrics_from_algo(m, hs_trainer_algo(t));
+    hs_metrics_from_net(m, &ns);
 }
 
 /* What a joiner must know to end with the job: the end round (0 while the job waits for its
@@ -380,7 +389,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     memset(&w, 0, sizeof(w));
     hs_trainer *t = NULL;
     hs_dataset *shard = NULL;
-    hs_jsonl metrics = {0};
+    hs_metrics_file *metrics = NULL;
     hs_checkpoint ck = {0};
     hs_guard *guard = NULL;
     int err, have_ck = 0, diverged = 0, told = 0, warned_unsharded = 0;
@@ -538,7 +547,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     long end_round = (long)jt.end;
     char path[4096];
     if (cfg->metrics && ((err = expand_id(cfg->metrics, self, path, sizeof(path))) < 0 ||
-                         (err = hs_jsonl_open(&metrics, path, cfg->resume)) < 0))
+                         (err = hs_metrics_open(&metrics, path, cfg->resume)) < 0))
         goto out;
     hs_exchange *ex = hs_net_exchange(net);
     if (!cfg->quiet)
@@ -588,41 +597,24 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
                     (unsigned long long)r + 1, hs_guard_reason(guard), hs_guard_advice(guard));
         double now = now_s();
         double rate = rounds_done / (now - t_round0 > 1e-9 ? now - t_round0 : 1e-9);
-        if (metrics.f) {
-            hs_net_stats ns;
-            hs_net_stats_get(net, &ns);
-            hs_jsonl_begin(&metrics);
-            hs_jsonl_int(&metrics, "peer", self);
-            hs_jsonl_int(&metrics, "round", (long long)r + 1);
-            /* Passes over this peer's shard, counting steps adopted from a snapshot. */
-            hs_jsonl_num(&metrics, "epoch",
-                         (double)hs_trainer_steps(t) / (double)hs_trainer_steps_per_epoch(t));
-            hs_jsonl_num(&metrics, "time", now - t0);
-            hs_jsonl_num(&metrics, "loss", st.loss);
-            hs_jsonl_num(&metrics, "lr", st.lr);
-            hs_jsonl_int(&metrics, "bytes_sent", (long long)ns.ex.bytes_sent);
-            hs_jsonl_int(&metrics, "bytes_recv", (long long)ns.ex.bytes_recv);
-            hs_jsonl_num(&metrics, "consensus", as.disagreement);
-            hs_jsonl_int(&metrics, "missing", as.missing);
-            hs_jsonl_int(&metrics, "members", ns.n_members);
-            hs_jsonl_int(&metrics, "conns", ns.n_conns);
-            /* lost DATA asked for again, and waits that ran to --recv-timeout (both cumulative) */
-            hs_jsonl_int(&metrics, "resend_asked", (long long)ns.resend_asked);
-            hs_jsonl_int(&metrics, "recv_timeouts", (long long)ns.recv_timeouts);
-            hs_jsonl_num(&metrics, "rounds_per_s", rate);
-            hs_algo_metrics(hs_trainer_algo(t), emit_metric, &metrics);
-            if (do_eval) {
-                hs_jsonl_num(&metrics, "test_acc", test_acc);
-                hs_jsonl_num(&metrics, "test_loss", test_loss);
-            }
-            if ((err = hs_jsonl_end(&metrics)) < 0) goto out;
+        hs_metrics_rec rec;
+        peer_record(&rec, self, r + 1, t, net, now - t0);
+        hs_metrics_set(&rec, HS_MF_LOSS, st.loss);
+        hs_metrics_set(&rec, HS_MF_LR, st.lr);
+        hs_metrics_set(&rec, HS_MF_ROUNDS_PER_S, rate);
+        if (do_eval) {
+            hs_metrics_set(&rec, HS_MF_TEST_ACC, test_acc);
+            hs_metrics_set(&rec, HS_MF_TEST_LOSS, test_loss);
         }
+        if (metrics && (err = hs_metrics_write(metrics, &rec)) < 0) goto out;
         if (!cfg->quiet && (do_eval || now - last_print > 5.0)) {
             char accs[32] = "";
             if (!isnan(test_acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * test_acc);
-            HS_LOGI("round %llu/%ld  loss %.4f%s  consensus %.3g  sent %.2f MB  %.1f rounds/s",
-                    (unsigned long long)r + 1, end_round, st.loss, accs, as.disagreement,
-                    as.bytes_sent / 1e6, rate);
+            HS_LOGI("round %.0f/%ld  loss %.4f%s  consensus %.3g  sent %.3f MB  %.1f rounds/s",
+                    hs_metrics_get(&rec, HS_MF_ROUND), end_round, hs_metrics_get(&rec, HS_MF_LOSS),
+                    accs, hs_metrics_get(&rec, HS_MF_CONSENSUS),
+                    hs_metrics_get(&rec, HS_MF_BYTES_SENT) / 1e6,
+                    hs_metrics_get(&rec, HS_MF_ROUNDS_PER_S));
             last_print = now;
         }
         if (verdict == HS_GUARD_DIVERGED) {
@@ -680,12 +672,10 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
         (err = write_checkpoint(cfg->checkpoint_dir, rank, r, jt.end, self, sig, net, t)) < 0)
         HS_LOGW("%s", hs_error_message());
     if ((err = hs_trainer_evaluate(t, test, &test_loss, &test_acc)) < 0) goto out;
-    {
-        hs_net_stats ns;
-        hs_net_stats_get(net, &ns);
-        res->bytes_sent = ns.ex.bytes_sent;
-        res->bytes_recv = ns.ex.bytes_recv;
-    }
+    hs_metrics_rec rec;
+    peer_record(&rec, self, r, t, net, now_s() - t0);
+    res->bytes_sent = (uint64_t)hs_metrics_get(&rec, HS_MF_BYTES_SENT);
+    res->bytes_recv = (uint64_t)hs_metrics_get(&rec, HS_MF_BYTES_RECV);
     res->last_round = r;
     if (cfg->save && ((err = expand_id(cfg->save, self, path, sizeof(path))) < 0 ||
                       (err = hs_trainer_write_params(t, path)) < 0))
@@ -693,27 +683,24 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train,
     res->test_acc = test_acc;
     res->test_loss = test_loss;
     res->wall_s = now_s() - t0;
-    if (metrics.f) {
-        hs_jsonl_begin(&metrics);
-        hs_jsonl_int(&metrics, "peer", self);
-        hs_jsonl_str(&metrics, "event", diverged ? "diverged" : res->stopped ? "stopped" : "done");
+    if (metrics) {
+        hs_metrics_set_str(&rec, HS_MF_EVENT,
+                           diverged ? "diverged" : res->stopped ? "stopped" : "done");
         if (diverged) {
-            hs_jsonl_str(&metrics, "reason", res->reason);
-            hs_jsonl_str(&metrics, "advice", res->advice);
+            hs_metrics_set_str(&rec, HS_MF_REASON, res->reason);
+            hs_metrics_set_str(&rec, HS_MF_ADVICE, res->advice);
         }
-        hs_jsonl_int(&metrics, "round", (long long)r);
-        hs_jsonl_num(&metrics, "test_acc", test_acc);
-        hs_jsonl_num(&metrics, "test_loss", test_loss);
-        hs_jsonl_int(&metrics, "bytes_sent", (long long)res->bytes_sent);
-        hs_jsonl_num(&metrics, "time", res->wall_s);
-        hs_jsonl_end(&metrics);
+        hs_metrics_set(&rec, HS_MF_TIME, res->wall_s);
+        hs_metrics_set(&rec, HS_MF_TEST_ACC, test_acc);
+        hs_metrics_set(&rec, HS_MF_TEST_LOSS, test_loss);
+        if (hs_metrics_write(metrics, &rec) < 0) HS_LOGW("%s", hs_error_message());
     }
     /* Graceful leave: the round is complete, neighbours re-weight at once on BYE. */
     if ((diverged ? hs_net_leave_diverged(net, 5000, res->reason) : hs_net_leave(net, 5000)) < 0)
         HS_LOGW("leave: %s", hs_error_message());
     err = 0;
 out:
-    hs_jsonl_close(&metrics);
+    hs_metrics_close(metrics);
     hs_guard_free(guard);
     hs_trainer_free(t);
     hs_dataset_free(shard);

@@ -96,7 +96,7 @@ typedef struct hs_net_config {
     int max_conns_per_addr;   /* ... from one IP address (default 16) */
     int handshake_timeout_ms; /* TCP + TLS + HELLO must finish within this (default 2000) */
     int peer_timeout_ms;      /* silence (or no progress writing) before a peer is declared
-                                 dead (default 3000) */
+                                 dead (default 1500) */
     int heartbeat_ms;         /* heartbeat on links idle this long (default peer_timeout / 4) */
     int join_timeout_ms;      /* bootstrap: connect retries + waiting for WELCOME (default 30000)
                                */

@@ -68,7 +68,7 @@ typedef struct hs_peer_result {
     uint64_t first_round, last_round; /* rounds run: [first, last) */
     double test_acc, test_loss;
     double wall_s;
-    uint64_t bytes_sent, bytes_recv;
+    uint64_t bytes_sent, bytes_recv; /* algorithm payload (docs/METRICS.md: bytes_sent) */
     int stopped; /* ended by a stop request rather than at the last round */
     int diverged; /* stopped by the convergence guard (here, or a neighbour's) */
     double diverged_round;

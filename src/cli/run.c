@@ -56,7 +56,7 @@ const hs_cli_opt hs_run_opts_table[] = {
     {"run-id", R_RUN_ID, "ID", "name of the job; peers of other jobs are refused (default: hearsay)"},
     {"emulate", R_EMULATE, "SPEC", "emulate WAN links: delay=50ms,jitter=10ms,rate=10mbit,loss=0.01"},
     {"max-frame", R_MAX_FRAME, "BYTES", "largest message accepted (default: 64 MiB)"},
-    {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 3000)"},
+    {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 1500)"},
     {"join-timeout", R_JOIN_TIMEOUT, "MS",
      "how long to try to join, to wait for the peers before the first round, to reach the job "
      "when cut off and to rejoin when removed (default: 30000)"},

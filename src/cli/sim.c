@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "cli/runopts.h"
-#include "core/jsonl.h"
 #include "hearsay/error.h"
 #include "hearsay/guard.h"
+#include "hearsay/metrics.h"
 #include "hearsay/sim.h"
 
 enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR };
@@ -90,16 +90,27 @@ static int consensus_of(hs_sim *sim, float *avg, double *cons, double *ms) {
     return 0;
 }
 
-static void bytes_of(hs_sim *sim, double *mean_sent, double *total) {
+/* The job's record (docs/METRICS.md): per-peer numbers are means over the peers, bytes rounded
+ * to a byte. The one source of the metrics line, the progress line and the summary. */
+static void sim_record(hs_metrics_rec *m, hs_sim *sim, double time) {
     int n = hs_sim_n(sim);
-    double s = 0;
+    double sent = 0, recv = 0;
     for (int i = 0; i < n; i++) {
         hs_algo_stats as;
         hs_algo_get_stats(hs_trainer_algo(hs_sim_trainer(sim, i)), &as);
-        s += (double)as.bytes_sent;
+        sent += (double)as.bytes_sent;
+        recv += (double)as.bytes_recv;
     }
-    *total = s;
-    *mean_sent = s / n;
+    hs_metrics_init(m);
+    hs_metrics_set(m, HS_MF_TIME, time);
+    hs_metrics_set(m, HS_MF_BYTES_SENT, nearbyint(sent / n));
+    hs_metrics_set(m, HS_MF_BYTES_RECV, nearbyint(recv / n));
+}
+
+static void set_acc(hs_metrics_rec *m, const acc_stats *acc) {
+    hs_metrics_set(m, HS_MF_TEST_ACC, acc->mean);
+    hs_metrics_set(m, HS_MF_TEST_ACC_MIN, acc->min);
+    hs_metrics_set(m, HS_MF_TEST_ACC_MAX, acc->max);
 }
 
 int hs_cmd_sim(int argc, char **argv) {
@@ -128,7 +139,8 @@ int hs_cmd_sim(int argc, char **argv) {
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
     hs_sim *sim = NULL;
-    hs_jsonl metrics = {0};
+    hs_metrics_file *metrics = NULL;
+    uint64_t *peer_rounds = NULL;
     hs_guard *guard = NULL;
     float *avg = NULL;
     if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
@@ -157,7 +169,7 @@ int hs_cmd_sim(int argc, char **argv) {
         exit_code = err == HS_EINVAL ? HS_EXIT_USAGE : HS_EXIT_FAIL;
         goto out;
     }
-    if (a.ro.metrics && (err = hs_jsonl_open(&metrics, a.ro.metrics, 0)) < 0) {
+    if (a.ro.metrics && (err = hs_metrics_open(&metrics, a.ro.metrics, 0)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
         exit_code = HS_EXIT_USAGE;
         goto out;
@@ -186,7 +198,8 @@ int hs_cmd_sim(int argc, char **argv) {
     hs_guard_cfg gc;
     hs_runopts_guard_cfg(&a.ro, rpe, &gc);
     if ((err = hs_guard_new(&guard, &gc)) < 0 ||
-        !(avg = malloc(sizeof(float) * hs_trainer_dim(hs_sim_trainer(sim, 0))))) {
+        !(avg = malloc(sizeof(float) * hs_trainer_dim(hs_sim_trainer(sim, 0)))) ||
+        !(peer_rounds = calloc((size_t)a.n, sizeof(*peer_rounds)))) {
         fprintf(stderr, "hearsay sim: out of memory\n");
         goto out;
     }
@@ -241,37 +254,30 @@ int hs_cmd_sim(int argc, char **argv) {
                     hs_guard_advice(guard));
         if (!do_eval && v != HS_GUARD_DIVERGED) continue;
         while (next_eval <= now) next_eval += eval_every;
-        double sent, total;
-        bytes_of(sim, &sent, &total);
-        double el = hs_cli_now() - t0;
+        hs_metrics_rec rec;
+        sim_record(&rec, sim, hs_cli_now() - t0);
+        hs_metrics_set(&rec, HS_MF_ROUND, now);
+        hs_metrics_set(&rec, HS_MF_EPOCH, now / rpe);
+        hs_metrics_set(&rec, HS_MF_LOSS, loss);
+        set_acc(&rec, &acc);
+        hs_metrics_set(&rec, HS_MF_TEST_LOSS, acc.loss);
+        hs_metrics_set(&rec, HS_MF_CONSENSUS, cons);
+        if (!sync) {
+            for (int i = 0; i < a.n; i++) peer_rounds[i] = hs_sim_rounds(sim, i);
+            rec.peer_rounds = peer_rounds;
+            rec.n_peer_rounds = a.n;
+        }
         if (!a.ro.quiet && do_eval) {
             printf("round %.0f/%ld (epoch %.2f)  loss %.4f  acc mean %.2f%% min %.2f%% max %.2f%%  "
-                   "consensus %.3g  sent %.2f MB/peer  %.1f s\n",
-                   now, rounds, now / rpe, loss, 100 * acc.mean, 100 * acc.min, 100 * acc.max, cons,
-                   sent / 1e6, el);
+                   "consensus %.3g  sent %.3f MB/peer  %.1f s\n",
+                   now, rounds, hs_metrics_get(&rec, HS_MF_EPOCH), loss, 100 * acc.mean,
+                   100 * acc.min, 100 * acc.max, cons, hs_metrics_get(&rec, HS_MF_BYTES_SENT) / 1e6,
+                   hs_metrics_get(&rec, HS_MF_TIME));
             fflush(stdout);
         }
-        if (metrics.f && do_eval) {
-            hs_jsonl_begin(&metrics);
-            hs_jsonl_num(&metrics, "round", now);
-            hs_jsonl_num(&metrics, "epoch", now / rpe);
-            hs_jsonl_num(&metrics, "time", el);
-            hs_jsonl_num(&metrics, "loss", loss);
-            hs_jsonl_num(&metrics, "test_acc", acc.mean);
-            hs_jsonl_num(&metrics, "test_acc_min", acc.min);
-            hs_jsonl_num(&metrics, "test_acc_max", acc.max);
-            hs_jsonl_num(&metrics, "test_loss", acc.loss);
-            hs_jsonl_num(&metrics, "consensus", cons);
-            hs_jsonl_num(&metrics, "bytes_sent", sent);
-            for (int i = 0; i < a.n && !sync; i++) {
-                char k[32];
-                snprintf(k, sizeof(k), "rounds_%d", i);
-                hs_jsonl_int(&metrics, k, (long long)hs_sim_rounds(sim, i));
-            }
-            if ((err = hs_jsonl_end(&metrics)) < 0) {
-                fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
-                goto out;
-            }
+        if (metrics && do_eval && (err = hs_metrics_write(metrics, &rec)) < 0) {
+            fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+            goto out;
         }
         if (v == HS_GUARD_DIVERGED) {
             diverged = 1;
@@ -285,16 +291,16 @@ int hs_cmd_sim(int argc, char **argv) {
         double r = hs_guard_round(guard);
         fprintf(stderr, "hearsay sim: diverged at round %.0f: %s; %s\n", r, hs_guard_reason(guard),
                 hs_guard_advice(guard));
-        if (metrics.f) {
-            hs_jsonl_begin(&metrics);
-            hs_jsonl_str(&metrics, "event", "diverged");
-            hs_jsonl_str(&metrics, "reason", hs_guard_reason(guard));
-            hs_jsonl_str(&metrics, "advice", hs_guard_advice(guard));
-            hs_jsonl_num(&metrics, "round", r);
-            hs_jsonl_num(&metrics, "test_acc", acc.mean);
-            hs_jsonl_num(&metrics, "consensus", cons);
-            hs_jsonl_num(&metrics, "time", hs_cli_now() - t0);
-            if ((err = hs_jsonl_end(&metrics)) < 0) {
+        if (metrics) {
+            hs_metrics_rec rec;
+            sim_record(&rec, sim, hs_cli_now() - t0);
+            hs_metrics_set_str(&rec, HS_MF_EVENT, "diverged");
+            hs_metrics_set_str(&rec, HS_MF_REASON, hs_guard_reason(guard));
+            hs_metrics_set_str(&rec, HS_MF_ADVICE, hs_guard_advice(guard));
+            hs_metrics_set(&rec, HS_MF_ROUND, r);
+            hs_metrics_set(&rec, HS_MF_TEST_ACC, acc.mean);
+            hs_metrics_set(&rec, HS_MF_CONSENSUS, cons);
+            if ((err = hs_metrics_write(metrics, &rec)) < 0) {
                 fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
                 goto out;
             }
@@ -303,8 +309,6 @@ int hs_cmd_sim(int argc, char **argv) {
         goto out;
     }
     {
-        double el = hs_cli_now() - t0, sent, total;
-        bytes_of(sim, &sent, &total);
         uint64_t rmin = UINT64_MAX, rmax = 0;
         for (int i = 0; i < a.n; i++) {
             uint64_t r = hs_sim_rounds(sim, i);
@@ -312,19 +316,16 @@ int hs_cmd_sim(int argc, char **argv) {
             rmax = r > rmax ? r : rmax;
         }
         if (stopped && (err = evaluate_all(sim, test, &acc)) < 0) goto out;
-        if (metrics.f) {
-            hs_jsonl_begin(&metrics);
-            hs_jsonl_str(&metrics, "event", stopped ? "interrupted" : "done");
-            hs_jsonl_num(&metrics, "test_acc", acc.mean);
-            hs_jsonl_num(&metrics, "test_acc_min", acc.min);
-            hs_jsonl_num(&metrics, "test_acc_max", acc.max);
-            hs_jsonl_num(&metrics, "consensus", cons);
-            hs_jsonl_num(&metrics, "bytes_sent", sent);
-            hs_jsonl_num(&metrics, "time", el);
-            hs_jsonl_int(&metrics, "rounds_min", (long long)rmin);
-            hs_jsonl_int(&metrics, "rounds_max", (long long)rmax);
-            hs_jsonl_end(&metrics);
-        }
+        hs_metrics_rec rec;
+        sim_record(&rec, sim, hs_cli_now() - t0);
+        hs_metrics_set_str(&rec, HS_MF_EVENT, stopped ? "interrupted" : "done");
+        set_acc(&rec, &acc);
+        hs_metrics_set(&rec, HS_MF_CONSENSUS, cons);
+        hs_metrics_set(&rec, HS_MF_ROUNDS_MIN, (double)rmin);
+        hs_metrics_set(&rec, HS_MF_ROUNDS_MAX, (double)rmax);
+        if (metrics && hs_metrics_write(metrics, &rec) < 0)
+            fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+        double sent = hs_metrics_get(&rec, HS_MF_BYTES_SENT), el = hs_metrics_get(&rec, HS_MF_TIME);
         for (int i = 0; a.save_dir && i < a.n; i++) {
             char path[4096];
             snprintf(path, sizeof(path), "%s/peer-%d.bin", a.save_dir, i);
@@ -340,13 +341,14 @@ int hs_cmd_sim(int argc, char **argv) {
                "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.0f samples/s "
                "training and gossip; %.1f s\n",
                stopped ? "interrupted" : "final", 100 * acc.mean, 100 * acc.min, 100 * acc.max,
-               a.n, cons, sent / 1e6, total / 1e6, (unsigned long long)rmin,
+               a.n, cons, sent / 1e6, sent * a.n / 1e6, (unsigned long long)rmin,
                (unsigned long long)rmax, step_time > 0 ? samples / step_time : 0, el);
         fflush(stdout);
     }
     exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
 out:
-    hs_jsonl_close(&metrics);
+    hs_metrics_close(metrics);
+    free(peer_rounds);
     hs_guard_free(guard);
     free(avg);
     hs_sim_free(sim);

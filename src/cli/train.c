@@ -10,12 +10,12 @@
 
 #include "cli/cli.h"
 #include "cli/runopts.h"
-#include "core/jsonl.h"
 #include "core/rng.h"
 #include "hearsay/data.h"
 #include "hearsay/error.h"
 #include "hearsay/model.h"
 #include "hearsay/tensor.h"
+#include "hearsay/metrics.h"
 #include "hs_config.h"
 
 enum {
@@ -196,7 +196,7 @@ int hs_cmd_train(int argc, char **argv) {
     hs_model *model = NULL;
     hs_optim *opt = NULL;
     hs_batcher *batcher = NULL;
-    hs_jsonl metrics = {0};
+    hs_metrics_file *metrics = NULL;
     int tty = isatty(STDOUT_FILENO) && !a.quiet;
 
     hs_backend_cfg bcfg = {a.threads, a.device_id};
@@ -259,7 +259,7 @@ int hs_cmd_train(int argc, char **argv) {
         exit_code = HS_EXIT_USAGE;
         goto out;
     }
-    if (a.metrics && (err = hs_jsonl_open(&metrics, a.metrics, 0)) < 0) {
+    if (a.metrics && (err = hs_metrics_open(&metrics, a.metrics, 0)) < 0) {
         fprintf(stderr, "hearsay train: %s\n", hs_error_message());
         exit_code = HS_EXIT_USAGE;
         goto out;
@@ -314,23 +314,23 @@ int hs_cmd_train(int argc, char **argv) {
                 goto out;
             }
         }
-        double rate = t_train > 0 ? samples / t_train : 0;
-        if (metrics.f && (do_eval || step % a.log_every == 0 || epoch_end)) {
-            hs_jsonl_begin(&metrics);
-            hs_jsonl_int(&metrics, "step", step);
-            hs_jsonl_num(&metrics, "epoch", (double)step / spe);
-            hs_jsonl_num(&metrics, "loss", loss_acc / loss_n);
-            hs_jsonl_num(&metrics, "lr", lr);
-            hs_jsonl_num(&metrics, "samples_per_s", rate);
-            hs_jsonl_num(&metrics, "train_time", t_train);
-            if (do_eval) {
-                hs_jsonl_num(&metrics, "test_loss", test_loss);
-                hs_jsonl_num(&metrics, "test_acc", test_acc);
-            }
-            if ((err = hs_jsonl_end(&metrics)) < 0) {
-                fprintf(stderr, "hearsay train: %s\n", hs_error_message());
-                goto out;
-            }
+        /* The one source of the metrics line and the progress line (docs/METRICS.md). */
+        hs_metrics_rec rec;
+        hs_metrics_init(&rec);
+        hs_metrics_set(&rec, HS_MF_STEP, (double)step);
+        hs_metrics_set(&rec, HS_MF_EPOCH, (double)step / spe);
+        hs_metrics_set(&rec, HS_MF_LOSS, loss_acc / loss_n);
+        hs_metrics_set(&rec, HS_MF_LR, lr);
+        hs_metrics_set(&rec, HS_MF_SAMPLES_PER_S, t_train > 0 ? samples / t_train : 0);
+        hs_metrics_set(&rec, HS_MF_TRAIN_TIME, t_train);
+        if (do_eval) {
+            hs_metrics_set(&rec, HS_MF_TEST_LOSS, test_loss);
+            hs_metrics_set(&rec, HS_MF_TEST_ACC, test_acc);
+        }
+        if (metrics && (do_eval || step % a.log_every == 0 || epoch_end) &&
+            (err = hs_metrics_write(metrics, &rec)) < 0) {
+            fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+            goto out;
         }
         int print_now = tty ? (t1 - t_last_print > 0.25 || do_eval)
                             : (!a.quiet && (step % a.log_every == 0 || do_eval));
@@ -338,8 +338,8 @@ int hs_cmd_train(int argc, char **argv) {
             char accs[32] = "";
             if (!isnan(test_acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * test_acc);
             printf("%sepoch %ld/%d  step %ld/%ld  loss %.4f%s  %.0f samples/s%s", tty ? "\r\033[K" : "",
-                   (step - 1) / spe + 1, a.epochs, step, total, loss_acc / loss_n, accs, rate,
-                   tty ? "" : "\n");
+                   (step - 1) / spe + 1, a.epochs, step, total, hs_metrics_get(&rec, HS_MF_LOSS),
+                   accs, hs_metrics_get(&rec, HS_MF_SAMPLES_PER_S), tty ? "" : "\n");
             if (tty && do_eval) printf("\n");
             fflush(stdout);
             t_last_print = t1;
@@ -355,25 +355,26 @@ int hs_cmd_train(int argc, char **argv) {
         fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
         goto out;
     }
-    if (metrics.f) {
-        hs_jsonl_begin(&metrics);
-        hs_jsonl_str(&metrics, "event", stopped ? "interrupted" : "done");
-        hs_jsonl_int(&metrics, "step", step);
-        hs_jsonl_num(&metrics, "test_loss", test_loss);
-        hs_jsonl_num(&metrics, "test_acc", test_acc);
-        hs_jsonl_num(&metrics, "samples_per_s", t_train > 0 ? samples / t_train : 0);
-        hs_jsonl_num(&metrics, "train_time", t_train);
-        hs_jsonl_end(&metrics);
-    }
+    hs_metrics_rec rec;
+    hs_metrics_init(&rec);
+    hs_metrics_set_str(&rec, HS_MF_EVENT, stopped ? "interrupted" : "done");
+    hs_metrics_set(&rec, HS_MF_STEP, (double)step);
+    hs_metrics_set(&rec, HS_MF_EPOCH, (double)step / spe);
+    hs_metrics_set(&rec, HS_MF_TEST_LOSS, test_loss);
+    hs_metrics_set(&rec, HS_MF_TEST_ACC, test_acc);
+    hs_metrics_set(&rec, HS_MF_SAMPLES_PER_S, t_train > 0 ? samples / t_train : 0);
+    hs_metrics_set(&rec, HS_MF_TRAIN_TIME, t_train);
+    if (metrics && hs_metrics_write(metrics, &rec) < 0)
+        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
     if (a.save && (err = save_params(a.save, model)) < 0) goto out;
     printf("%s: test accuracy %.2f%% (loss %.4f) after %ld steps (%.2f epochs), %.1f s training, "
            "%.0f samples/s\n",
-           stopped ? "interrupted" : "final", 100 * test_acc, test_loss, step, (double)step / spe,
-           t_train, t_train > 0 ? samples / t_train : 0);
+           stopped ? "interrupted" : "final", 100 * test_acc, test_loss, step,
+           hs_metrics_get(&rec, HS_MF_EPOCH), t_train, hs_metrics_get(&rec, HS_MF_SAMPLES_PER_S));
     fflush(stdout);
     exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
 out:
-    hs_jsonl_close(&metrics);
+    hs_metrics_close(metrics);
     hs_batcher_free(batcher);
     hs_optim_free(opt);
     hs_model_free(model);

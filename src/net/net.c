@@ -47,7 +47,7 @@ void hs_net_config_init(hs_net_config *cfg) {
     cfg->max_conns = 256;
     cfg->max_conns_per_addr = 16;
     cfg->handshake_timeout_ms = 2000;
-    cfg->peer_timeout_ms = 3000;
+    cfg->peer_timeout_ms = 1500;
     cfg->join_timeout_ms = 30000;
     cfg->snapshot_timeout_ms = 5000;
     cfg->change_rounds = 4;
@@ -1094,7 +1094,7 @@ static int copy_config(hs_net *net, const hs_net_config *in) {
     if (c->handshake_timeout_ms <= 0)
         c->handshake_timeout_ms = 2000;
     if (c->peer_timeout_ms <= 0)
-        c->peer_timeout_ms = 3000;
+        c->peer_timeout_ms = 1500;
     if (c->heartbeat_ms <= 0)
         c->heartbeat_ms = c->peer_timeout_ms / 4;
     if (c->heartbeat_ms < 1)

@@ -92,7 +92,7 @@ sgp-straggler-net)
         read -r first end < <(sed -n 's/^final: .*, rounds \([0-9]*\)\.\.\([0-9]*\),.*/\1 \2/p' "$tmp/p$i.out")
         [[ $((end - first)) -eq $rounds ]] || fail "peer $id ran rounds $first..$end, not $rounds"
         # The record of its last round (the "done" event follows it).
-        last=$(grep '"waits"' "$tmp/m$id.jsonl" | tail -n 1)
+        last=$(grep '"waits"' "$tmp/m$id.jsonl" | grep -v '"event"' | tail -n 1)
         [[ $(sed -n 's/.*"round": *\([0-9]*\).*/\1/p' <<<"$last") -eq $end ]] ||
             fail "peer $id: no metrics record of round $end: $last"
         waits=$(sed -n 's/.*"waits": *\([0-9]*\).*/\1/p' <<<"$last")

@@ -40,11 +40,13 @@ done
 field() { grep -o "\"$1\":[0-9]*" <<<"$2" | cut -d: -f2; }
 asked=0
 for i in 0 1 2 3; do
-    last=$(grep '"resend_asked"' "$tmp/m$i.jsonl" | tail -n 1)
+    # Round records only: the last record (with "event") repeats the counters.
+    rounds_of() { grep '"resend_asked"' "$tmp/m$i.jsonl" | grep -v '"event"'; }
+    last=$(rounds_of | tail -n 1)
     [[ -n $last ]] || fail "peer $i wrote no round with resend_asked"
     r=$(field round "$last")
-    first=$(field round "$(grep '"resend_asked"' "$tmp/m$i.jsonl" | head -n 1)")
-    n=$(grep -c '"resend_asked"' "$tmp/m$i.jsonl")
+    first=$(field round "$(rounds_of | head -n 1)")
+    n=$(rounds_of | wc -l)
     [[ $n -eq $rounds ]] || fail "peer $i recorded $n rounds ($first..$r), want $rounds"
     to=$(field recv_timeouts "$last")
     [[ $to -eq 0 ]] || fail "peer $i: $to receives waited for the whole --recv-timeout"

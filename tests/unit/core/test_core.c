@@ -13,7 +13,6 @@
 #include <pthread.h>
 
 #include "core/error_internal.h"
-#include "core/jsonl.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "core/rng.h"
@@ -144,30 +143,6 @@ static void test_buf(void **state) {
     hs_buf_unref(NULL);
 }
 
-static void test_jsonl(void **state) {
-    (void)state;
-    char path[] = "/tmp/hs_test_jsonl_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    hs_jsonl j;
-    assert_int_equal(hs_jsonl_open(&j, path, 0), 0);
-    hs_jsonl_begin(&j);
-    hs_jsonl_int(&j, "step", 3);
-    hs_jsonl_num(&j, "loss", 0.5);
-    hs_jsonl_num(&j, "nan", NAN);
-    hs_jsonl_str(&j, "s", "a\"b\\c\n");
-    hs_jsonl_bool(&j, "ok", 1);
-    assert_int_equal(hs_jsonl_end(&j), 0);
-    hs_jsonl_close(&j);
-    FILE *f = fopen(path, "r");
-    char line[256];
-    assert_non_null(fgets(line, sizeof(line), f));
-    fclose(f);
-    unlink(path);
-    assert_string_equal(line, "{\"step\":3,\"loss\":0.5,\"nan\":null,\"s\":\"a\\\"b\\\\c\\u000a\",\"ok\":true}\n");
-}
-
 /* A peer names itself (the log tag) while its loop thread is already logging: every line
  * carries one whole tag, never a mix of two (and ThreadSanitizer sees no race). */
 static void *retag(void *arg) {
@@ -217,7 +192,6 @@ int main(void) {
         cmocka_unit_test(test_rng_distributions),
         cmocka_unit_test(test_shuffle_is_permutation),
         cmocka_unit_test(test_buf),
-        cmocka_unit_test(test_jsonl),
         cmocka_unit_test(test_log_tag_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
