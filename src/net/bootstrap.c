@@ -42,7 +42,7 @@ void hs__bs_fail(hs_net *net, int err, const char *fmt, ...) {
     if (net->join_conn) {
         hs__conn *c = net->join_conn;
         net->join_conn = NULL;
-        hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "join failed");
+        net->tr.ops->close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "join failed");
     }
 }
 
@@ -61,7 +61,7 @@ static void join_dial(hs_net *net) {
         /* Unique per attempt: the run seed alone is shared by every peer of a test. */
         hs_rng r;
         hs_rng_init(&r, net->cfg.seed ^ uv_hrtime(), HS_RNG_NET, (uint32_t)getpid(),
-                    (uint32_t)net->listen_port);
+                    (uint32_t)net->tr.listen_port);
         while (!net->join_nonce)
             net->join_nonce = hs_rng_u64(&r);
         if (!net->join_deadline_us)
@@ -69,7 +69,8 @@ static void join_dial(hs_net *net) {
         net->join_backoff_ms = 50;
     }
     hs__conn *c;
-    if (hs__conn_dial_sa(net, (struct sockaddr *)&net->bootstrap_sa, HS__ID_NONE, &c) < 0) {
+    if (net->tr.ops->dial_sa(&net->tr, (struct sockaddr *)&net->bootstrap_sa, HS__ID_NONE, &c) <
+        0) {
         net->join_next_dial_us = now + (uint64_t)net->join_backoff_ms * 1000;
         return;
     }
@@ -88,11 +89,11 @@ void hs__bs_join_start(hs_net *net) {
     if (c->state != HS__C_OPEN)
         return;
     /* Open: send JOIN with the address the others will dial. */
-    if (net->listen_wildcard && !net->s_advertise) {
+    if (net->tr.listen_wildcard && !net->s_advertise) {
         char ip[64];
-        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0)
+        if (net->tr.ops->local_ip(c, ip, sizeof(ip)) == 0)
             snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                     ip, net->listen_port);
+                     ip, net->tr.listen_port);
     }
     hs__join j;
     memset(&j, 0, sizeof(j));
@@ -278,7 +279,7 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     /* The bootstrap connection is an ordinary one from now on. */
     net->join_conn = NULL;
     c->bootstrap = 0;
-    hs__conn_set_limits(c);
+    net->tr.ops->set_limits(c);
     uv_mutex_lock(&net->mu);
     net->n_open++;
     uv_mutex_unlock(&net->mu);
@@ -315,14 +316,14 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     if (hs__wire_addr_split(j->addr, host, sizeof(host), &port) < 0 || port == 0) {
         hs__send_reason(net, NULL, c, HS__T_REFUSE, HS__REFUSE_PROTO,
                         "JOIN without a listen address (HOST:PORT)");
-        hs__conn_close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
+        net->tr.ops->close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
         return;
     }
     hs__pending_join *pj = pjoin_by_nonce(net, j->nonce);
     if (!pj) {
         for (int i = 0; i < net->n_pjoins; i++)
             if (net->pjoins[i].conn == c) {
-                hs__conn_close(c, HS_EPROTO, 1, HS_LOG_WARN, "second JOIN on one connection");
+                net->tr.ops->close(c, HS_EPROTO, 1, HS_LOG_WARN, "second JOIN on one connection");
                 return;
             }
         /* Forget finished joins before growing. */
@@ -351,12 +352,12 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     pj->round_at_request = hs__net_round(net);
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
     /* A first peer listening on a wildcard address learns here what the joiners dial. */
-    if (net->listen_wildcard && !net->s_advertise &&
+    if (net->tr.listen_wildcard && !net->s_advertise &&
         (!strncmp(net->advertise, "0.0.0.0:", 8) || !strncmp(net->advertise, "[::]:", 5))) {
         char ip[64];
-        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0) {
+        if (net->tr.ops->local_ip(c, ip, sizeof(ip)) == 0) {
             snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                     ip, net->listen_port);
+                     ip, net->tr.listen_port);
             HS_LOGI("advertising %s", net->advertise);
         }
     }
@@ -389,7 +390,7 @@ void hs__bs_on_join_ack(hs_net *net, const hs__join *ack) {
         pj->done = 1;
         if (pj->conn) {
             hs__send_reason(net, NULL, pj->conn, HS__T_REFUSE, HS__REFUSE_LIMIT, ack->addr);
-            hs__conn_close(pj->conn, HS_EAUTH, 0, HS_LOG_WARN, "join refused: %s", ack->addr);
+            net->tr.ops->close(pj->conn, HS_EAUTH, 0, HS_LOG_WARN, "join refused: %s", ack->addr);
         }
         return;
     }
@@ -456,7 +457,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     hs_buf_unref(snap);
     pj->done = 1;
     if (err < 0) {
-        hs__conn_close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,
+        net->tr.ops->close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,
                        hs_error_message());
         return;
     }
@@ -468,7 +469,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     c->joiner_id = pj->id;
     c->peer_id = pj->id;
     c->joiner = 0;
-    hs__conn_set_limits(c);
+    net->tr.ops->set_limits(c);
     if (p) {
         p->pending_conn = NULL;
         uv_mutex_lock(&net->mu);

@@ -577,9 +577,9 @@ void hs__mb_peer_dead(hs_net *net, hs__peer *p, const char *fmt, ...) {
     else
         HS_LOGW("peer %u (%s) declared dead: %s", p->id, p->addr, why);
     if (p->conn)
-        hs__conn_close(p->conn, HS_ECONNRESET, 0, HS_LOG_DEBUG, "peer declared dead");
+        net->tr.ops->close(p->conn, HS_ECONNRESET, 0, HS_LOG_DEBUG, "peer declared dead");
     if (p->dialing)
-        hs__conn_close(p->dialing, HS_ECANCELED, 0, HS_LOG_DEBUG, "peer declared dead");
+        net->tr.ops->close(p->dialing, HS_ECANCELED, 0, HS_LOG_DEBUG, "peer declared dead");
     if (!p->member)
         return;
     update_sequencer(net);
@@ -658,7 +658,7 @@ void hs__mb_on_open(hs_net *net, hs__conn *c) {
     if (!p)
         p = hs__peer_get(net, c->peer_id, c->hello.listen);
     if (!p) {
-        hs__conn_close(c, HS_ENOMEM, 1, HS_LOG_ERROR, "out of memory");
+        net->tr.ops->close(c, HS_ENOMEM, 1, HS_LOG_ERROR, "out of memory");
         return;
     }
     if (p->dialing == c)
@@ -669,7 +669,7 @@ void hs__mb_on_open(hs_net *net, hs__conn *c) {
         uv_mutex_lock(&net->mu);
         net->n_open--;
         uv_mutex_unlock(&net->mu);
-        hs__conn_close(old, HS_ECANCELED, 1, HS_LOG_DEBUG, "replaced by a newer connection");
+        net->tr.ops->close(old, HS_ECANCELED, 1, HS_LOG_DEBUG, "replaced by a newer connection");
     }
     p->conn = c;
     c->peer = p;
@@ -693,7 +693,7 @@ void hs__mb_on_open(hs_net *net, hs__conn *c) {
         p->known_round = c->hello.round;
     hs__q_ack(net, p, c->hello.mver, c->hello.missuer);
     hs__q_update(net);
-    hs__conn_pump(c);
+    net->tr.ops->pump(c);
 }
 
 /* Dials the peers this one exchanges with, under the version in force now and every later
@@ -737,7 +737,7 @@ static void connect_needed(hs_net *net) {
             p->unreachable_since_us = now;
         if (!p->dialing && !p->pending_conn && net->self < p->id && now >= p->next_dial_us) {
             hs__conn *c;
-            if (hs__conn_dial(net, p->addr, p->id, &c) == 0) {
+            if (net->tr.ops->dial(&net->tr, p->addr, p->id, &c) == 0) {
                 p->dialing = c;
             } else {
                 HS_LOGW("dial peer %u: %s", p->id, hs_error_message());

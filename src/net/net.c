@@ -20,8 +20,6 @@
 
 #define TICK_MS_MAX 25
 
-uint64_t hs__now_us(void) { return uv_hrtime() / 1000; }
-
 const char *hs_net_security_name(hs_net_security s) {
     switch (s) {
     case HS_NET_SECRET:
@@ -65,93 +63,21 @@ void hs_net_welcome_clear(hs_net_welcome *w) {
     memset(w, 0, sizeof(*w));
 }
 
-/* ------------------------------------------------------------------ frames and queues */
-
-static size_t frame_left(const hs__frame *f) { return HS__HDR_LEN + (size_t)f->len - f->off; }
-
-void hs__fq_push(hs__fq *q, hs__frame *f) {
-    f->next = NULL;
-    if (q->tail)
-        q->tail->next = f;
-    else
-        q->head = f;
-    q->tail = f;
-    q->bytes += frame_left(f);
-    q->n++;
-}
-
-void hs__fq_push_front(hs__fq *q, hs__frame *f) {
-    f->next = q->head;
-    q->head = f;
-    if (!q->tail)
-        q->tail = f;
-    q->bytes += frame_left(f);
-    q->n++;
-}
-
-hs__frame *hs__fq_pop(hs__fq *q) {
-    hs__frame *f = q->head;
-    if (!f)
-        return NULL;
-    q->head = f->next;
-    if (!q->head)
-        q->tail = NULL;
-    q->bytes -= frame_left(f);
-    q->n--;
-    f->next = NULL;
-    return f;
-}
-
-void hs__frame_free(hs__frame *f) {
-    if (!f)
-        return;
-    hs_buf_unref(f->payload);
-    free(f);
-}
-
-void hs__fq_clear(hs__fq *q) {
-    hs__frame *f;
-    while ((f = hs__fq_pop(q)))
-        hs__frame_free(f);
-}
-
-int hs__frame_new(hs__frame **out, hs_net *net, uint8_t type, uint64_t round, hs_buf *payload) {
-    hs__frame *f = calloc(1, sizeof(*f));
-    if (!f)
-        return hs__err(HS_ENOMEM, "frame: out of memory");
-    hs__hdr h = {HS__WIRE_VERSION, type, 0, net->self, (uint32_t)payload->len, round};
-    hs__wire_hdr_encode(f->hdr, &h);
-    f->type = type;
-    f->len = (uint32_t)payload->len;
-    f->round = round;
-    f->payload = hs_buf_ref(payload);
-    *out = f;
-    return 0;
-}
-
 int hs__send_peer(hs_net *net, hs__peer *p, uint8_t type, uint64_t round, hs_buf *payload) {
     hs__frame *f;
-    int err = hs__frame_new(&f, net, type, round, payload);
+    int err = hs__frame_new(&f, net->self, type, round, payload);
     if (err < 0)
         return err;
     if (!hs_net_emulation_none(&p->link.e))
         f->release_us = hs__link_release(&p->link, hs__now_us());
     hs__fq_push(&p->outq, f);
     if (p->conn)
-        hs__conn_pump(p->conn);
+        net->tr.ops->pump(p->conn);
     return 0;
 }
 
 int hs__send_conn(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload) {
-    hs__frame *f;
-    int err = hs__frame_new(&f, c->net, type, round, payload);
-    if (err < 0)
-        return err;
-    if (c->peer && !hs_net_emulation_none(&c->peer->link.e))
-        f->release_us = hs__link_release(&c->peer->link, hs__now_us());
-    hs__fq_push(&c->ctlq, f);
-    hs__conn_pump(c);
-    return 0;
+    return c->tr->ops->send(c, type, round, payload);
 }
 
 int hs__send_reason(hs_net *net, hs__peer *p, hs__conn *c, uint8_t type, uint32_t code,
@@ -244,7 +170,8 @@ uint64_t hs__net_round(hs_net *net) { return __atomic_load_n(&net->cur_round, __
 
 /* ------------------------------------------------------------------ HELLO */
 
-void hs__net_make_hello(hs_net *net, hs__hello *h) {
+static void make_hello(void *owner, hs__hello *h) {
+    hs_net *net = owner;
     memset(h, 0, sizeof(*h));
     h->proto = HS__WIRE_VERSION;
     h->peer_id = net->self;
@@ -262,8 +189,9 @@ void hs__net_make_hello(hs_net *net, hs__hello *h) {
     h->round = hs__net_round(net);
 }
 
-int hs__net_check_hello(hs_net *net, hs__conn *c, const hs__hello *h, int server, char *why,
-                        size_t cap) {
+static int check_hello(void *owner, hs__conn *c, const hs__hello *h, int server, char *why,
+                       size_t cap) {
+    hs_net *net = owner;
     const char *who = h->listen[0] ? h->listen : c->remote;
     if (h->proto != HS__WIRE_VERSION) {
         snprintf(why, cap, "peer %s speaks protocol %u, this peer %u", who, h->proto,
@@ -335,7 +263,8 @@ int hs__net_check_hello(hs_net *net, hs__conn *c, const hs__hello *h, int server
 
 /* ------------------------------------------------------------------ connection events */
 
-void hs__net_on_open(hs_net *net, hs__conn *c) {
+static void on_open(void *owner, hs__conn *c) {
+    hs_net *net = owner;
     if (c->bootstrap) {
         hs__bs_join_start(net); /* sends JOIN on it */
         return;
@@ -348,7 +277,8 @@ void hs__net_on_open(hs_net *net, hs__conn *c) {
     hs__mb_on_open(net, c);
 }
 
-void hs__net_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *text) {
+static void on_refused(void *owner, hs__conn *c, uint32_t code, const char *text) {
+    hs_net *net = owner;
     if (c->bootstrap) {
         hs__bs_on_refused(net, c, code, text);
         return;
@@ -370,7 +300,8 @@ void hs__net_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *tex
     }
 }
 
-void hs__net_on_closed(hs_net *net, hs__conn *c, int err, int dial_failed) {
+static void on_closed(void *owner, hs__conn *c, int err, int dial_failed) {
+    hs_net *net = owner;
     uv_mutex_lock(&net->mu);
     int stopping = net->stopping || net->leaving;
     uv_mutex_unlock(&net->mu);
@@ -400,6 +331,43 @@ void hs__net_on_closed(hs_net *net, hs__conn *c, int err, int dial_failed) {
     }
     if (was_attached || c->outgoing)
         hs__mb_conn_lost(net, p, c, err, dial_failed, was_attached);
+}
+
+static void make_heartbeat(void *owner, hs__heartbeat *hb) {
+    hs_net *net = owner;
+    hb->round = hs__net_round(net);
+    hs__mview *mv = hs__mb_newest(net);
+    if (mv) {
+        hb->mver = mv->m.version;
+        hb->missuer = mv->m.issuer;
+    }
+}
+
+static int closing(void *owner) {
+    hs_net *net = owner;
+    uv_mutex_lock(&net->mu);
+    int leaving = net->leaving || net->stopping;
+    uv_mutex_unlock(&net->mu);
+    return leaving;
+}
+
+static hs__fq *peer_queue(hs__conn *c) {
+    return c->peer && c->peer->conn == c ? &c->peer->outq : NULL;
+}
+
+static hs__link *peer_link(hs__conn *c) { return c->peer ? &c->peer->link : NULL; }
+
+/* DATA bytes leave the peer's send() budget once written or cut; a DATA frame written whole
+ * is one that RESEND may have to account for. */
+static void peer_frame_done(void *owner, hs__conn *c, const hs__frame *f, int written) {
+    hs_net *net = owner;
+    if (f->type != HS__T_DATA)
+        return;
+    uv_mutex_lock(&net->mu);
+    c->peer->queued_bytes -= HS__HDR_LEN + (size_t)f->len;
+    uv_mutex_unlock(&net->mu);
+    if (written)
+        hs__rs_written(&c->peer->rs, f->round, c);
 }
 
 /* ------------------------------------------------------------------ mailbox */
@@ -503,7 +471,8 @@ static int on_heartbeat(hs_net *net, hs__conn *c, hs_buf *pay) {
     return 0;
 }
 
-int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
+static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
+    hs_net *net = owner;
     int err = 0;
     hs__peer *p = c->peer;
     if (p && h->round > p->known_round)
@@ -525,7 +494,7 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         int pause = p->rx_paused;
         uv_mutex_unlock(&net->mu);
         if (pause)
-            hs__conn_read_pause(c, 1);
+            net->tr.ops->read_pause(c, 1);
         if (err == 0 && !drop) {
             hs__rs_withdraw(p, h->round);
             return 0; /* the mailbox has the reference */
@@ -563,7 +532,7 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         if (leave && p)
             hs__mb_peer_dead(net, p, HS__LEFT);
         hs_buf_unref(pay);
-        hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_DEBUG, "BYE");
+        net->tr.ops->close(c, HS_ECONNRESET, 0, HS_LOG_DEBUG, "BYE");
         return 0;
     }
     case HS__T_MEMBERS: {
@@ -604,7 +573,8 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
             break;
         hs__bs_on_refused(net, c, r.code, r.text);
         hs_buf_unref(pay);
-        hs__conn_close(c, HS_EAUTH, 0, HS_LOG_WARN, "join refused by %s: %s", c->remote, r.text);
+        net->tr.ops->close(c, HS_EAUTH, 0, HS_LOG_WARN, "join refused by %s: %s", c->remote,
+                           r.text);
         return 0;
     }
     default:
@@ -614,20 +584,34 @@ int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
     return err;
 }
 
+const hs__transport_events hs__net_events = {
+    .make_hello = make_hello,
+    .check_hello = check_hello,
+    .make_heartbeat = make_heartbeat,
+    .closing = closing,
+    .on_open = on_open,
+    .on_refused = on_refused,
+    .on_closed = on_closed,
+    .on_frame = on_frame,
+    .peer_queue = peer_queue,
+    .peer_link = peer_link,
+    .peer_frame_done = peer_frame_done,
+};
+
 /* ------------------------------------------------------------------ loop thread */
 
 static void close_cb_count(uv_handle_t *h) { (void)h; }
 
 static void do_stop(hs_net *net) {
     hs__conn *next;
-    for (hs__conn *c = net->conns; c; c = next) {
+    for (hs__conn *c = net->tr.conns; c; c = next) {
         next = c->next;
-        hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "stopping");
+        net->tr.ops->close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "stopping");
     }
     /* Connections still flushing are cut now: nothing waits on a stopped peer. */
-    for (hs__conn *c = net->conns; c; c = c->next)
-        hs__conn_abort(c);
-    hs__conn_close_listener(net);
+    for (hs__conn *c = net->tr.conns; c; c = c->next)
+        net->tr.ops->abort(c);
+    net->tr.ops->close_listener(&net->tr);
     if (!uv_is_closing((uv_handle_t *)&net->tick))
         uv_close((uv_handle_t *)&net->tick, close_cb_count);
     if (!uv_is_closing((uv_handle_t *)&net->change_timer))
@@ -641,8 +625,8 @@ static void leave_step(hs_net *net, uint64_t now) {
         /* Flushed: every open connection wrote its queues (the last DATA, then BYE).
          * Connections still being set up carry nothing of ours. */
         const hs__conn *busy = NULL;
-        for (hs__conn *c = net->conns; c && !busy; c = c->next)
-            if (c->state == HS__C_OPEN && !hs__conn_flushed(c))
+        for (hs__conn *c = net->tr.conns; c && !busy; c = c->next)
+            if (c->state == HS__C_OPEN && !net->tr.ops->flushed(c))
                 busy = c;
         if (busy && now < net->leave_deadline_us)
             return;
@@ -663,17 +647,17 @@ static void leave_step(hs_net *net, uint64_t now) {
          * of stream): a socket closed with unread input is reset, and a reset can destroy the
          * last frames we sent before they are read. */
         hs__conn *next;
-        for (hs__conn *c = net->conns; c; c = next) {
+        for (hs__conn *c = net->tr.conns; c; c = next) {
             next = c->next;
-            hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "this peer left the run");
+            net->tr.ops->close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "this peer left the run");
         }
         /* The rest of the caller's timeout (at least half a second) for the ends of stream. */
         if (net->leave_deadline_us < now + 500000)
             net->leave_deadline_us = now + 500000;
     }
     int open = 0;
-    for (hs__conn *c = net->conns; c; c = c->next)
-        open += !hs__conn_closed(c);
+    for (hs__conn *c = net->tr.conns; c; c = c->next)
+        open += !net->tr.ops->closed(c);
     if (open && now < net->leave_deadline_us)
         return;
     uv_mutex_lock(&net->mu);
@@ -687,7 +671,7 @@ static void leave_step(hs_net *net, uint64_t now) {
 static void start_leave(hs_net *net, uint64_t deadline) {
     net->leave_deadline_us = deadline;
     net->leave_started = 1;
-    hs__conn_close_listener(net);
+    net->tr.ops->close_listener(&net->tr);
     HS_LOGI("leaving the run");
     uv_mutex_lock(&net->mu);
     uint32_t code = net->bye_code ? net->bye_code : HS__BYE_LEAVE;
@@ -710,7 +694,7 @@ static void on_tick(uv_timer_t *t) {
     uv_mutex_unlock(&net->mu);
     if (stopping)
         return;
-    hs__conn_tick(net, now);
+    net->tr.ops->tick(&net->tr, now);
     if (leaving) {
         /* Only once the LEAVE command ran (it may still be queued behind the last sends):
          * before, there is no deadline and nothing was flushed. */
@@ -793,7 +777,7 @@ static void on_async(uv_async_t *a) {
                 int still = q->rx_paused;
                 uv_mutex_unlock(&net->mu);
                 if (!still)
-                    hs__conn_read_pause(q->conn, 0);
+                    net->tr.ops->read_pause(q->conn, 0);
             }
             break;
         }
@@ -1170,6 +1154,15 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
         memset(welcome, 0, sizeof(*welcome));
     if ((err = copy_config(net, cfg)) < 0)
         goto fail;
+    net->tr.ops = &hs__tcp;
+    net->tr.ev = &hs__net_events;
+    net->tr.owner = net;
+    net->tr.loop = &net->loop;
+    net->tr.cfg = &net->cfg;
+    net->tr.st = &net->st;
+    net->tr.mu = &net->mu;
+    net->tr.self = &net->self;
+    net->tr.listen_addr = net->s_listen;
     if ((err = hs__net_topo_file(net)) < 0)
         goto fail;
     if (net->cfg.tune_malloc) {
@@ -1178,10 +1171,10 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     }
     if (net->cfg.security == HS_NET_INSECURE) {
         HS_LOGW("--insecure: plain TCP, peers are neither authenticated nor encrypted");
-    } else if ((err = hs__tls_ctx_new(&net->tls, &net->cfg)) < 0) {
+    } else if ((err = hs__tls_ctx_new(&net->tr.tls, &net->cfg)) < 0) {
         goto fail;
     }
-    if (net->s_bootstrap && (err = hs__conn_resolve(net->s_bootstrap, &net->bootstrap_sa)) < 0)
+    if (net->s_bootstrap && (err = net->tr.ops->resolve(net->s_bootstrap, &net->bootstrap_sa)) < 0)
         goto fail;
     if ((err = uv_loop_init(&net->loop)) < 0) {
         err = hs__err(err, "event loop: %s", uv_strerror(err));
@@ -1194,7 +1187,7 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     net->tick.data = net;
     uv_timer_init(&net->loop, &net->change_timer);
     net->change_timer.data = net;
-    if ((err = hs__conn_listen(net)) < 0)
+    if ((err = net->tr.ops->listen(&net->tr)) < 0)
         goto fail;
     char host[HS__ADDR_MAX + 1];
     int port;
@@ -1202,9 +1195,9 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     if (net->s_advertise)
         snprintf(net->advertise, sizeof(net->advertise), "%s", net->s_advertise);
     else if (strchr(host, ':'))
-        snprintf(net->advertise, sizeof(net->advertise), "[%.200s]:%d", host, net->listen_port);
+        snprintf(net->advertise, sizeof(net->advertise), "[%.200s]:%d", host, net->tr.listen_port);
     else
-        snprintf(net->advertise, sizeof(net->advertise), "%.200s:%d", host, net->listen_port);
+        snprintf(net->advertise, sizeof(net->advertise), "%.200s:%d", host, net->tr.listen_port);
     uint64_t tick = (uint64_t)net->cfg.heartbeat_ms / 2;
     if (tick > TICK_MS_MAX)
         tick = TICK_MS_MAX;
@@ -1266,7 +1259,7 @@ hs_exchange *hs_net_exchange(hs_net *net) { return &net->ex; }
 
 uint32_t hs_net_self(const hs_net *net) { return net->self; }
 
-int hs_net_listen_port(const hs_net *net) { return net->listen_port; }
+int hs_net_listen_port(const hs_net *net) { return net->tr.listen_port; }
 
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     if (!snapshot)
@@ -1479,7 +1472,7 @@ void hs_net_free(hs_net *net) {
     free(net->pjoins);
     free(net->view_in);
     free(net->view_out);
-    hs__tls_ctx_free(net->tls);
+    hs__tls_ctx_free(net->tr.tls);
     hs_topo_free(net->topo_file);
     free(net->s_listen);
     free(net->s_advertise);

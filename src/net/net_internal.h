@@ -22,39 +22,8 @@
 #include "core/log.h"
 #include "hearsay/net.h"
 #include "hearsay/topo.h"
-#include "net/emulate.h"
 #include "net/resend.h"
-#include "net/tls.h"
-#include "net/wire.h"
-
-typedef struct hs__conn hs__conn;
-typedef struct hs__peer hs__peer;
-
-/* ------------------------------------------------------------------ outgoing frames */
-typedef struct hs__frame {
-    struct hs__frame *next;
-    uint8_t hdr[HS__HDR_LEN];
-    uint8_t type;
-    uint32_t len;
-    uint64_t round;
-    hs_buf *payload;     /* one reference */
-    uint64_t release_us; /* emulation: not before */
-    size_t off;          /* bytes of header + payload handed to the transport */
-} hs__frame;
-
-typedef struct hs__fq {
-    hs__frame *head, *tail;
-    size_t bytes; /* header + payload bytes not yet handed to the transport */
-    size_t n;
-} hs__fq;
-
-void hs__fq_push(hs__fq *q, hs__frame *f);
-void hs__fq_push_front(hs__fq *q, hs__frame *f);
-hs__frame *hs__fq_pop(hs__fq *q);
-void hs__fq_clear(hs__fq *q);
-void hs__frame_free(hs__frame *f);
-/* A frame from this peer: takes a reference to payload on success. */
-int hs__frame_new(hs__frame **out, hs_net *net, uint8_t type, uint64_t round, hs_buf *payload);
+#include "net/transport.h"
 
 /* ------------------------------------------------------------------ peers */
 struct hs__peer {
@@ -109,46 +78,6 @@ typedef struct hs__mview {
     uint32_t *needs; /* peer ids this peer exchanges with under it (any round of the period) */
     int n_needs;
 } hs__mview;
-
-/* ------------------------------------------------------------------ connections */
-enum { HS__C_CONNECTING, HS__C_TLS, HS__C_HELLO, HS__C_OPEN, HS__C_CLOSING };
-
-struct hs__conn {
-    hs_net *net;
-    uv_tcp_t tcp;
-    uv_timer_t timer; /* emulation release and pacing; close flush limit */
-    uv_connect_t connect_req;
-    int handles_open; /* handles not yet closed */
-    int state;
-    int outgoing;    /* we dialed */
-    int bootstrap;   /* our connection to the bootstrap address (joining) */
-    char remote[80]; /* "ip:port" of the socket */
-    char remote_ip[64];
-    uint32_t expect_id; /* outgoing: the member we dialed, or HS__ID_NONE */
-    uint32_t peer_id;   /* after HELLO; HS__ID_NONE for a joiner */
-    uint32_t joiner_id; /* id given to a joiner on this connection (frames may use it) */
-    hs__peer *peer;     /* attached peer (conn == peer->conn) */
-    hs__hello hello;    /* the other side's HELLO or HELLO_ACK */
-    hs__tls *tls;
-    hs__reader rd;
-    uint8_t *rx; /* read staging */
-    size_t rx_cap;
-    uint8_t *plain;  /* TLS plaintext staging */
-    hs__fq ctlq;     /* this connection's own frames; go before the peer's */
-    size_t inflight; /* bytes handed to libuv, not yet written */
-    int nwrites;
-    uint64_t t_start_us, last_recv_us, last_send_us, last_progress_us;
-    uint64_t app_bytes; /* plaintext bytes taken after the handshake */
-    int joiner;         /* accepted from a peer without an id: it may only join */
-    int got_bye;        /* BYE received: 1 close, 2 leave */
-    int timer_armed;
-    int connected;                /* TCP established */
-    int reading_paused;           /* mailbox backpressure (hs__conn_read_pause) */
-    int state_before_close;       /* the state hs__conn_close found */
-    int refused_retry;            /* the other side said REFUSE with "try again" */
-    char why[HS__REASON_MAX + 1]; /* why it is closing */
-    hs__conn *next, *prev;
-};
 
 /* ------------------------------------------------------------------ commands and mailbox */
 enum {
@@ -209,8 +138,6 @@ struct hs_net {
 
     uint32_t self; /* (mu) HS__ID_NONE until joined */
     char advertise[HS__ADDR_MAX + 1];
-    int listen_port;
-    int listen_wildcard;
 
     uv_loop_t loop;
     uv_thread_t thread;
@@ -219,13 +146,8 @@ struct hs_net {
     uv_async_t async;
     uv_timer_t tick;
     uv_timer_t change_timer;
-    uv_tcp_t listener;
-    int listening;
     int handles_closing;
-    hs__tls_ctx *tls;
-
-    hs__conn *conns;
-    int n_conns;
+    hs__transport tr;
     int n_open;
 
     hs__peer **peers; /* (mu) for the array; see hs__peer for fields */
@@ -257,8 +179,6 @@ struct hs_net {
     uint64_t join_nonce, join_deadline_us, join_next_dial_us;
     int join_backoff_ms;
     int join_handshake_fails; /* closed by the other side before HELLO_ACK */
-    uint64_t refuse_log_us;   /* loop thread: when a refusal was last logged */
-    uint64_t refuse_quiet;    /* refusals not logged since */
     hs__conn *join_conn;
     struct sockaddr_storage bootstrap_sa;
     hs_net_welcome *welcome; /* (mu) filled by the loop for hs_net_start */
@@ -300,7 +220,6 @@ struct hs_net {
 };
 
 /* ------------------------------------------------------------------ helpers (net.c) */
-uint64_t hs__now_us(void);
 hs__peer *hs__peer_find(hs_net *net, uint32_t id);
 /* Finds or creates (under mu). NULL on ENOMEM. */
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr);
@@ -319,43 +238,8 @@ int hs__send_conn(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
 int hs__send_reason(hs_net *net, hs__peer *p, hs__conn *c, uint8_t type, uint32_t code,
                     const char *text);
 
-/* The HELLO this peer sends, and the check of one it received: 0, or a REFUSE code with the
- * reason written to why. */
-void hs__net_make_hello(hs_net *net, hs__hello *h);
-int hs__net_check_hello(hs_net *net, hs__conn *c, const hs__hello *h, int server, char *why,
-                        size_t cap);
-/* conn.c -> net.c events. */
-void hs__net_on_open(hs_net *net, hs__conn *c);
-void hs__net_on_refused(hs_net *net, hs__conn *c, uint32_t code, const char *text);
-void hs__net_on_closed(hs_net *net, hs__conn *c, int err, int dial_failed);
-/* A frame on an open connection. The payload reference is the callee's. Returns < 0 to close
- * the connection (message set). */
-int hs__net_dispatch(hs_net *net, hs__conn *c, const hs__hdr *h, hs_buf *payload);
-
-/* ------------------------------------------------------------------ conn.c */
-int hs__conn_listen(hs_net *net);
-int hs__conn_dial(hs_net *net, const char *addr, uint32_t expect_id, hs__conn **out);
-int hs__conn_dial_sa(hs_net *net, const struct sockaddr *sa, uint32_t expect_id, hs__conn **out);
-void hs__conn_pump(hs__conn *c);
-/* Closes a connection: logs why (level), sends BYE(CLOSE, why) first when bye is set and the
- * connection is open, tells net (hs__net_on_closed) and frees it once libuv is done. */
-void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...)
-    HS__PRINTF(5, 6);
-/* Heartbeats, handshake deadlines, silence and write-progress checks of every connection. */
-void hs__conn_tick(hs_net *net, uint64_t now_us);
-void hs__conn_close_listener(hs_net *net);
-/* 1 once uv_close was called on it (only its close callbacks remain). */
-int hs__conn_closed(hs__conn *c);
-/* Stops (1) or resumes (0) reading: mailbox backpressure. Resuming forgives the silence. */
-void hs__conn_read_pause(hs__conn *c, int pause);
-/* Closes at once, without flushing (stopping). */
-void hs__conn_abort(hs__conn *c);
-/* The local IP of a connection ("127.0.0.1"), for an advertise address. */
-int hs__conn_local_ip(hs__conn *c, char *buf, size_t cap);
-int hs__conn_resolve(const char *addr, struct sockaddr_storage *out);
-int hs__conn_flushed(hs__conn *c);
-/* Sets which frame types (and sizes) the reader accepts, from the connection's state and role. */
-void hs__conn_set_limits(hs__conn *c);
+/* The transport's events for this runtime (net.c). */
+extern const hs__transport_events hs__net_events;
 
 /* ------------------------------------------------------------------ membership.c */
 int hs__mb_init_first(hs_net *net);

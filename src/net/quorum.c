@@ -207,7 +207,7 @@ int hs__q_redial(hs_net *net, hs__peer *p, uint64_t now) {
         return 0;
     p->next_dial_us = now + REDIAL_US;
     hs__conn *c;
-    if (hs__conn_dial(net, p->addr, p->id, &c) == 0)
+    if (net->tr.ops->dial(&net->tr, p->addr, p->id, &c) == 0)
         p->dialing = c;
     return 1;
 }

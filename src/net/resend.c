@@ -180,7 +180,7 @@ static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
     /* (counted apart from dropped_emulated, which counts each round's first transmission: a
      * frame is then either received or counted there once) */
     int lost = hs__link_lose(&p->link);
-    if (lost || hs__frame_new(&f, net, HS__T_DATA, round, b) < 0) {
+    if (lost || hs__frame_new(&f, net->self, HS__T_DATA, round, b) < 0) {
         uv_mutex_lock(&net->mu);
         p->queued_bytes -= total;
         net->st.resend_lost += (uint64_t)lost;
@@ -190,11 +190,9 @@ static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
     count(net, &net->st.resend_sent);
     hs__hdr h = {HS__WIRE_VERSION, HS__T_DATA, HS__F_RESENT, net->self, f->len, round};
     hs__wire_hdr_encode(f->hdr, &h);
-    if (!hs_net_emulation_none(&p->link.e))
-        f->release_us = hs__link_release(&p->link, hs__now_us());
-    hs__fq_push(&p->outq, f);
+    hs__frame_queue(&p->outq, &p->link, f);
     if (p->conn)
-        hs__conn_pump(p->conn);
+        net->tr.ops->pump(p->conn);
 }
 
 static int on_request(hs_net *net, hs__peer *p, uint64_t round) {
