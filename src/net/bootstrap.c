@@ -178,11 +178,11 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
         if (pj->done || pj->id != HS__ID_NONE || now - pj->t_forward_us < FORWARD_RETRY_US)
             continue;
         pj->t_forward_us = now;
-        if (net->is_sequencer) {
-            hs__mb_request_join(net, pj->nonce, net->self, pj->addr);
+        if (net->mb.is_sequencer) {
+            hs__mb_request_join(&net->mb, pj->nonce, net->self, pj->addr);
             continue;
         }
-        hs__peer *seq = hs__peer_find(net, net->sequencer);
+        hs__peer *seq = hs__peer_find(net, net->mb.sequencer);
         hs__join j;
         memset(&j, 0, sizeof(j));
         j.nonce = pj->nonce;
@@ -227,9 +227,9 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->self = w.id;
     uv_mutex_unlock(&net->mu);
     /* Links made before the id was known draw from the right stream from now on. */
-    for (int i = 0; i < net->n_peers; i++)
-        hs__net_link_init(net, net->peers[i]);
-    err = hs__mb_accept(net, &w.members, "WELCOME");
+    for (int i = 0; i < net->mb.n_peers; i++)
+        hs__net_link_init(net, hs__peer_of(net->mb.peers[i]));
+    err = hs__mb_accept(&net->mb, &w.members, "WELCOME");
     if (err < 0) {
         hs__members_clear(&w.members);
         return err;
@@ -280,10 +280,7 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->join_conn = NULL;
     c->bootstrap = 0;
     net->tr.ops->set_limits(c);
-    uv_mutex_lock(&net->mu);
-    net->n_open++;
-    uv_mutex_unlock(&net->mu);
-    hs__mb_on_open(net, c);
+    hs__net_attach(net, c);
     return 0;
 }
 
@@ -297,7 +294,7 @@ static hs__pending_join *pjoin_by_nonce(hs_net *net, uint64_t nonce) {
 }
 
 static void forward(hs_net *net, const hs__join *in, uint8_t ttl) {
-    hs__peer *seq = hs__peer_find(net, net->sequencer);
+    hs__peer *seq = hs__peer_find(net, net->mb.sequencer);
     if (!seq)
         return;
     hs__join j = *in;
@@ -365,8 +362,8 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
         hs__bs_try_welcomes(net);
         return;
     }
-    if (net->is_sequencer) {
-        hs__mb_request_join(net, j->nonce, net->self, j->addr);
+    if (net->mb.is_sequencer) {
+        hs__mb_request_join(&net->mb, j->nonce, net->self, j->addr);
     } else {
         hs__join f = *j;
         f.via = net->self;
@@ -376,8 +373,8 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
 
 void hs__bs_on_join_fwd(hs_net *net, hs__conn *c, const hs__join *j) {
     (void)c;
-    if (net->is_sequencer)
-        hs__mb_request_join(net, j->nonce, j->via, j->addr);
+    if (net->mb.is_sequencer)
+        hs__mb_request_join(&net->mb, j->nonce, j->via, j->addr);
     else if (j->ttl > 0)
         forward(net, j, (uint8_t)(j->ttl - 1));
 }
@@ -398,14 +395,14 @@ void hs__bs_on_join_ack(hs_net *net, const hs__join *ack) {
     pj->mver = ack->mver;
     hs__peer *p = hs__peer_get(net, pj->id, pj->addr);
     if (p && pj->conn)
-        p->pending_conn = pj->conn;
+        p->m.pending_conn = pj->conn;
     hs__bs_try_welcomes(net);
 }
 
 static hs__mview *version(hs_net *net, uint64_t v) {
-    for (int i = net->n_sched - 1; i >= 0; i--)
-        if (net->sched[i]->m.version == v)
-            return net->sched[i];
+    for (int i = net->mb.n_sched - 1; i >= 0; i--)
+        if (net->mb.sched[i]->m.version == v)
+            return net->mb.sched[i];
     return NULL;
 }
 
@@ -471,11 +468,8 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     c->joiner = 0;
     net->tr.ops->set_limits(c);
     if (p) {
-        p->pending_conn = NULL;
-        uv_mutex_lock(&net->mu);
-        net->n_open++;
-        uv_mutex_unlock(&net->mu);
-        hs__mb_on_open(net, c);
+        p->m.pending_conn = NULL;
+        hs__net_attach(net, c);
     }
 }
 
@@ -491,7 +485,7 @@ void hs__bs_conn_gone(hs_net *net, hs__conn *c) {
             net->pjoins[i].done = 1;
             hs__peer *p =
                 net->pjoins[i].id != HS__ID_NONE ? hs__peer_find(net, net->pjoins[i].id) : NULL;
-            if (p && p->pending_conn == c)
-                p->pending_conn = NULL;
+            if (p && p->m.pending_conn == c)
+                p->m.pending_conn = NULL;
         }
 }
