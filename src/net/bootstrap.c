@@ -19,7 +19,7 @@
 
 #include "core/error_internal.h"
 #include "core/rng.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 
 #define FORWARD_RETRY_US 1000000
 #define JOIN_TTL 4

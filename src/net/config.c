@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 
 const char *hs_net_security_name(hs_net_security s) {
     switch (s) {
@@ -52,10 +52,6 @@ void hs_net_welcome_clear(hs_net_welcome *w) {
     hs_buf_unref(w->snapshot);
     memset(w, 0, sizeof(*w));
 }
-
-void hs__net_wake(hs_net *net) { uv_cond_broadcast(&net->cv); }
-
-uint64_t hs__net_round(hs_net *net) { return __atomic_load_n(&net->cur_round, __ATOMIC_RELAXED); }
 
 static char *dup_or(const char *s, const char *dflt) {
     if (!s)

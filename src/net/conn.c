@@ -1,8 +1,8 @@
 /* Connections (transport layer), the inside: lifecycle, the handshake (TLS, then HELLO /
  * HELLO_ACK or REFUSE, the contents and checks of which the owner's events supply), reading
- * frames through the validating reader (straight into the payload buffer when it can), and a
- * closing sequence that flushes a last REFUSE or BYE. Writing is conn_write.c; listening,
- * dialing and the periodic checks conn_accept.c. Frames of open connections go up through
+ * frames through the validating reader (straight into the payload buffer when it can), and
+ * read backpressure. Writing and closing are conn_write.c; listening, dialing, the periodic
+ * checks and the ops table conn_accept.c. Frames of open connections go up through
  * tr->ev->on_frame.
  *
  * Threading: loop thread only. A connection is freed in its handles' close callbacks, after
@@ -21,16 +21,6 @@
 #define PLAIN_CAP (64u * 1024)
 #define DIRECT_MIN (16u * 1024) /* read straight into a payload when this much is missing */
 #define BIG_FRAME (64u * 1024)
-#define CLOSE_FLUSH_MS 1000
-
-static const char *cname(hs__conn *c, char *buf, size_t cap) {
-    uint32_t id = c->peer_id != HS__ID_NONE ? c->peer_id : c->expect_id;
-    if (id != HS__ID_NONE)
-        snprintf(buf, cap, "peer %u (%s)", id, c->remote);
-    else
-        snprintf(buf, cap, "%s", c->remote);
-    return buf;
-}
 
 /* ------------------------------------------------------------------ reader limits per state */
 
@@ -69,36 +59,6 @@ void hs__conn_set_limits(hs__conn *c) {
 }
 
 /* ------------------------------------------------------------------ lifecycle */
-
-static void on_handle_closed(uv_handle_t *h) {
-    hs__conn *c = h->data;
-    if (--c->handles_open > 0)
-        return;
-    hs__transport *tr = c->tr;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        tr->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    tr->n_conns--;
-    hs__reader_free(&c->rd);
-    hs__tls_free(c->tls);
-    hs__fq_clear(&c->ctlq);
-    free(c->rx);
-    free(c->plain);
-    free(c);
-}
-
-void hs__conn_final_close(hs__conn *c) {
-    hs__conn_io *x = &c->io;
-    if (x->final)
-        return;
-    x->final = 1;
-    uv_timer_stop(&c->timer);
-    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-}
 
 hs__conn *hs__conn_new(hs__transport *tr, int outgoing) {
     hs__conn *c = calloc(1, sizeof(*c));
@@ -156,77 +116,6 @@ void hs__conn_sa_format(const struct sockaddr *sa, char *ip, size_t ipcap, char 
     }
 }
 
-/* ------------------------------------------------------------------ closing */
-
-static void on_shutdown(uv_shutdown_t *req, int status) {
-    hs__conn *c = req->data;
-    if (status < 0)
-        hs__conn_final_close(c);
-    /* otherwise wait for the peer's EOF (reads continue, discarded) or the timer */
-}
-
-void hs__conn_maybe_finish_close(hs__conn *c) {
-    hs__conn_io *x = &c->io;
-    if (x->final || c->ctlq.head || c->nwrites)
-        return;
-    if (x->eof) { /* its end of stream is in: nothing more to wait for */
-        hs__conn_final_close(c);
-        return;
-    }
-    if (x->shutdown)
-        return;
-    x->shutdown = 1;
-    x->shut.data = c;
-    if (uv_shutdown(&x->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
-        hs__conn_final_close(c);
-}
-
-void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...) {
-    if (c->state == HS__C_CLOSING)
-        return;
-    hs__transport *tr = c->tr;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->why, sizeof(c->why), fmt, ap);
-    va_end(ap);
-    char nm[128];
-    hs_log(level, "%s: connection closed: %s", cname(c, nm, sizeof(nm)), c->why);
-    int was = c->state;
-    c->state_before_close = was;
-    if (bye && was == HS__C_OPEN && c->got_bye == 0) {
-        hs__reason r = {HS__BYE_CLOSE, ""};
-        snprintf(r.text, sizeof(r.text), "%s", c->why);
-        hs_buf *b;
-        if (hs_buf_new(&b, 64) == 0) {
-            if (hs__wire_reason_encode(b, &r) == 0)
-                hs__conn_send(c, HS__T_BYE, 0, b);
-            hs_buf_unref(b);
-        }
-    }
-    c->state = HS__C_CLOSING;
-    /* A frame of the peer's queue that went out in part cannot continue on another
-     * connection: drop it. */
-    hs__fq *pq = tr->ev->peer_queue(c);
-    if (pq && pq->head && pq->head->off) {
-        hs__frame *f = hs__fq_pop(pq);
-        tr->ev->peer_frame_done(tr->owner, c, f, 0);
-        hs__frame_free(f);
-    }
-    if (!c->io.notified) {
-        c->io.notified = 1;
-        tr->ev->on_closed(tr->owner, c, err, was == HS__C_CONNECTING);
-    }
-    c->peer = NULL;
-    if (was == HS__C_CONNECTING) {
-        hs__conn_final_close(c);
-        return;
-    }
-    c->timer_armed = 1;
-    uv_timer_start(&c->timer, hs__conn_on_timer, CLOSE_FLUSH_MS, 0);
-    hs__conn_pump(c);
-    hs__conn_maybe_finish_close(c);
-}
-
 /* ------------------------------------------------------------------ handshake and frames */
 
 static void open_conn(hs__conn *c) {
@@ -234,7 +123,7 @@ static void open_conn(hs__conn *c) {
     c->state = HS__C_OPEN;
     hs__conn_set_limits(c);
     c->last_progress_us = c->last_recv_us = hs__now_us();
-    HS_LOGD("%s: authenticated (%s)", cname(c, nm, sizeof(nm)),
+    HS_LOGD("%s: authenticated (%s)", hs__conn_name(c, nm, sizeof(nm)),
             c->tls ? hs__tls_describe(c->tls, tl, sizeof(tl)) : "plain TCP");
     c->tr->ev->on_open(c->tr->owner, c);
     hs__conn_pump(c);
@@ -576,10 +465,6 @@ int hs__conn_start(hs__conn *c) {
     return 0;
 }
 
-void hs__conn_abort(hs__conn *c) { hs__conn_final_close(c); }
-
-int hs__conn_closed(hs__conn *c) { return c->io.final; }
-
 void hs__conn_read_pause(hs__conn *c, int pause) {
     if (c->state == HS__C_CLOSING || c->io.final || pause == c->reading_paused)
         return;
@@ -594,21 +479,3 @@ void hs__conn_read_pause(hs__conn *c, int pause) {
     if (err < 0)
         hs__conn_close(c, err, 0, HS_LOG_WARN, "read: %s", uv_strerror(err));
 }
-
-const hs__transport_ops hs__tcp = {
-    .listen = hs__conn_listen,
-    .close_listener = hs__conn_close_listener,
-    .dial = hs__conn_dial,
-    .dial_sa = hs__conn_dial_sa,
-    .send = hs__conn_send,
-    .pump = hs__conn_pump,
-    .close = hs__conn_close,
-    .abort = hs__conn_abort,
-    .closed = hs__conn_closed,
-    .flushed = hs__conn_flushed,
-    .read_pause = hs__conn_read_pause,
-    .set_limits = hs__conn_set_limits,
-    .tick = hs__conn_tick,
-    .local_ip = hs__conn_local_ip,
-    .resolve = hs__conn_resolve,
-};

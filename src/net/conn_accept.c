@@ -1,6 +1,6 @@
 /* Connections, the outside of the transport: listening and the limits on accepting strangers,
- * dialing, address resolution, and the periodic checks of every connection (heartbeats,
- * handshake deadlines, silence, write progress).
+ * dialing, address resolution, the periodic checks of every connection (heartbeats, handshake
+ * deadlines, silence, write progress), and the ops table the layers above call (hs__tcp).
  *
  * Threading: loop thread only. */
 #include <netdb.h>
@@ -252,3 +252,21 @@ void hs__conn_tick(hs__transport *tr, uint64_t now) {
         }
     }
 }
+
+const hs__transport_ops hs__tcp = {
+    .listen = hs__conn_listen,
+    .close_listener = hs__conn_close_listener,
+    .dial = hs__conn_dial,
+    .dial_sa = hs__conn_dial_sa,
+    .send = hs__conn_send,
+    .pump = hs__conn_pump,
+    .close = hs__conn_close,
+    .abort = hs__conn_abort,
+    .closed = hs__conn_closed,
+    .flushed = hs__conn_flushed,
+    .read_pause = hs__conn_read_pause,
+    .set_limits = hs__conn_set_limits,
+    .tick = hs__conn_tick,
+    .local_ip = hs__conn_local_ip,
+    .resolve = hs__conn_resolve,
+};

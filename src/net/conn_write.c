@@ -1,9 +1,12 @@
-/* Connections, the writing side: frames from the connection's own queue and then its peer's
- * queue go to the socket (plain: header and payload from where they are, one reference per
- * uv_write; TLS: through the session, in records), within an in-flight cap and an encryption
- * budget per call, after the emulation's release time and at its pace; and the frame counters.
+/* Connections, the writing and closing side: frames from the connection's own queue and then its
+ * peer's queue go to the socket (plain: header and payload from where they are, one reference
+ * per uv_write; TLS: through the session, in records), within an in-flight cap and an
+ * encryption budget per call, after the emulation's release time and at its pace; the frame
+ * counters; and the closing sequence that flushes a last REFUSE or BYE, then frees.
  *
  * Threading: loop thread only. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,7 @@
 #define PACE_CHUNK (16u * 1024)
 #define PUMP_BUDGET (2u << 20) /* plaintext encrypted per pump call */
 #define SMALL_FRAME (16u * 1024)
+#define CLOSE_FLUSH_MS 1000
 
 typedef struct wreq {
     uv_write_t req;
@@ -25,6 +29,15 @@ typedef struct wreq {
     uint8_t *cipher; /* TLS: owned ciphertext */
     uint8_t hdr[HS__HDR_LEN];
 } wreq;
+
+const char *hs__conn_name(hs__conn *c, char *buf, size_t cap) {
+    uint32_t id = c->peer_id != HS__ID_NONE ? c->peer_id : c->expect_id;
+    if (id != HS__ID_NONE)
+        snprintf(buf, cap, "peer %u (%s)", id, c->remote);
+    else
+        snprintf(buf, cap, "%s", c->remote);
+    return buf;
+}
 
 /* Per-frame counters are atomics (relaxed): every frame passes here, the mutex need not. */
 void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type) {
@@ -301,3 +314,110 @@ int hs__conn_flushed(hs__conn *c) {
     hs__fq *pq = c->tr->ev->peer_queue(c);
     return !c->ctlq.head && c->nwrites == 0 && (!pq || !pq->head);
 }
+
+/* ------------------------------------------------------------------ closing */
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    hs__conn *c = req->data;
+    if (status < 0)
+        hs__conn_final_close(c);
+    /* otherwise wait for the peer's EOF (reads continue, discarded) or the timer */
+}
+
+void hs__conn_maybe_finish_close(hs__conn *c) {
+    hs__conn_io *x = &c->io;
+    if (x->final || c->ctlq.head || c->nwrites)
+        return;
+    if (x->eof) { /* its end of stream is in: nothing more to wait for */
+        hs__conn_final_close(c);
+        return;
+    }
+    if (x->shutdown)
+        return;
+    x->shutdown = 1;
+    x->shut.data = c;
+    if (uv_shutdown(&x->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
+        hs__conn_final_close(c);
+}
+
+void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...) {
+    if (c->state == HS__C_CLOSING)
+        return;
+    hs__transport *tr = c->tr;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+    char nm[128];
+    hs_log(level, "%s: connection closed: %s", hs__conn_name(c, nm, sizeof(nm)), c->why);
+    int was = c->state;
+    c->state_before_close = was;
+    if (bye && was == HS__C_OPEN && c->got_bye == 0) {
+        hs__reason r = {HS__BYE_CLOSE, ""};
+        snprintf(r.text, sizeof(r.text), "%s", c->why);
+        hs_buf *b;
+        if (hs_buf_new(&b, 64) == 0) {
+            if (hs__wire_reason_encode(b, &r) == 0)
+                hs__conn_send(c, HS__T_BYE, 0, b);
+            hs_buf_unref(b);
+        }
+    }
+    c->state = HS__C_CLOSING;
+    /* A frame of the peer's queue that went out in part cannot continue on another
+     * connection: drop it. */
+    hs__fq *pq = tr->ev->peer_queue(c);
+    if (pq && pq->head && pq->head->off) {
+        hs__frame *f = hs__fq_pop(pq);
+        tr->ev->peer_frame_done(tr->owner, c, f, 0);
+        hs__frame_free(f);
+    }
+    if (!c->io.notified) {
+        c->io.notified = 1;
+        tr->ev->on_closed(tr->owner, c, err, was == HS__C_CONNECTING);
+    }
+    c->peer = NULL;
+    if (was == HS__C_CONNECTING) {
+        hs__conn_final_close(c);
+        return;
+    }
+    c->timer_armed = 1;
+    uv_timer_start(&c->timer, hs__conn_on_timer, CLOSE_FLUSH_MS, 0);
+    hs__conn_pump(c);
+    hs__conn_maybe_finish_close(c);
+}
+
+/* ------------------------------------------------------------------ freeing */
+
+static void on_handle_closed(uv_handle_t *h) {
+    hs__conn *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    hs__transport *tr = c->tr;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        tr->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    tr->n_conns--;
+    hs__reader_free(&c->rd);
+    hs__tls_free(c->tls);
+    hs__fq_clear(&c->ctlq);
+    free(c->rx);
+    free(c->plain);
+    free(c);
+}
+
+void hs__conn_final_close(hs__conn *c) {
+    hs__conn_io *x = &c->io;
+    if (x->final)
+        return;
+    x->final = 1;
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+void hs__conn_abort(hs__conn *c) { hs__conn_final_close(c); }
+
+int hs__conn_closed(hs__conn *c) { return c->io.final; }

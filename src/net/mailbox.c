@@ -1,6 +1,7 @@
-/* The mailbox and the hs_exchange the algorithms use (net layer): DATA payloads wait here,
- * keyed by (sender, round), until the training thread's recv() or drain() takes them; view()
- * reads the member-list version in force; send() hands payloads to the loop as commands.
+/* The training thread's side of the runtime: the commands it posts to the loop (which runs them
+ * in net.c), the mailbox where DATA payloads wait, keyed by (sender, round), until its recv()
+ * or drain() takes them, and the hs_exchange the algorithms use (view() reads the member-list
+ * version in force; send() hands payloads to the loop as commands).
  * Backpressure: a sender over its share of the mailbox stops being read until it is taken.
  *
  * Threading: the exchange ops run on the training thread; hs__net_mail_put on the loop thread;
@@ -9,7 +10,29 @@
 #include <string.h>
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
+
+/* Queues a command for the loop (takes a reference to buf on success). */
+int hs__net_post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked) {
+    hs__cmd *cmd = calloc(1, sizeof(*cmd));
+    if (!cmd)
+        return hs__err(HS_ENOMEM, "command: out of memory");
+    cmd->type = type;
+    cmd->to = to;
+    cmd->round = round;
+    cmd->buf = buf ? hs_buf_ref(buf) : NULL;
+    if (!locked)
+        uv_mutex_lock(&net->mu);
+    if (net->cmd_tail)
+        net->cmd_tail->next = cmd;
+    else
+        net->cmd_head = cmd;
+    net->cmd_tail = cmd;
+    if (!locked)
+        uv_mutex_unlock(&net->mu);
+    uv_async_send(&net->async);
+    return 0;
+}
 
 static void mail_remove(hs_net *net, int i) {
     hs__peer *p = hs__peer_find(net, net->mail[i].from);

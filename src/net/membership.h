@@ -132,33 +132,43 @@ typedef struct hs__mb {
 #define HS__LEFT "left the run" /* the reason that marks a graceful leave */
 #define HS__MB_COALESCE_MS 5    /* changes within this window go into one version */
 
-/* ------------------------------------------------------------------ membership.c */
+/* ------------------------------------------------------------------ views.c */
 void hs__mb_free(hs__mb *mb); /* versions and the sequencer's lists; peers are the owner's */
 hs__mpeer *hs__mb_find(hs__mb *mb, uint32_t id);
 /* Finds or creates (the array under the lock); updates the address. NULL on ENOMEM. */
 hs__mpeer *hs__mb_get(hs__mb *mb, uint32_t id, const char *addr);
-/* The first peer's list: itself alone, id 0 (*self must be 0 already). */
-int hs__mb_init_first(hs__mb *mb);
-/* Accepts a member list if newer than ours; from names the source for the log. */
-int hs__mb_accept(hs__mb *mb, const hs__members *m, const char *from);
 hs__mview *hs__mb_newest(const hs__mb *mb);
 hs__mview *hs__mb_at(const hs__mb *mb, uint64_t round); /* in force at round, or NULL */
 int hs__mb_is_member(const hs__mview *mv, uint32_t id);
 int hs__mb_cmp(uint64_t v1, uint32_t i1, uint64_t v2, uint32_t i2);
-/* MEMBERS from peer `from` (p: its peer, NULL on a joiner's connection). */
-void hs__mb_on_members(hs__mb *mb, hs__mpeer *p, uint32_t from, const hs__members *m);
-void hs__mb_on_heartbeat(hs__mb *mb, hs__mpeer *p, const hs__heartbeat *hb);
-/* The sequencer: a join request (from a JOIN here or a JOIN_FWD). */
-void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr);
-/* The sequencer folds waiting joins and removals into the next version (the env's timer). */
-void hs__mb_commit(hs__mb *mb);
-void hs__mb_send_members(hs__mb *mb, hs__mpeer *p);
+/* Publishes m if newer than the newest (1; 0 when not), with its topology and views, its
+ * members as peers and the others dead; logs it. *removed: it leaves this peer out. */
+int hs__mb_add_version(hs__mb *mb, const hs__members *m, const char *from, int *removed);
+
+/* ------------------------------------------------------------------ sequencer.c */
 /* The sequencer is the live member with the lowest id (failure.c calls it as peers die). */
 void hs__mb_update_sequencer(hs__mb *mb);
 /* The sequencer: id's removal goes into the next version. */
 void hs__mb_remove(hs__mb *mb, uint32_t id);
 /* The sequencer: a commit soon (once per coalescing window). */
 void hs__mb_schedule_commit(hs__mb *mb);
+/* The sequencer: a join request (from a JOIN here or a JOIN_FWD). */
+void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr);
+void hs__mb_send_join_ack(hs__mb *mb, hs__join_req *j);
+void hs__mb_send_members(hs__mb *mb, hs__mpeer *p);
+/* The round a change takes effect: the highest round known plus a margin. */
+uint64_t hs__mb_choose_eff(hs__mb *mb);
+
+/* ------------------------------------------------------------------ membership.c */
+/* The first peer's list: itself alone, id 0 (*self must be 0 already). */
+int hs__mb_init_first(hs__mb *mb);
+/* Accepts a member list if newer than ours; from names the source for the log. */
+int hs__mb_accept(hs__mb *mb, const hs__members *m, const char *from);
+/* MEMBERS from peer `from` (p: its peer, NULL on a joiner's connection). */
+void hs__mb_on_members(hs__mb *mb, hs__mpeer *p, uint32_t from, const hs__members *m);
+void hs__mb_on_heartbeat(hs__mb *mb, hs__mpeer *p, const hs__heartbeat *hb);
+/* The sequencer folds waiting joins and removals into the next version (the env's timer). */
+void hs__mb_commit(hs__mb *mb);
 
 /* ------------------------------------------------------------------ failure.c */
 void hs__mb_peer_dead(hs__mb *mb, hs__mpeer *p, const char *fmt, ...) HS__PRINTF(3, 4);

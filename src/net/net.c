@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 #include "net/resend.h"
 
 #define TICK_MS_MAX 25
@@ -220,28 +220,6 @@ static void loop_main(void *arg) {
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     uv_run(&net->loop, UV_RUN_DEFAULT);
-}
-
-/* Queues a command for the loop (takes a reference to buf on success). */
-int hs__net_post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked) {
-    hs__cmd *cmd = calloc(1, sizeof(*cmd));
-    if (!cmd)
-        return hs__err(HS_ENOMEM, "command: out of memory");
-    cmd->type = type;
-    cmd->to = to;
-    cmd->round = round;
-    cmd->buf = buf ? hs_buf_ref(buf) : NULL;
-    if (!locked)
-        uv_mutex_lock(&net->mu);
-    if (net->cmd_tail)
-        net->cmd_tail->next = cmd;
-    else
-        net->cmd_head = cmd;
-    net->cmd_tail = cmd;
-    if (!locked)
-        uv_mutex_unlock(&net->mu);
-    uv_async_send(&net->async);
-    return 0;
 }
 
 /* ------------------------------------------------------------------ public API */

@@ -4,7 +4,7 @@
 #include "net/resend.h"
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 
 void hs__rs_keep(hs__rstore *s, uint64_t round, hs_buf *payload) {
     int slot = 0;

@@ -206,8 +206,8 @@ void hs__conn_set_limits(hs__conn *c);
 void hs__conn_tick(hs__transport *tr, uint64_t now_us);
 int hs__conn_local_ip(hs__conn *c, char *buf, size_t cap);
 int hs__conn_resolve(const char *addr, struct sockaddr_storage *out);
-/* conn.c: a new connection in the transport's list; its handshake once TCP is up; the
- * final close; the frame counters. */
+/* conn.c: a new connection in the transport's list, its handshake once TCP is up;
+ * conn_write.c: the final close, the frame counters. */
 hs__conn *hs__conn_new(hs__transport *tr, int outgoing);
 int hs__conn_start(hs__conn *c);
 void hs__conn_final_close(hs__conn *c);
@@ -215,8 +215,10 @@ void hs__conn_mark_closed(hs__conn *c); /* never reported: closed before it was 
 void hs__conn_sa_format(const struct sockaddr *sa, char *ip, size_t ipcap, char *full,
                         size_t fullcap);
 void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type);
-/* conn.c <-> conn_write.c: TLS output to the socket; the end of a close once flushed; the
- * connection's timer (emulation release, pacing, close flush limit). */
+/* "peer 3 (127.0.0.1:7003)", or the address alone, for logs. */
+const char *hs__conn_name(hs__conn *c, char *buf, size_t cap);
+/* conn_write.c: TLS output to the socket; the end of a close once flushed; the connection's
+ * timer (emulation release, pacing, close flush limit). */
 int hs__conn_flush_tls(hs__conn *c, size_t plain);
 void hs__conn_maybe_finish_close(hs__conn *c);
 void hs__conn_on_timer(uv_timer_t *t);

@@ -14,8 +14,8 @@
  * loop thread writes them under mu and may read them without it (it is the only writer).
  * Peers and member-list versions are never freed before hs_net_free, so pointers to them stay
  * valid on both threads. */
-#ifndef HS_NET_INTERNAL_H
-#define HS_NET_INTERNAL_H
+#ifndef HS_NET_RUNTIME_H
+#define HS_NET_RUNTIME_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -154,36 +154,46 @@ struct hs_net {
     int view_cap;
 };
 
-/* ------------------------------------------------------------------ helpers (net.c) */
+/* ------------------------------------------------------------------ inline helpers */
+/* cv broadcast (caller holds mu) */
+static inline void hs__net_wake(hs_net *net) { uv_cond_broadcast(&net->cv); }
+/* The training thread's round, as the loop knows it. */
+static inline uint64_t hs__net_round(hs_net *net) {
+    return __atomic_load_n(&net->cur_round, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------ config.c */
+/* Copies and checks the configuration into net. */
+int hs__net_copy_config(hs_net *net, const hs_net_config *in);
+/* (Re)loads a topology file spec (net->topo_file, mb.topo_file_n); 0 for a generator spec. */
+int hs__net_topo_file(hs_net *net);
+
+/* ------------------------------------------------------------------ peers.c */
 hs__peer *hs__peer_find(hs_net *net, uint32_t id);
 /* Finds or creates (under mu). NULL on ENOMEM. */
 hs__peer *hs__peer_get(hs_net *net, uint32_t id, const char *addr);
-void hs__net_wake(hs_net *net); /* cv broadcast (caller holds mu) */
-/* Copies and checks the configuration into net (config.c). */
-int hs__net_copy_config(hs_net *net, const hs_net_config *in);
-/* (Re)loads a topology file spec (net->topo_file, topo_file_n); 0 for a generator spec. */
-int hs__net_topo_file(hs_net *net);
 /* Sets up the emulation of the link to p (config override, topology file, global). */
 void hs__net_link_init(hs_net *net, hs__peer *p);
-uint64_t hs__net_round(hs_net *net); /* the training thread's round, as the loop knows it */
-
 /* Queues a frame for a peer (its outq) or on a connection (ctlq), and starts writing. Take a
  * reference to payload on success. */
 int hs__send_peer(hs_net *net, hs__peer *p, uint8_t type, uint64_t round, hs_buf *payload);
 int hs__send_conn(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
-/* Encodes and queues a small control message built by encode(buf, arg). */
+/* Encodes and queues a small control message (a reason: SUSPECT, BYE, REFUSE). */
 int hs__send_reason(hs_net *net, hs__peer *p, hs__conn *c, uint8_t type, uint32_t code,
                     const char *text);
-
-/* Queues a command for the loop (takes a reference to buf on success); locked: mu is held. */
-int hs__net_post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
-/* Stores a DATA payload (reference taken over); mu held (mailbox.c). */
-int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int resent);
-extern const hs_exchange_ops hs__net_exchange_ops;
 /* Attaches an authenticated connection to its peer (a newer one replaces the old) and tells
  * membership. */
 void hs__net_attach(hs_net *net, hs__conn *c);
-/* The transport's events and membership's env for this runtime (net.c). */
+
+/* ------------------------------------------------------------------ mailbox.c */
+/* Queues a command for the loop (takes a reference to buf on success); locked: mu is held. */
+int hs__net_post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
+/* Stores a DATA payload (reference taken over); mu held. */
+int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int resent);
+extern const hs_exchange_ops hs__net_exchange_ops;
+
+/* ------------------------------------------------------------------ dispatch.c */
+/* The transport's events and membership's env for this runtime. */
 extern const hs__transport_events hs__net_events;
 extern const hs__mb_env hs__net_mb_env;
 
