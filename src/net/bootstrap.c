@@ -19,7 +19,7 @@
 
 #include "core/error_internal.h"
 #include "core/rng.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 
 #define FORWARD_RETRY_US 1000000
 #define JOIN_TTL 4
@@ -42,7 +42,7 @@ void hs__bs_fail(hs_net *net, int err, const char *fmt, ...) {
     if (net->join_conn) {
         hs__conn *c = net->join_conn;
         net->join_conn = NULL;
-        hs__conn_close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "join failed");
+        net->tr.ops->close(c, HS_ECANCELED, 0, HS_LOG_DEBUG, "join failed");
     }
 }
 
@@ -61,7 +61,7 @@ static void join_dial(hs_net *net) {
         /* Unique per attempt: the run seed alone is shared by every peer of a test. */
         hs_rng r;
         hs_rng_init(&r, net->cfg.seed ^ uv_hrtime(), HS_RNG_NET, (uint32_t)getpid(),
-                    (uint32_t)net->listen_port);
+                    (uint32_t)net->tr.listen_port);
         while (!net->join_nonce)
             net->join_nonce = hs_rng_u64(&r);
         if (!net->join_deadline_us)
@@ -69,7 +69,8 @@ static void join_dial(hs_net *net) {
         net->join_backoff_ms = 50;
     }
     hs__conn *c;
-    if (hs__conn_dial_sa(net, (struct sockaddr *)&net->bootstrap_sa, HS__ID_NONE, &c) < 0) {
+    if (net->tr.ops->dial_sa(&net->tr, (struct sockaddr *)&net->bootstrap_sa, HS__ID_NONE, &c) <
+        0) {
         net->join_next_dial_us = now + (uint64_t)net->join_backoff_ms * 1000;
         return;
     }
@@ -88,11 +89,11 @@ void hs__bs_join_start(hs_net *net) {
     if (c->state != HS__C_OPEN)
         return;
     /* Open: send JOIN with the address the others will dial. */
-    if (net->listen_wildcard && !net->s_advertise) {
+    if (net->tr.listen_wildcard && !net->s_advertise) {
         char ip[64];
-        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0)
+        if (net->tr.ops->local_ip(c, ip, sizeof(ip)) == 0)
             snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                     ip, net->listen_port);
+                     ip, net->tr.listen_port);
     }
     hs__join j;
     memset(&j, 0, sizeof(j));
@@ -177,11 +178,11 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
         if (pj->done || pj->id != HS__ID_NONE || now - pj->t_forward_us < FORWARD_RETRY_US)
             continue;
         pj->t_forward_us = now;
-        if (net->is_sequencer) {
-            hs__mb_request_join(net, pj->nonce, net->self, pj->addr);
+        if (net->mb.is_sequencer) {
+            hs__mb_request_join(&net->mb, pj->nonce, net->self, pj->addr);
             continue;
         }
-        hs__peer *seq = hs__peer_find(net, net->sequencer);
+        hs__peer *seq = hs__peer_find(net, net->mb.sequencer);
         hs__join j;
         memset(&j, 0, sizeof(j));
         j.nonce = pj->nonce;
@@ -226,9 +227,9 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->self = w.id;
     uv_mutex_unlock(&net->mu);
     /* Links made before the id was known draw from the right stream from now on. */
-    for (int i = 0; i < net->n_peers; i++)
-        hs__net_link_init(net, net->peers[i]);
-    err = hs__mb_accept(net, &w.members, "WELCOME");
+    for (int i = 0; i < net->mb.n_peers; i++)
+        hs__net_link_init(net, hs__peer_of(net->mb.peers[i]));
+    err = hs__mb_accept(&net->mb, &w.members, "WELCOME");
     if (err < 0) {
         hs__members_clear(&w.members);
         return err;
@@ -278,11 +279,8 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     /* The bootstrap connection is an ordinary one from now on. */
     net->join_conn = NULL;
     c->bootstrap = 0;
-    hs__conn_set_limits(c);
-    uv_mutex_lock(&net->mu);
-    net->n_open++;
-    uv_mutex_unlock(&net->mu);
-    hs__mb_on_open(net, c);
+    net->tr.ops->set_limits(c);
+    hs__net_attach(net, c);
     return 0;
 }
 
@@ -296,7 +294,7 @@ static hs__pending_join *pjoin_by_nonce(hs_net *net, uint64_t nonce) {
 }
 
 static void forward(hs_net *net, const hs__join *in, uint8_t ttl) {
-    hs__peer *seq = hs__peer_find(net, net->sequencer);
+    hs__peer *seq = hs__peer_find(net, net->mb.sequencer);
     if (!seq)
         return;
     hs__join j = *in;
@@ -315,14 +313,14 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     if (hs__wire_addr_split(j->addr, host, sizeof(host), &port) < 0 || port == 0) {
         hs__send_reason(net, NULL, c, HS__T_REFUSE, HS__REFUSE_PROTO,
                         "JOIN without a listen address (HOST:PORT)");
-        hs__conn_close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
+        net->tr.ops->close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
         return;
     }
     hs__pending_join *pj = pjoin_by_nonce(net, j->nonce);
     if (!pj) {
         for (int i = 0; i < net->n_pjoins; i++)
             if (net->pjoins[i].conn == c) {
-                hs__conn_close(c, HS_EPROTO, 1, HS_LOG_WARN, "second JOIN on one connection");
+                net->tr.ops->close(c, HS_EPROTO, 1, HS_LOG_WARN, "second JOIN on one connection");
                 return;
             }
         /* Forget finished joins before growing. */
@@ -351,12 +349,12 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     pj->round_at_request = hs__net_round(net);
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
     /* A first peer listening on a wildcard address learns here what the joiners dial. */
-    if (net->listen_wildcard && !net->s_advertise &&
+    if (net->tr.listen_wildcard && !net->s_advertise &&
         (!strncmp(net->advertise, "0.0.0.0:", 8) || !strncmp(net->advertise, "[::]:", 5))) {
         char ip[64];
-        if (hs__conn_local_ip(c, ip, sizeof(ip)) == 0) {
+        if (net->tr.ops->local_ip(c, ip, sizeof(ip)) == 0) {
             snprintf(net->advertise, sizeof(net->advertise), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                     ip, net->listen_port);
+                     ip, net->tr.listen_port);
             HS_LOGI("advertising %s", net->advertise);
         }
     }
@@ -364,8 +362,8 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
         hs__bs_try_welcomes(net);
         return;
     }
-    if (net->is_sequencer) {
-        hs__mb_request_join(net, j->nonce, net->self, j->addr);
+    if (net->mb.is_sequencer) {
+        hs__mb_request_join(&net->mb, j->nonce, net->self, j->addr);
     } else {
         hs__join f = *j;
         f.via = net->self;
@@ -375,8 +373,8 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
 
 void hs__bs_on_join_fwd(hs_net *net, hs__conn *c, const hs__join *j) {
     (void)c;
-    if (net->is_sequencer)
-        hs__mb_request_join(net, j->nonce, j->via, j->addr);
+    if (net->mb.is_sequencer)
+        hs__mb_request_join(&net->mb, j->nonce, j->via, j->addr);
     else if (j->ttl > 0)
         forward(net, j, (uint8_t)(j->ttl - 1));
 }
@@ -389,7 +387,7 @@ void hs__bs_on_join_ack(hs_net *net, const hs__join *ack) {
         pj->done = 1;
         if (pj->conn) {
             hs__send_reason(net, NULL, pj->conn, HS__T_REFUSE, HS__REFUSE_LIMIT, ack->addr);
-            hs__conn_close(pj->conn, HS_EAUTH, 0, HS_LOG_WARN, "join refused: %s", ack->addr);
+            net->tr.ops->close(pj->conn, HS_EAUTH, 0, HS_LOG_WARN, "join refused: %s", ack->addr);
         }
         return;
     }
@@ -397,14 +395,14 @@ void hs__bs_on_join_ack(hs_net *net, const hs__join *ack) {
     pj->mver = ack->mver;
     hs__peer *p = hs__peer_get(net, pj->id, pj->addr);
     if (p && pj->conn)
-        p->pending_conn = pj->conn;
+        p->m.pending_conn = pj->conn;
     hs__bs_try_welcomes(net);
 }
 
 static hs__mview *version(hs_net *net, uint64_t v) {
-    for (int i = net->n_sched - 1; i >= 0; i--)
-        if (net->sched[i]->m.version == v)
-            return net->sched[i];
+    for (int i = net->mb.n_sched - 1; i >= 0; i--)
+        if (net->mb.sched[i]->m.version == v)
+            return net->mb.sched[i];
     return NULL;
 }
 
@@ -456,7 +454,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     hs_buf_unref(snap);
     pj->done = 1;
     if (err < 0) {
-        hs__conn_close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,
+        net->tr.ops->close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,
                        hs_error_message());
         return;
     }
@@ -468,13 +466,10 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     c->joiner_id = pj->id;
     c->peer_id = pj->id;
     c->joiner = 0;
-    hs__conn_set_limits(c);
+    net->tr.ops->set_limits(c);
     if (p) {
-        p->pending_conn = NULL;
-        uv_mutex_lock(&net->mu);
-        net->n_open++;
-        uv_mutex_unlock(&net->mu);
-        hs__mb_on_open(net, c);
+        p->m.pending_conn = NULL;
+        hs__net_attach(net, c);
     }
 }
 
@@ -490,7 +485,7 @@ void hs__bs_conn_gone(hs_net *net, hs__conn *c) {
             net->pjoins[i].done = 1;
             hs__peer *p =
                 net->pjoins[i].id != HS__ID_NONE ? hs__peer_find(net, net->pjoins[i].id) : NULL;
-            if (p && p->pending_conn == c)
-                p->pending_conn = NULL;
+            if (p && p->m.pending_conn == c)
+                p->m.pending_conn = NULL;
         }
 }

@@ -34,88 +34,88 @@
 #include <string.h>
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/membership.h"
 
 #define REDIAL_US 1000000
 
-static hs__mview *agreed(hs_net *net) {
-    if (!net->agreed && net->n_sched)
-        net->agreed = net->sched[0]; /* the first list this peer got: the job's, or WELCOME's */
-    return net->agreed;
+static hs__mview *agreed(hs__mb *mb) {
+    if (!mb->agreed && mb->n_sched)
+        mb->agreed = mb->sched[0]; /* the first list this peer got: the job's, or WELCOME's */
+    return mb->agreed;
 }
 
 /* Voting members of the agreed list, and those reached (live) or holding mv (acked): 1 when
  * they are a majority. */
-static int count(hs_net *net, const hs__mview *mv, uint32_t *got, uint32_t *voters) {
-    hs__mview *base = agreed(net);
-    uint64_t now = hs__now_us(), fresh = (uint64_t)net->cfg.peer_timeout_ms * 750;
+static int count(hs__mb *mb, const hs__mview *mv, uint32_t *got, uint32_t *voters) {
+    hs__mview *base = agreed(mb);
+    uint64_t now = mb->env->now_us(mb->ctx), fresh = (uint64_t)mb->cfg->peer_timeout_ms * 750;
     *got = *voters = 0;
     if (!base)
         return 0;
     for (uint32_t i = 0; i < base->m.n; i++) {
         uint32_t id = base->m.m[i].id;
-        hs__peer *p = id == net->self ? NULL : hs__peer_find(net, id);
+        hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
         if (p && (p->left || p->gone))
             continue;
         (*voters)++;
-        if (id == net->self)
-            *got += !mv || hs__mb_is_member(hs__mb_newest(net), id);
+        if (id == *mb->self)
+            *got += !mv || hs__mb_is_member(hs__mb_newest(mb), id);
         else if (!mv)
-            *got += p && p->conn && !p->dead && now - p->conn->last_recv_us < fresh;
+            *got += p && p->conn && !p->dead && now - mb->env->heard_us(mb->ctx, p) < fresh;
         else
             *got += p && hs__mb_cmp(p->has_ver, p->has_iss, mv->m.version, mv->m.issuer) >= 0;
     }
     return 2 * *got > *voters;
 }
 
-static int majority(hs_net *net, uint32_t *reached, uint32_t *voters) {
-    return count(net, NULL, reached, voters);
+static int majority(hs__mb *mb, uint32_t *reached, uint32_t *voters) {
+    return count(mb, NULL, reached, voters);
 }
 
 /* The sequencer: the newest list a majority of the agreed one holds becomes the agreed one. */
-static void advance_agreed(hs_net *net) {
-    hs__mview *base = agreed(net);
+static void advance_agreed(hs__mb *mb) {
+    hs__mview *base = agreed(mb);
     uint32_t got, voters;
-    for (int i = net->n_sched - 1; i >= 0 && net->sched[i] != base; i--) {
-        if (count(net, net->sched[i], &got, &voters)) {
-            net->agreed = net->sched[i];
+    for (int i = mb->n_sched - 1; i >= 0 && mb->sched[i] != base; i--) {
+        if (count(mb, mb->sched[i], &got, &voters)) {
+            mb->agreed = mb->sched[i];
             HS_LOGD("members v%llu agreed (%u of %u hold it)",
-                    (unsigned long long)net->agreed->m.version, got, voters);
+                    (unsigned long long)mb->agreed->m.version, got, voters);
             return;
         }
     }
 }
 
-void hs__q_ack(hs_net *net, hs__peer *p, uint64_t ver, uint32_t iss) {
+void hs__q_ack(hs__mb *mb, hs__mpeer *p, uint64_t ver, uint32_t iss) {
     if (hs__mb_cmp(ver, iss, p->has_ver, p->has_iss) <= 0)
         return;
     p->has_ver = ver;
     p->has_iss = iss;
-    hs__q_update(net);
+    hs__q_update(mb);
 }
 
-void hs__q_tell(hs_net *net, hs__peer *p) {
-    hs__heartbeat hb = {HS__HB_BEAT, 0, hs__net_round(net), 0, 0};
-    hs__mview *mv = hs__mb_newest(net);
+void hs__q_tell(hs__mb *mb, hs__mpeer *p) {
+    hs__heartbeat hb = {HS__HB_BEAT, 0, mb->env->round(mb->ctx), 0, 0};
+    hs__mview *mv = hs__mb_newest(mb);
     hs_buf *b;
     if (!mv || !p->conn || hs_buf_new(&b, HS__HB_LEN) < 0)
         return;
     hb.mver = mv->m.version;
     hb.missuer = mv->m.issuer;
     if (hs__wire_heartbeat_encode(b, &hb) == 0)
-        hs__send_conn(p->conn, HS__T_HEARTBEAT, hb.round, b);
+        mb->env->send(mb->ctx, p, 1, HS__T_HEARTBEAT, hb.round, b);
     hs_buf_unref(b);
 }
 
-int hs__q_majority(hs_net *net) {
+int hs__q_majority(hs__mb *mb) {
     uint32_t reached, voters;
-    return majority(net, &reached, &voters);
+    return majority(mb, &reached, &voters);
 }
 
 /* QUORUM: ok, and (in the membership fields) the agreed list. */
-static void send_status(hs_net *net, hs__peer *p, int ok) {
-    hs__heartbeat hb = {HS__HB_QUORUM, (uint64_t)ok, hs__net_round(net), 0, 0};
-    hs__mview *mv = agreed(net);
+static void send_status(hs__mb *mb, hs__mpeer *p, int ok) {
+    hs__heartbeat hb = {HS__HB_QUORUM, (uint64_t)ok, mb->env->round(mb->ctx), 0, 0};
+    hs__mview *mv = agreed(mb);
     if (mv) {
         hb.mver = mv->m.version;
         hb.missuer = mv->m.issuer;
@@ -124,39 +124,40 @@ static void send_status(hs_net *net, hs__peer *p, int ok) {
     if (hs_buf_new(&b, HS__HB_LEN) < 0)
         return;
     if (hs__wire_heartbeat_encode(b, &hb) == 0 &&
-        hs__send_conn(p->conn, HS__T_HEARTBEAT, hb.round, b) == 0) {
+        mb->env->send(mb->ctx, p, 1, HS__T_HEARTBEAT, hb.round, b) == 0) {
         p->told_quorum = ok + 1;
         p->told_agreed = hb.mver;
     }
     hs_buf_unref(b);
 }
 
-void hs__q_update(hs_net *net) {
-    uv_mutex_lock(&net->mu);
-    int skip = net->stopping || net->leaving || net->self == HS__ID_NONE;
-    int removed = net->removed, was = net->in_job;
-    uv_mutex_unlock(&net->mu);
+void hs__q_update(hs__mb *mb) {
+    int quiet = mb->env->quiet(mb->ctx);
+    mb->env->lock(mb->ctx);
+    int skip = quiet || *mb->self == HS__ID_NONE;
+    int removed = mb->removed, was = mb->in_job;
+    mb->env->unlock(mb->ctx);
     if (skip)
         return;
-    if (!removed && net->is_sequencer)
-        advance_agreed(net);
+    if (!removed && mb->is_sequencer)
+        advance_agreed(mb);
     uint32_t reached = 0, voters = 0;
-    int seq_ok = !removed && net->is_sequencer && majority(net, &reached, &voters);
+    int seq_ok = !removed && mb->is_sequencer && majority(mb, &reached, &voters);
     int in = seq_ok;
-    if (!removed && !net->is_sequencer) {
-        hs__peer *s = hs__peer_find(net, net->sequencer);
+    if (!removed && !mb->is_sequencer) {
+        hs__mpeer *s = hs__mb_find(mb, mb->sequencer);
         in = s && s->conn && !s->dead && s->says_quorum;
     }
     if (in != was) {
-        uv_mutex_lock(&net->mu);
-        net->in_job = in;
-        hs__net_wake(net);
-        uv_mutex_unlock(&net->mu);
+        mb->env->lock(mb->ctx);
+        mb->in_job = in;
+        mb->env->wake(mb->ctx);
+        mb->env->unlock(mb->ctx);
         if (in)
             HS_LOGI("in touch with the job (a majority of members v%llu)%s",
-                    (unsigned long long)agreed(net)->m.version,
-                    net->is_sequencer ? ", as its sequencer" : "");
-        else if (!removed && net->is_sequencer)
+                    (unsigned long long)agreed(mb)->m.version,
+                    mb->is_sequencer ? ", as its sequencer" : "");
+        else if (!removed && mb->is_sequencer)
             HS_LOGW(
                 "cut off from the job: this sequencer reaches %u of %u members, not a majority; "
                 "no training and no membership change until it does",
@@ -164,87 +165,68 @@ void hs__q_update(hs_net *net) {
         else if (!removed)
             HS_LOGW("cut off from the job: the sequencer (peer %u) is not reachable or reaches no "
                     "majority; no training until it does",
-                    net->sequencer);
+                    mb->sequencer);
     }
-    for (int i = 0; i < net->n_peers; i++) {
-        hs__peer *p = net->peers[i];
+    for (int i = 0; i < mb->n_peers; i++) {
+        hs__mpeer *p = mb->peers[i];
         if (p->conn &&
-            (p->told_quorum != seq_ok + 1 || (seq_ok && p->told_agreed != net->agreed->m.version)))
-            send_status(net, p, seq_ok);
+            (p->told_quorum != seq_ok + 1 || (seq_ok && p->told_agreed != mb->agreed->m.version)))
+            send_status(mb, p, seq_ok);
     }
 }
 
-void hs__q_on_status(hs_net *net, hs__conn *c, const hs__heartbeat *hb) {
-    if (!c->peer)
+void hs__q_on_status(hs__mb *mb, hs__mpeer *p, uint32_t from, const hs__heartbeat *hb) {
+    if (!p)
         return;
-    c->peer->says_quorum = hb->token != 0;
+    p->says_quorum = hb->token != 0;
     /* The sequencer's agreed list, if this peer holds it: the base should it take over. */
-    hs__mview *base = agreed(net);
-    for (int i = net->n_sched - 1; hb->token && c->peer_id == net->sequencer && i >= 0; i--) {
-        hs__mview *mv = net->sched[i];
+    hs__mview *base = agreed(mb);
+    for (int i = mb->n_sched - 1; hb->token && from == mb->sequencer && i >= 0; i--) {
+        hs__mview *mv = mb->sched[i];
         if (mv == base)
             break;
         if (mv->m.version == hb->mver && mv->m.issuer == hb->missuer) {
-            net->agreed = mv;
+            mb->agreed = mv;
             break;
         }
     }
-    hs__q_update(net);
+    hs__q_update(mb);
 }
 
-void hs__q_on_open(hs__peer *p) {
+void hs__q_on_open(hs__mpeer *p) {
     p->told_quorum = 0;
     p->says_quorum = 0;
 }
 
-int hs__q_redial(hs_net *net, hs__peer *p, uint64_t now) {
-    if (net->in_job || !p->member || p->gone || p->dialing || p->conn || now < p->next_dial_us)
+int hs__q_redial(hs__mb *mb, hs__mpeer *p, uint64_t now) {
+    if (mb->in_job || !p->member || p->gone || p->dialing || p->conn || now < p->next_dial_us)
         return 0;
     /* A live one the lower id dials as usual unless that takes long (crossing dials would
      * replace each other's connections). */
-    uint64_t late = (uint64_t)net->cfg.peer_timeout_ms * 500;
+    uint64_t late = (uint64_t)mb->cfg->peer_timeout_ms * 500;
     if (!p->dead && (!p->unreachable_since_us || now - p->unreachable_since_us < late))
         return 0;
     p->next_dial_us = now + REDIAL_US;
     hs__conn *c;
-    if (hs__conn_dial(net, p->addr, p->id, &c) == 0)
+    if (mb->env->dial(mb->ctx, p, &c) == 0)
         p->dialing = c;
     return 1;
 }
 
-void hs__q_removed(hs_net *net, const char *fmt, ...) {
-    char why[sizeof(net->removed_why)];
+void hs__q_removed(hs__mb *mb, const char *fmt, ...) {
+    char why[sizeof(mb->removed_why)];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    uv_mutex_lock(&net->mu);
-    int was = net->removed;
-    net->removed = 1;
-    net->in_job = 0;
+    mb->env->lock(mb->ctx);
+    int was = mb->removed;
+    mb->removed = 1;
+    mb->in_job = 0;
     if (!was)
-        snprintf(net->removed_why, sizeof(net->removed_why), "%s", why);
-    hs__net_wake(net);
-    uv_mutex_unlock(&net->mu);
+        snprintf(mb->removed_why, sizeof(mb->removed_why), "%s", why);
+    mb->env->wake(mb->ctx);
+    mb->env->unlock(mb->ctx);
     if (!was)
-        HS_LOGE("this peer (id %u) was removed from the job: %s", net->self, why);
-}
-
-int hs_net_in_job(hs_net *net, int wait_ms) {
-    uint64_t end = hs__now_us() + (uint64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
-    uv_mutex_lock(&net->mu);
-    for (;;) {
-        if (net->removed) {
-            int err = hs__err(HS_ECANCELED, "peer %u: %s", net->self, net->removed_why);
-            uv_mutex_unlock(&net->mu);
-            return err;
-        }
-        uint64_t now = hs__now_us();
-        if (net->in_job || now >= end || net->stopping)
-            break;
-        uv_cond_timedwait(&net->cv, &net->mu, (end - now) * 1000);
-    }
-    int in = net->in_job;
-    uv_mutex_unlock(&net->mu);
-    return in;
+        HS_LOGE("this peer (id %u) was removed from the job: %s", *mb->self, why);
 }

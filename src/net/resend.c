@@ -4,7 +4,7 @@
 #include "net/resend.h"
 
 #include "core/error_internal.h"
-#include "net/net_internal.h"
+#include "net/runtime.h"
 
 void hs__rs_keep(hs__rstore *s, uint64_t round, hs_buf *payload) {
     int slot = 0;
@@ -103,9 +103,9 @@ static int send_resend(hs_net *net, hs__peer *p, hs__conn *c, uint8_t kind, uint
 }
 
 void hs__rs_tick(hs_net *net, uint64_t now_us) {
-    for (int i = 0; i < net->n_peers; i++) {
-        hs__peer *p = net->peers[i];
-        if (!p->conn || p->conn->state != HS__C_OPEN || p->dead ||
+    for (int i = 0; i < net->mb.n_peers; i++) {
+        hs__peer *p = hs__peer_of(net->mb.peers[i]);
+        if (!p->m.conn || p->m.conn->state != HS__C_OPEN || p->m.dead ||
             (p->rs.ping_us && now_us - p->rs.ping_us < HS__RS_PING_US))
             continue;
         p->rs.ping_us = now_us;
@@ -115,7 +115,7 @@ void hs__rs_tick(hs_net *net, uint64_t now_us) {
             return;
         if (hs__wire_heartbeat_encode(b, &hb) == 0) {
             p->ping_sent_ns = uv_hrtime();
-            hs__send_conn(p->conn, HS__T_HEARTBEAT, hb.round, b);
+            hs__send_conn(p->m.conn, HS__T_HEARTBEAT, hb.round, b);
         }
         hs_buf_unref(b);
     }
@@ -125,10 +125,10 @@ void hs__rs_ask(hs_net *net, hs__peer *p, uint64_t round) {
     /* Without a connection there is nobody to ask; a reconnection carries the peer's queue on,
      * and recv() asks again after its next interval. The request goes on the connection's own
      * queue, ahead of this peer's bulk DATA. */
-    if (!p->conn || p->conn->state != HS__C_OPEN)
+    if (!p->m.conn || p->m.conn->state != HS__C_OPEN)
         return;
-    if (send_resend(net, p, p->conn, HS__RS_REQUEST, round) < 0) {
-        HS_LOGD("RESEND to peer %u: %s", p->id, hs_error_message());
+    if (send_resend(net, p, p->m.conn, HS__RS_REQUEST, round) < 0) {
+        HS_LOGD("RESEND to peer %u: %s", p->m.id, hs_error_message());
         return;
     }
     if (!p->rs.have_asked || round > p->rs.asked_top)
@@ -138,9 +138,9 @@ void hs__rs_ask(hs_net *net, hs__peer *p, uint64_t round) {
 }
 
 void hs__rs_withdraw(hs__peer *p, uint64_t round) {
-    if (!p->conn)
+    if (!p->m.conn)
         return;
-    hs__fq *q = &p->conn->ctlq;
+    hs__fq *q = &p->m.conn->ctlq;
     hs__frame *prev = NULL, *f = q->head;
     while (f) {
         hs__frame *next = f->next;
@@ -170,7 +170,7 @@ void hs__rs_withdraw(hs__peer *p, uint64_t round) {
 static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
     size_t total = HS__HDR_LEN + b->len;
     uv_mutex_lock(&net->mu);
-    int skip = p->dead || p->queued_bytes + total > net->cfg.max_buffered;
+    int skip = p->m.dead || p->queued_bytes + total > net->cfg.max_buffered;
     if (!skip)
         p->queued_bytes += total;
     uv_mutex_unlock(&net->mu);
@@ -180,7 +180,7 @@ static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
     /* (counted apart from dropped_emulated, which counts each round's first transmission: a
      * frame is then either received or counted there once) */
     int lost = hs__link_lose(&p->link);
-    if (lost || hs__frame_new(&f, net, HS__T_DATA, round, b) < 0) {
+    if (lost || hs__frame_new(&f, net->self, HS__T_DATA, round, b) < 0) {
         uv_mutex_lock(&net->mu);
         p->queued_bytes -= total;
         net->st.resend_lost += (uint64_t)lost;
@@ -190,16 +190,14 @@ static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
     count(net, &net->st.resend_sent);
     hs__hdr h = {HS__WIRE_VERSION, HS__T_DATA, HS__F_RESENT, net->self, f->len, round};
     hs__wire_hdr_encode(f->hdr, &h);
-    if (!hs_net_emulation_none(&p->link.e))
-        f->release_us = hs__link_release(&p->link, hs__now_us());
-    hs__fq_push(&p->outq, f);
-    if (p->conn)
-        hs__conn_pump(p->conn);
+    hs__frame_queue(&p->outq, &p->link, f);
+    if (p->m.conn)
+        net->tr.ops->pump(p->m.conn);
 }
 
 static int on_request(hs_net *net, hs__peer *p, uint64_t round) {
     const hs__rstore *s = &p->rs;
-    if (p->dead) /* (written on this thread only) */
+    if (p->m.dead) /* (written on this thread only) */
         return 0;
     /* Not handed to the link yet: this peer is behind, the original will come. */
     if (!s->have_top || round > s->top)
@@ -213,15 +211,15 @@ static int on_request(hs_net *net, hs__peer *p, uint64_t round) {
         /* Written whole on the connection still open: TCP delivers it, in order; the request
          * crossed it (a busy receiver, a slow link). Only a copy dropped by the emulation, cut
          * by a closing connection or left in a dead connection's buffers is lost. */
-        if (s->wconn[i] && s->wconn[i] == p->conn && p->conn->t_start_us == s->wconn_t[i])
+        if (s->wconn[i] && s->wconn[i] == p->m.conn && p->m.conn->t_start_us == s->wconn_t[i])
             return 0;
-        HS_LOGD("peer %u missed round %llu: sending it again", p->id, (unsigned long long)round);
+        HS_LOGD("peer %u missed round %llu: sending it again", p->m.id, (unsigned long long)round);
         resend_data(net, p, round, s->buf[i]);
         return 0;
     }
     /* GONE goes behind every DATA already queued for the peer, so that when it arrives every
      * round sent before it has arrived too. */
-    HS_LOGD("peer %u missed round %llu, which is no longer held: GONE", p->id,
+    HS_LOGD("peer %u missed round %llu, which is no longer held: GONE", p->m.id,
             (unsigned long long)round);
     int err = send_resend(net, p, NULL, HS__RS_GONE, round);
     if (err == 0)
@@ -232,13 +230,13 @@ static int on_request(hs_net *net, hs__peer *p, uint64_t round) {
 static int on_gone(hs_net *net, hs__peer *p, uint64_t round) {
     if (!p->rs.have_asked || round > p->rs.asked_top)
         return hs__err(HS_EPROTO, "RESEND GONE for round %llu, which peer %u was never asked for",
-                       (unsigned long long)round, p->id);
+                       (unsigned long long)round, p->m.id);
     uv_mutex_lock(&net->mu);
     if (!p->have_gone || round > p->gone_round)
         p->gone_round = round;
     p->have_gone = 1;
     net->st.resend_gone++;
-    if (net->recv_waiting && net->recv_from == p->id && net->recv_round <= round)
+    if (net->recv_waiting && net->recv_from == p->m.id && net->recv_round <= round)
         uv_cond_signal(&net->cv);
     uv_mutex_unlock(&net->mu);
     return 0;

@@ -51,7 +51,8 @@ void hs__rs_keep(hs__rstore *s, uint64_t round, hs_buf *payload);
 /* Drops the payloads (a dead peer's, or at the end). What was sent stays known, so that a peer
  * that comes back and asks for one of those rounds is answered GONE rather than left waiting. */
 void hs__rs_clear(hs__rstore *s);
-/* The DATA frame of round was handed whole to the transport of connection c (conn.c). */
+/* The DATA frame of round was handed whole to the transport of connection c (reported by the
+ * transport through peer_frame_done). */
 void hs__rs_written(hs__rstore *s, uint64_t round, const hs__conn *c);
 
 /* How long a receiver waits before its (attempt+1)-th request: 1.5 round trips of the link

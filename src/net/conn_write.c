@@ -1,0 +1,423 @@
+/* Connections, the writing and closing side: frames from the connection's own queue and then its
+ * peer's queue go to the socket (plain: header and payload from where they are, one reference
+ * per uv_write; TLS: through the session, in records), within an in-flight cap and an
+ * encryption budget per call, after the emulation's release time and at its pace; the frame
+ * counters; and the closing sequence that flushes a last REFUSE or BYE, then frees.
+ *
+ * Threading: loop thread only. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error_internal.h"
+#include "net/transport.h"
+
+#define TLS_CHUNK (HS__TLS_WRITE_MAX - HS__HDR_LEN)
+#define TLS_INFLIGHT (4u << 20)
+#define PLAIN_INFLIGHT (8u << 20)
+#define PACE_CHUNK (16u * 1024)
+#define PUMP_BUDGET (2u << 20) /* plaintext encrypted per pump call */
+#define SMALL_FRAME (16u * 1024)
+#define CLOSE_FLUSH_MS 1000
+
+typedef struct wreq {
+    uv_write_t req;
+    hs__conn *c;
+    size_t bytes;    /* plaintext bytes this write accounts for */
+    hs_buf *payload; /* plain: a reference */
+    uint8_t *cipher; /* TLS: owned ciphertext */
+    uint8_t hdr[HS__HDR_LEN];
+} wreq;
+
+const char *hs__conn_name(hs__conn *c, char *buf, size_t cap) {
+    uint32_t id = c->peer_id != HS__ID_NONE ? c->peer_id : c->expect_id;
+    if (id != HS__ID_NONE)
+        snprintf(buf, cap, "peer %u (%s)", id, c->remote);
+    else
+        snprintf(buf, cap, "%s", c->remote);
+    return buf;
+}
+
+/* Per-frame counters are atomics (relaxed): every frame passes here, the mutex need not. */
+void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type) {
+    hs_net_stats *st = tr->st;
+    if (sent) {
+        __atomic_fetch_add(&st->frames_sent, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&st->bytes_sent, frame_bytes, __ATOMIC_RELAXED);
+        if (type == HS__T_DATA) {
+            __atomic_fetch_add(&st->ex.msgs_sent, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&st->ex.bytes_sent, frame_bytes, __ATOMIC_RELAXED);
+        }
+    } else {
+        __atomic_fetch_add(&st->frames_recv, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&st->bytes_recv, frame_bytes, __ATOMIC_RELAXED);
+        if (type == HS__T_DATA) {
+            __atomic_fetch_add(&st->ex.msgs_recv, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&st->ex.bytes_recv, frame_bytes, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+static void on_write(uv_write_t *req, int status) {
+    wreq *w = req->data;
+    hs__conn *c = w->c;
+    c->inflight -= w->bytes;
+    c->nwrites--;
+    hs_buf_unref(w->payload);
+    free(w->cipher);
+    free(w);
+    if (status == 0)
+        c->last_progress_us = hs__now_us();
+    if (c->state == HS__C_CLOSING) {
+        hs__conn_maybe_finish_close(c);
+        return;
+    }
+    if (status < 0) {
+        hs__conn_close(c, status, 0, HS_LOG_INFO, "write failed: %s", uv_strerror(status));
+        return;
+    }
+    hs__conn_pump(c);
+}
+
+/* Writes all TLS output waiting in the session, which accounts for plain plaintext bytes. The
+ * ciphertext goes to the socket straight from the session's ring when the socket takes it now;
+ * what it does not take is copied out and queued, so the ring is always empty afterwards. */
+int hs__conn_flush_tls(hs__conn *c, size_t plain) {
+    const uint8_t *p;
+    size_t n;
+    wreq *last = NULL;
+    while ((n = hs__tls_out_peek(c->tls, &p)) > 0) {
+        size_t done = 0;
+        if (!c->nwrites) {
+            uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+            int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            if (r > 0) {
+                done = (size_t)r;
+                c->last_progress_us = c->last_send_us = hs__now_us();
+            } else if (r != UV_EAGAIN && r != UV_ENOSYS) {
+                return hs__err(r, "write: %s", uv_strerror(r));
+            }
+        }
+        if (done < n) {
+            wreq *w = calloc(1, sizeof(*w));
+            uint8_t *buf = malloc(n - done);
+            if (!w || !buf) {
+                free(w);
+                free(buf);
+                return hs__err(HS_ENOMEM, "TLS output of %zu bytes: out of memory", n - done);
+            }
+            memcpy(buf, p + done, n - done);
+            w->c = c;
+            w->cipher = buf;
+            w->req.data = w;
+            uv_buf_t b = uv_buf_init((char *)buf, (unsigned)(n - done));
+            int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+            if (r < 0) {
+                free(buf);
+                free(w);
+                return hs__err(r, "write: %s", uv_strerror(r));
+            }
+            c->nwrites++;
+            c->last_send_us = hs__now_us();
+            last = w;
+        }
+        hs__tls_out_consume(c->tls, n);
+    }
+    /* The plaintext counts as in flight until the last write that carries part of it is done. */
+    if (last) {
+        last->bytes = plain;
+        c->inflight += plain;
+    }
+    return 0;
+}
+
+/* Hands bytes [f->off, f->off + chunk) of header + payload to the transport. */
+static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
+    size_t off = f->off, end = off + chunk, total = HS__HDR_LEN + (size_t)f->len;
+    if (c->tls) {
+        int err;
+        if (off == 0 && end == total && total <= SMALL_FRAME) {
+            /* One record for a small frame. */
+            uint8_t tmp[SMALL_FRAME];
+            memcpy(tmp, f->hdr, HS__HDR_LEN);
+            if (f->len)
+                memcpy(tmp + HS__HDR_LEN, f->payload->data, f->len);
+            err = hs__tls_write(c->tls, tmp, total);
+        } else {
+            err = 0;
+            if (off < HS__HDR_LEN)
+                err = hs__tls_write(c->tls, f->hdr + off,
+                                    (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off);
+            if (err == 0 && end > HS__HDR_LEN) {
+                size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
+                err = hs__tls_write(c->tls, f->payload->data + ps, pe - ps);
+            }
+        }
+        if (err < 0)
+            return err;
+        f->off = end;
+        return hs__conn_flush_tls(c, chunk);
+    }
+    /* Plain: the header and the payload go from where they are (the payload's reference is held
+     * by the write). Straight to the socket when nothing is queued before them: no request, no
+     * callback, which is what a small frame's latency is made of. */
+    if (!c->nwrites) {
+        uv_buf_t b[2];
+        unsigned nb = 0;
+        if (off < HS__HDR_LEN)
+            b[nb++] = uv_buf_init((char *)f->hdr + off,
+                                  (unsigned)((end < HS__HDR_LEN ? end : HS__HDR_LEN) - off));
+        if (end > HS__HDR_LEN) {
+            size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
+            b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
+        }
+        int r = uv_try_write((uv_stream_t *)&c->tcp, b, nb);
+        if (r < 0 && r != UV_EAGAIN && r != UV_ENOSYS)
+            return hs__err(r, "write: %s", uv_strerror(r));
+        if (r > 0) {
+            off += (size_t)r;
+            f->off = off;
+            c->last_send_us = c->last_progress_us = hs__now_us();
+            if (off == end)
+                return 0;
+        }
+    }
+    wreq *w = calloc(1, sizeof(*w));
+    if (!w)
+        return hs__err(HS_ENOMEM, "write request: out of memory");
+    uv_buf_t b[2];
+    unsigned nb = 0;
+    if (off < HS__HDR_LEN) {
+        size_t k = (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off;
+        memcpy(w->hdr, f->hdr + off, k);
+        b[nb++] = uv_buf_init((char *)w->hdr, (unsigned)k);
+    }
+    if (end > HS__HDR_LEN) {
+        size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
+        b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
+        w->payload = hs_buf_ref(f->payload);
+    }
+    w->c = c;
+    w->bytes = end - off;
+    w->req.data = w;
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, b, nb, on_write);
+    if (r < 0) {
+        hs_buf_unref(w->payload);
+        free(w);
+        return hs__err(r, "write: %s", uv_strerror(r));
+    }
+    c->inflight += end - off;
+    f->off = end;
+    c->nwrites++;
+    c->last_send_us = hs__now_us();
+    return 0;
+}
+
+void hs__conn_on_timer(uv_timer_t *t) {
+    hs__conn *c = t->data;
+    c->timer_armed = 0;
+    if (c->state == HS__C_CLOSING) {
+        hs__conn_final_close(c); /* the flush took too long */
+        return;
+    }
+    hs__conn_pump(c);
+}
+
+static void arm(hs__conn *c, uint64_t us) {
+    if (c->timer_armed)
+        return;
+    c->timer_armed = 1;
+    uv_timer_start(&c->timer, hs__conn_on_timer, (us + 999) / 1000, 0);
+}
+
+static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
+    hs__transport *tr = c->tr;
+    size_t total = HS__HDR_LEN + (size_t)f->len;
+    if (q != &c->ctlq)
+        tr->ev->peer_frame_done(tr->owner, c, f, 1);
+    hs__conn_count(tr, 1, total, f->type);
+    hs__frame_free(f);
+}
+
+int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload) {
+    hs__frame *f;
+    int err = hs__frame_new(&f, *c->tr->self, type, round, payload);
+    if (err < 0)
+        return err;
+    hs__frame_queue(&c->ctlq, c->tr->ev->peer_link(c), f);
+    hs__conn_pump(c);
+    return 0;
+}
+
+void hs__conn_pump(hs__conn *c) {
+    if (c->state == HS__C_CONNECTING || c->state == HS__C_TLS)
+        return;
+    if (c->io.final)
+        return;
+    uint64_t now = hs__now_us();
+    /* Bytes handed to libuv but not yet written count against the same cap as the queue, so
+     * a peer that does not read holds at most about 2 * max_buffered of our memory. */
+    size_t cap = c->tls ? TLS_INFLIGHT : PLAIN_INFLIGHT, budget = PUMP_BUDGET;
+    if (cap > c->tr->cfg->max_buffered)
+        cap = c->tr->cfg->max_buffered;
+    while (c->inflight < cap) {
+        /* Encrypting is work: after a budget, let the loop read and serve others first. */
+        if (!budget) {
+            arm(c, 0);
+            break;
+        }
+        hs__fq *q = &c->ctlq;
+        hs__fq *pq = c->state == HS__C_OPEN ? c->tr->ev->peer_queue(c) : NULL;
+        /* A peer frame that went out in part is finished first: a control frame (a pong, a
+         * RESEND request) in the middle of it would corrupt the stream. */
+        if (!q->head || (pq && pq->head && pq->head->off > 0)) {
+            q = pq;
+            if (!q || !q->head)
+                break;
+        }
+        hs__frame *f = q->head;
+        if (f->release_us > now) {
+            arm(c, f->release_us - now);
+            break;
+        }
+        size_t total = HS__HDR_LEN + (size_t)f->len, chunk = total - f->off;
+        hs__link *l = c->tr->ev->peer_link(c);
+        if (l && l->e.rate_bps > 0) {
+            if (l->paced_until_us > now) {
+                arm(c, l->paced_until_us - now);
+                break;
+            }
+            if (chunk > PACE_CHUNK)
+                chunk = PACE_CHUNK;
+            hs__link_pace(l, now, chunk);
+        }
+        if (c->tls && chunk > TLS_CHUNK)
+            chunk = TLS_CHUNK;
+        int err = submit(c, f, chunk);
+        if (err < 0) {
+            hs__conn_close(c, err, 0, HS_LOG_WARN, "%s", hs_error_message());
+            return;
+        }
+        q->bytes -= chunk;
+        budget = c->tls ? (budget > chunk ? budget - chunk : 0) : budget;
+        if (f->off == total) {
+            hs__fq_pop(q);
+            frame_sent(c, q, f);
+        }
+    }
+    if (c->state == HS__C_CLOSING)
+        hs__conn_maybe_finish_close(c);
+}
+
+int hs__conn_flushed(hs__conn *c) {
+    hs__fq *pq = c->tr->ev->peer_queue(c);
+    return !c->ctlq.head && c->nwrites == 0 && (!pq || !pq->head);
+}
+
+/* ------------------------------------------------------------------ closing */
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    hs__conn *c = req->data;
+    if (status < 0)
+        hs__conn_final_close(c);
+    /* otherwise wait for the peer's EOF (reads continue, discarded) or the timer */
+}
+
+void hs__conn_maybe_finish_close(hs__conn *c) {
+    hs__conn_io *x = &c->io;
+    if (x->final || c->ctlq.head || c->nwrites)
+        return;
+    if (x->eof) { /* its end of stream is in: nothing more to wait for */
+        hs__conn_final_close(c);
+        return;
+    }
+    if (x->shutdown)
+        return;
+    x->shutdown = 1;
+    x->shut.data = c;
+    if (uv_shutdown(&x->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
+        hs__conn_final_close(c);
+}
+
+void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...) {
+    if (c->state == HS__C_CLOSING)
+        return;
+    hs__transport *tr = c->tr;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+    char nm[128];
+    hs_log(level, "%s: connection closed: %s", hs__conn_name(c, nm, sizeof(nm)), c->why);
+    int was = c->state;
+    c->state_before_close = was;
+    if (bye && was == HS__C_OPEN && c->got_bye == 0) {
+        hs__reason r = {HS__BYE_CLOSE, ""};
+        snprintf(r.text, sizeof(r.text), "%s", c->why);
+        hs_buf *b;
+        if (hs_buf_new(&b, 64) == 0) {
+            if (hs__wire_reason_encode(b, &r) == 0)
+                hs__conn_send(c, HS__T_BYE, 0, b);
+            hs_buf_unref(b);
+        }
+    }
+    c->state = HS__C_CLOSING;
+    /* A frame of the peer's queue that went out in part cannot continue on another
+     * connection: drop it. */
+    hs__fq *pq = tr->ev->peer_queue(c);
+    if (pq && pq->head && pq->head->off) {
+        hs__frame *f = hs__fq_pop(pq);
+        tr->ev->peer_frame_done(tr->owner, c, f, 0);
+        hs__frame_free(f);
+    }
+    if (!c->io.notified) {
+        c->io.notified = 1;
+        tr->ev->on_closed(tr->owner, c, err, was == HS__C_CONNECTING);
+    }
+    c->peer = NULL;
+    if (was == HS__C_CONNECTING) {
+        hs__conn_final_close(c);
+        return;
+    }
+    c->timer_armed = 1;
+    uv_timer_start(&c->timer, hs__conn_on_timer, CLOSE_FLUSH_MS, 0);
+    hs__conn_pump(c);
+    hs__conn_maybe_finish_close(c);
+}
+
+/* ------------------------------------------------------------------ freeing */
+
+static void on_handle_closed(uv_handle_t *h) {
+    hs__conn *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    hs__transport *tr = c->tr;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        tr->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    tr->n_conns--;
+    hs__reader_free(&c->rd);
+    hs__tls_free(c->tls);
+    hs__fq_clear(&c->ctlq);
+    free(c->rx);
+    free(c->plain);
+    free(c);
+}
+
+void hs__conn_final_close(hs__conn *c) {
+    hs__conn_io *x = &c->io;
+    if (x->final)
+        return;
+    x->final = 1;
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+void hs__conn_abort(hs__conn *c) { hs__conn_final_close(c); }
+
+int hs__conn_closed(hs__conn *c) { return c->io.final; }

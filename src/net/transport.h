@@ -1,0 +1,226 @@
+/* The transport layer, the bottom of the runtime's stack: frames and their queues, and
+ * connections (plain TCP or TLS over memory BIOs, with the link emulation as a shim in the
+ * write path: release times stamped when a frame is queued, pacing when it is written).
+ *
+ * The layers above use it only through hs__transport_ops (listen, dial, send, close...), and it
+ * reports upward only through the hs__transport_events its owner installs (connection open,
+ * refused, closed, a frame arrived, HELLO contents and checks): it knows neither membership
+ * nor bootstrap, and treats c->peer as an opaque pointer of the layer above.
+ *
+ * Threading: loop thread only, except the hs_net_stats counters (atomics, or under *mu). */
+#ifndef HS_NET_TRANSPORT_H
+#define HS_NET_TRANSPORT_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/log.h"
+#include "hearsay/net.h"
+#include "net/emulate.h"
+#include "net/tls.h"
+#include "net/wire.h"
+
+typedef struct hs__conn hs__conn;
+typedef struct hs__peer hs__peer; /* the layer above's: never dereferenced here */
+
+uint64_t hs__now_us(void);
+
+/* ------------------------------------------------------------------ outgoing frames */
+typedef struct hs__frame {
+    struct hs__frame *next;
+    uint8_t hdr[HS__HDR_LEN];
+    uint8_t type;
+    uint32_t len;
+    uint64_t round;
+    hs_buf *payload;     /* one reference */
+    uint64_t release_us; /* emulation: not before */
+    size_t off;          /* bytes of header + payload handed to the transport */
+} hs__frame;
+
+typedef struct hs__fq {
+    hs__frame *head, *tail;
+    size_t bytes; /* header + payload bytes not yet handed to the transport */
+    size_t n;
+} hs__fq;
+
+void hs__fq_push(hs__fq *q, hs__frame *f);
+void hs__fq_push_front(hs__fq *q, hs__frame *f);
+hs__frame *hs__fq_pop(hs__fq *q);
+void hs__fq_clear(hs__fq *q);
+void hs__frame_free(hs__frame *f);
+/* A frame from peer `sender`: takes a reference to payload on success. */
+int hs__frame_new(hs__frame **out, uint32_t sender, uint8_t type, uint64_t round, hs_buf *payload);
+/* The emulation shim: stamps when f may leave over link l (none: at once) and queues it. */
+void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f);
+
+/* ------------------------------------------------------------------ connections */
+enum { HS__C_CONNECTING, HS__C_TLS, HS__C_HELLO, HS__C_OPEN, HS__C_CLOSING };
+
+typedef struct hs__transport hs__transport;
+
+/* The transport's own bookkeeping of a connection's closing and reading. */
+typedef struct hs__conn_io {
+    uv_shutdown_t shut;
+    int direct;      /* the current read goes straight into the payload */
+    int final;       /* uv_close called */
+    int shutdown;    /* uv_shutdown called */
+    int notified;    /* on_closed reported */
+    size_t last_len; /* payload length of the last frame read */
+    int eof;         /* the other side's end of stream (or an error) was read */
+} hs__conn_io;
+
+struct hs__conn {
+    hs__transport *tr;
+    uv_tcp_t tcp;
+    uv_timer_t timer; /* emulation release and pacing; close flush limit */
+    uv_connect_t connect_req;
+    int handles_open; /* handles not yet closed */
+    int state;
+    int outgoing;    /* we dialed */
+    int bootstrap;   /* our connection to the bootstrap address (joining) */
+    char remote[80]; /* "ip:port" of the socket */
+    char remote_ip[64];
+    uint32_t expect_id; /* outgoing: the member we dialed, or HS__ID_NONE */
+    uint32_t peer_id;   /* after HELLO; HS__ID_NONE for a joiner */
+    uint32_t joiner_id; /* id given to a joiner on this connection (frames may use it) */
+    hs__peer *peer;     /* the layer above's peer attached to it (opaque here) */
+    hs__hello hello;    /* the other side's HELLO or HELLO_ACK */
+    hs__tls *tls;
+    hs__reader rd;
+    uint8_t *rx; /* read staging */
+    size_t rx_cap;
+    uint8_t *plain;  /* TLS plaintext staging */
+    hs__fq ctlq;     /* this connection's own frames; go before the peer's */
+    size_t inflight; /* bytes handed to libuv, not yet written */
+    int nwrites;
+    uint64_t t_start_us, last_recv_us, last_send_us, last_progress_us;
+    uint64_t app_bytes; /* plaintext bytes taken after the handshake */
+    int joiner;         /* accepted from a peer without an id: it may only join */
+    int got_bye;        /* BYE received: 1 close, 2 leave */
+    int timer_armed;
+    int connected;                /* TCP established */
+    int reading_paused;           /* mailbox backpressure (read_pause) */
+    int state_before_close;       /* the state close found */
+    int refused_retry;            /* the other side said REFUSE with "try again" */
+    char why[HS__REASON_MAX + 1]; /* why it is closing */
+    hs__conn_io io;
+    hs__conn *next, *prev;
+};
+
+/* What the transport tells the layer above (owner is hs__transport.owner). */
+typedef struct hs__transport_events {
+    /* HELLO and its check: 0, or a REFUSE code with the reason written to why. */
+    void (*make_hello)(void *owner, hs__hello *h);
+    int (*check_hello)(void *owner, hs__conn *c, const hs__hello *h, int server, char *why,
+                       size_t cap);
+    /* A heartbeat's fields (round, member-list version) for an idle connection. */
+    void (*make_heartbeat)(void *owner, hs__heartbeat *hb);
+    /* 1 while the owner takes no new connections (leaving or stopping). */
+    int (*closing)(void *owner);
+    void (*on_open)(void *owner, hs__conn *c);
+    void (*on_refused)(void *owner, hs__conn *c, uint32_t code, const char *text);
+    void (*on_closed)(void *owner, hs__conn *c, int err, int dial_failed);
+    /* A frame on an open connection; the payload reference is the callee's. < 0 closes the
+     * connection as malformed (message set). */
+    int (*on_frame)(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *payload);
+    /* The queue of c's peer when c is the connection in use for it (else NULL), and the
+     * emulated link to it (NULL: none). */
+    hs__fq *(*peer_queue)(hs__conn *c);
+    hs__link *(*peer_link)(hs__conn *c);
+    /* A frame of the peer queue left it: written whole (1) or cut when c closed (0). */
+    void (*peer_frame_done)(void *owner, hs__conn *c, const hs__frame *f, int written);
+} hs__transport_events;
+
+typedef struct hs__transport_ops hs__transport_ops;
+
+struct hs__transport {
+    const hs__transport_ops *ops;
+    const hs__transport_events *ev;
+    void *owner;
+    uv_loop_t *loop;
+    const hs_net_config *cfg;
+    hs_net_stats *st; /* counters: atomics, or under *mu */
+    uv_mutex_t *mu;
+    const uint32_t *self; /* this peer's id, for frame headers */
+    hs__tls_ctx *tls;     /* NULL: plain TCP */
+    const char *listen_addr;
+    uv_tcp_t listener;
+    int listening;
+    int listen_port;
+    int listen_wildcard;
+    hs__conn *conns;
+    int n_conns;
+    uint64_t refuse_log_us; /* when a refusal was last logged */
+    uint64_t refuse_quiet;  /* refusals not logged since */
+};
+
+/* The transport's operations: what the layers above call. */
+struct hs__transport_ops {
+    int (*listen)(hs__transport *tr);
+    void (*close_listener)(hs__transport *tr);
+    int (*dial)(hs__transport *tr, const char *addr, uint32_t expect_id, hs__conn **out);
+    int (*dial_sa)(hs__transport *tr, const struct sockaddr *sa, uint32_t expect_id,
+                   hs__conn **out);
+    /* Queues a frame on c's own queue (before its peer's) and starts writing. */
+    int (*send)(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+    /* Writes what the connection's queues allow now. */
+    void (*pump)(hs__conn *c);
+    /* Closes: logs why (level), sends BYE(CLOSE, why) first when bye is set and the connection
+     * is open, reports on_closed and frees it once libuv is done. */
+    void (*close)(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...)
+        HS__PRINTF(5, 6);
+    /* Closes at once, without flushing (stopping). */
+    void (*abort)(hs__conn *c);
+    /* 1 once only its close callbacks remain. */
+    int (*closed)(hs__conn *c);
+    int (*flushed)(hs__conn *c);
+    /* Stops (1) or resumes (0) reading: backpressure. Resuming forgives the silence. */
+    void (*read_pause)(hs__conn *c, int pause);
+    /* Sets which frame types (and sizes) the reader accepts, from the state and role. */
+    void (*set_limits)(hs__conn *c);
+    /* Heartbeats, handshake deadlines, silence and write-progress checks. */
+    void (*tick)(hs__transport *tr, uint64_t now_us);
+    /* The local IP of a connection ("127.0.0.1"), for an advertise address. */
+    int (*local_ip)(hs__conn *c, char *buf, size_t cap);
+    int (*resolve)(const char *addr, struct sockaddr_storage *out);
+};
+
+/* TCP, with TLS when tr->tls is set. */
+extern const hs__transport_ops hs__tcp;
+
+/* ------------------------------------------------------------------ between the transport files */
+int hs__conn_listen(hs__transport *tr);
+void hs__conn_close_listener(hs__transport *tr);
+int hs__conn_dial(hs__transport *tr, const char *addr, uint32_t expect_id, hs__conn **out);
+int hs__conn_dial_sa(hs__transport *tr, const struct sockaddr *sa, uint32_t expect_id,
+                     hs__conn **out);
+int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+void hs__conn_pump(hs__conn *c);
+void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...)
+    HS__PRINTF(5, 6);
+void hs__conn_abort(hs__conn *c);
+int hs__conn_closed(hs__conn *c);
+int hs__conn_flushed(hs__conn *c);
+void hs__conn_read_pause(hs__conn *c, int pause);
+void hs__conn_set_limits(hs__conn *c);
+void hs__conn_tick(hs__transport *tr, uint64_t now_us);
+int hs__conn_local_ip(hs__conn *c, char *buf, size_t cap);
+int hs__conn_resolve(const char *addr, struct sockaddr_storage *out);
+/* conn.c: a new connection in the transport's list, its handshake once TCP is up;
+ * conn_write.c: the final close, the frame counters. */
+hs__conn *hs__conn_new(hs__transport *tr, int outgoing);
+int hs__conn_start(hs__conn *c);
+void hs__conn_final_close(hs__conn *c);
+void hs__conn_mark_closed(hs__conn *c); /* never reported: closed before it was started */
+void hs__conn_sa_format(const struct sockaddr *sa, char *ip, size_t ipcap, char *full,
+                        size_t fullcap);
+void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type);
+/* "peer 3 (127.0.0.1:7003)", or the address alone, for logs. */
+const char *hs__conn_name(hs__conn *c, char *buf, size_t cap);
+/* conn_write.c: TLS output to the socket; the end of a close once flushed; the connection's
+ * timer (emulation release, pacing, close flush limit). */
+int hs__conn_flush_tls(hs__conn *c, size_t plain);
+void hs__conn_maybe_finish_close(hs__conn *c);
+void hs__conn_on_timer(uv_timer_t *t);
+
+#endif

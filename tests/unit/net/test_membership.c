@@ -1,0 +1,356 @@
+/* The membership state machine on its own: no sockets, no loop, no threads. A fake env records
+ * what it decides (frames to send, dials, commit timers, join answers) and gives it a clock and
+ * a training round the test sets, so timeouts are exact: a failure is declared only after the
+ * peer timeout, the sequencer commits no change without a majority, and a committed version
+ * takes effect at the round it names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hearsay/error.h"
+#include "net/membership.h"
+
+/* Connections are the transport's; membership only compares them with NULL. */
+struct hs__conn {
+    int unused;
+};
+
+#define MAXP 16
+#define MAXSENT 256
+
+typedef struct fpeer {
+    hs__mpeer m;
+    uint64_t heard_us;
+} fpeer;
+
+typedef struct fake {
+    uint64_t now_us, round;
+    uint32_t self;
+    fpeer peers[MAXP];
+    int n_peers;
+    struct hs__conn conns[MAXP];
+    int n_conns;
+    struct {
+        uint32_t to;
+        uint8_t type;
+        int on_conn;
+    } sent[MAXSENT];
+    int n_sent;
+    int dials, scheduled, accepted, closed, dead;
+    hs__join ack;
+    int n_acks;
+} fake;
+
+static uint64_t f_now(void *ctx) { return ((fake *)ctx)->now_us; }
+static uint64_t f_round(void *ctx) { return ((fake *)ctx)->round; }
+static void f_nop(void *ctx) { (void)ctx; }
+static int f_quiet(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+static hs__mpeer *f_peer_new(void *ctx, uint32_t id, const char *addr) {
+    fake *f = ctx;
+    assert_true(f->n_peers < MAXP);
+    fpeer *p = &f->peers[f->n_peers++];
+    memset(p, 0, sizeof(*p));
+    p->m.id = id;
+    if (addr)
+        strncpy(p->m.addr, addr, sizeof(p->m.addr) - 1);
+    return &p->m;
+}
+
+static uint64_t f_heard(void *ctx, const hs__mpeer *p) {
+    (void)ctx;
+    return ((const fpeer *)p)->heard_us;
+}
+
+static int f_send(void *ctx, hs__mpeer *p, int on_conn, uint8_t type, uint64_t round,
+                  hs_buf *payload) {
+    fake *f = ctx;
+    (void)round;
+    (void)payload;
+    assert_true(f->n_sent < MAXSENT);
+    f->sent[f->n_sent].to = p->id;
+    f->sent[f->n_sent].type = type;
+    f->sent[f->n_sent].on_conn = on_conn;
+    f->n_sent++;
+    return 0;
+}
+
+static hs__conn *new_conn(fake *f) {
+    assert_true(f->n_conns < MAXP);
+    return &f->conns[f->n_conns++];
+}
+
+static int f_dial(void *ctx, hs__mpeer *p, hs__conn **out) {
+    fake *f = ctx;
+    (void)p;
+    f->dials++;
+    *out = new_conn(f);
+    return 0;
+}
+
+static void f_close(void *ctx, hs__conn *c, int err, int bye, hs_log_level level, const char *why) {
+    (void)c, (void)err, (void)bye, (void)level, (void)why;
+    ((fake *)ctx)->closed++;
+}
+
+static void f_dead(void *ctx, hs__mpeer *p, int left, int locked) {
+    (void)p, (void)left;
+    ((fake *)ctx)->dead += locked;
+}
+
+static void f_join_ack(void *ctx, const hs__join *ack) {
+    fake *f = ctx;
+    f->ack = *ack;
+    f->n_acks++;
+}
+
+static void f_accepted(void *ctx) { ((fake *)ctx)->accepted++; }
+
+static void f_schedule(void *ctx, int ms) {
+    (void)ms;
+    ((fake *)ctx)->scheduled++;
+}
+
+static const hs__mb_env fenv = {
+    .now_us = f_now,
+    .round = f_round,
+    .lock = f_nop,
+    .unlock = f_nop,
+    .wake = f_nop,
+    .quiet = f_quiet,
+    .peer_new = f_peer_new,
+    .heard_us = f_heard,
+    .send = f_send,
+    .dial = f_dial,
+    .close = f_close,
+    .dead = f_dead,
+    .join_ack = f_join_ack,
+    .accepted = f_accepted,
+    .schedule = f_schedule,
+};
+
+static hs_net_config cfg;
+
+/* Peer 0 (the sequencer: the lowest id) with members 0..n-1 in force from round 0. */
+static void start(hs__mb *mb, fake *f, int n) {
+    memset(f, 0, sizeof(*f));
+    memset(mb, 0, sizeof(*mb));
+    hs_net_config_init(&cfg);
+    f->now_us = 1000000;
+    f->self = 0;
+    mb->env = &fenv;
+    mb->ctx = f;
+    mb->cfg = &cfg;
+    mb->self = &f->self;
+    mb->advertise = "127.0.0.1:7000";
+    mb->topo_spec = "complete";
+    hs__member mm[MAXP];
+    memset(mm, 0, sizeof(mm));
+    for (int i = 0; i < n; i++) {
+        mm[i].id = (uint32_t)i;
+        snprintf(mm[i].addr, sizeof(mm[i].addr), "127.0.0.1:%d", 7000 + i);
+    }
+    hs__members m = {1, 0, 0, (uint32_t)n, (uint32_t)n, mm};
+    assert_int_equal(hs__mb_accept(mb, &m, "the test"), 0);
+    assert_int_equal(mb->n_sched, 1);
+    assert_true(mb->is_sequencer);
+}
+
+static fpeer *peer(hs__mb *mb, uint32_t id) {
+    hs__mpeer *p = hs__mb_find(mb, id);
+    assert_non_null(p);
+    return (fpeer *)p;
+}
+
+/* The owner attaches a connection, then tells membership (as net.c does). */
+static void connect(hs__mb *mb, fake *f, uint32_t id, uint64_t round) {
+    fpeer *p = peer(mb, id);
+    hs__hello h;
+    memset(&h, 0, sizeof(h));
+    h.peer_id = id;
+    h.round = round;
+    h.mver = hs__mb_newest(mb)->m.version;
+    h.missuer = hs__mb_newest(mb)->m.issuer;
+    p->m.dialing = NULL;
+    p->m.conn = new_conn(f);
+    p->heard_us = f->now_us;
+    hs__mb_on_open(mb, &p->m, &h, 1);
+}
+
+static void disconnect(hs__mb *mb, uint32_t id, int err, int got_bye) {
+    fpeer *p = peer(mb, id);
+    p->m.conn = NULL;
+    hs__mb_conn_lost(mb, &p->m, err, 0, 1, got_bye, "test");
+}
+
+static int sent_to(const fake *f, uint32_t to, uint8_t type) {
+    int n = 0;
+    for (int i = 0; i < f->n_sent; i++)
+        n += f->sent[i].to == to && f->sent[i].type == type;
+    return n;
+}
+
+/* A needed peer whose connection went (without a verdict) is declared dead only once it has
+ * been unreachable for longer than the peer timeout; then the sequencer removes it. */
+static void test_failure_after_timeout(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    assert_int_equal(f.dials, 2); /* the lower id dials both */
+    connect(&mb, &f, 1, 0);
+    connect(&mb, &f, 2, 0);
+    /* BYE(close) and an end of stream: no verdict, redial. */
+    disconnect(&mb, 2, HS_ECONNRESET, 1);
+    assert_false(peer(&mb, 2)->m.dead);
+    uint64_t t0 = f.now_us, to = (uint64_t)cfg.peer_timeout_ms * 1000;
+    for (uint64_t t = t0; t <= t0 + to; t += 100000) {
+        f.now_us = t;
+        peer(&mb, 1)->heard_us = t;
+        hs__mb_tick(&mb, t);
+        assert_false(peer(&mb, 2)->m.dead);
+    }
+    assert_int_equal(f.scheduled, 0);
+    f.now_us = t0 + to + 1000;
+    hs__mb_tick(&mb, f.now_us);
+    assert_true(peer(&mb, 2)->m.dead);
+    assert_int_equal(f.dead, 1);
+    assert_int_equal(f.scheduled, 1); /* its removal waits for the commit timer */
+    assert_int_equal(mb.n_sched, 1);
+    peer(&mb, 1)->heard_us = f.now_us;
+    hs__mb_commit(&mb);
+    assert_int_equal(mb.n_sched, 2);
+    hs__mview *mv = hs__mb_newest(&mb);
+    assert_int_equal(mv->m.n, 2);
+    assert_true(hs__mb_is_member(mv, 1));
+    assert_false(hs__mb_is_member(mv, 2));
+    assert_int_equal(sent_to(&f, 1, HS__T_MEMBERS), 1);
+    /* Agreed once a majority of the previous agreed list (3 voters) holds it. */
+    assert_ptr_equal(mb.agreed, mb.sched[0]);
+    hs__q_ack(&mb, &peer(&mb, 1)->m, mv->m.version, mv->m.issuer);
+    assert_ptr_equal(mb.agreed, mv);
+    hs__mb_free(&mb);
+}
+
+/* Silence on an open connection (the transport's timeout) is a verdict at once. */
+static void test_failure_on_silence(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    connect(&mb, &f, 1, 0);
+    connect(&mb, &f, 2, 0);
+    disconnect(&mb, 1, HS_ETIMEDOUT, 0);
+    assert_true(peer(&mb, 1)->m.dead);
+    assert_false(peer(&mb, 2)->m.dead);
+    assert_int_equal(f.scheduled, 1);
+    hs__mb_free(&mb);
+}
+
+/* The sequencer reaching 2 of 5 members commits nothing (it may be a partition's minority);
+ * with a third it commits the waiting join, with the next id. */
+static void test_no_change_without_majority(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 5);
+    connect(&mb, &f, 1, 0);
+    assert_false(hs__q_majority(&mb));
+    assert_false(mb.in_job);
+    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100");
+    assert_int_equal(f.scheduled, 1);
+    hs__mb_commit(&mb);
+    assert_int_equal(mb.n_sched, 1);
+    assert_int_equal(f.n_acks, 0);
+    /* A heard-from peer that has gone quiet for 3/4 of the timeout votes no more. */
+    connect(&mb, &f, 2, 0);
+    assert_true(hs__q_majority(&mb));
+    assert_true(mb.in_job);
+    f.now_us += (uint64_t)cfg.peer_timeout_ms * 750 + 1000;
+    peer(&mb, 1)->heard_us = f.now_us;
+    assert_false(hs__q_majority(&mb));
+    peer(&mb, 2)->heard_us = f.now_us;
+    hs__mb_tick(&mb, f.now_us); /* the held-back join is tried again */
+    assert_int_equal(f.scheduled, 2);
+    hs__mb_commit(&mb);
+    assert_int_equal(mb.n_sched, 2);
+    hs__mview *mv = hs__mb_newest(&mb);
+    assert_int_equal(mv->m.n, 6);
+    assert_true(hs__mb_is_member(mv, 5));
+    assert_int_equal(mv->m.next_id, 6);
+    assert_int_equal(f.n_acks, 1);
+    assert_int_equal(f.ack.nonce, 42);
+    assert_int_equal(f.ack.id, 5);
+    assert_int_equal(f.ack.mver, mv->m.version);
+    /* The same nonce again gets the same answer, and no new version. */
+    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100");
+    assert_int_equal(f.n_acks, 2);
+    assert_int_equal(f.ack.id, 5);
+    hs__mb_commit(&mb);
+    assert_int_equal(mb.n_sched, 2);
+    hs__mb_free(&mb);
+}
+
+/* A change takes effect at the highest round known plus change_rounds; until then the old
+ * version is in force. */
+static void test_view_at_agreed_round(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    f.round = 7;
+    connect(&mb, &f, 1, 10); /* peer 1 is ahead: round 10 */
+    connect(&mb, &f, 2, 3);
+    hs__mb_request_join(&mb, 9, 0, "127.0.0.1:7200");
+    hs__mb_commit(&mb);
+    assert_int_equal(mb.n_sched, 2);
+    uint64_t eff = 10 + (uint64_t)cfg.change_rounds;
+    assert_int_equal(hs__mb_newest(&mb)->m.eff_round, eff);
+    assert_ptr_equal(hs__mb_at(&mb, eff - 1), mb.sched[0]);
+    assert_ptr_equal(hs__mb_at(&mb, eff), mb.sched[1]);
+    assert_int_equal(sent_to(&f, 1, HS__T_MEMBERS), 1);
+    assert_int_equal(sent_to(&f, 2, HS__T_MEMBERS), 1);
+    hs__mb_free(&mb);
+}
+
+/* Versions are ordered by (version, issuer): an older list is answered with ours, a newer one
+ * is accepted, and a list that leaves this peer out removes it. */
+static void test_members_ordering(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    connect(&mb, &f, 1, 0);
+    hs__member mm[2] = {{0, "127.0.0.1:7000"}, {1, "127.0.0.1:7001"}};
+    hs__members old = {0, 0, 0, 3, 2, mm};
+    int before = sent_to(&f, 1, HS__T_MEMBERS);
+    hs__mb_on_members(&mb, &peer(&mb, 1)->m, 1, &old);
+    assert_int_equal(mb.n_sched, 1);
+    assert_int_equal(sent_to(&f, 1, HS__T_MEMBERS), before + 1);
+    hs__member others[2] = {{1, "127.0.0.1:7001"}, {2, "127.0.0.1:7002"}};
+    hs__members without = {2, 1, 5, 3, 2, others};
+    hs__mb_on_members(&mb, &peer(&mb, 1)->m, 1, &without);
+    assert_int_equal(mb.n_sched, 2);
+    assert_true(mb.removed);
+    assert_false(mb.in_job);
+    hs__mb_free(&mb);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failure_after_timeout),
+        cmocka_unit_test(test_failure_on_silence),
+        cmocka_unit_test(test_no_change_without_majority),
+        cmocka_unit_test(test_view_at_agreed_round),
+        cmocka_unit_test(test_members_ordering),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
