@@ -368,8 +368,9 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     }
     n->first_round = n->r = r;
     char path[4096];
-    if (cfg->metrics && ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
-                         (err = hs_jsonl_open(&n->metrics, path, cfg->resume)) < 0))
+    if (cfg->metrics &&
+        ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
+         (err = hs_jsonl_open(&n->metrics, path, cfg->resume)) < 0))
         return err;
     if (!cfg->quiet)
         HS_LOGI("starting at round %llu, ending at round %llu: shard %d of %d, %s, %s",
@@ -432,7 +433,8 @@ static int round_top(hs_node *n) {
             return err;
         if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, n->r);
         if (err == 0)
-            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r, n->m.x(n->m.ctx));
+            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r,
+                                n->m.x(n->m.ctx));
         if (err == 0) return 0;
         if ((err = recover(n, err)) < 0) return err;
     }
@@ -496,7 +498,8 @@ static int record_round(hs_node *n, uint64_t r, const hs_algo_stats *as, double 
 
 int hs_node_metrics_json(const hs_node *n, char *buf, size_t cap) {
     if (!n || !n->have_rec) return hs__err(HS_EINVAL, "node: no round has run yet");
-    size_t len = n->rec.len > 0 && n->rec.line[n->rec.len - 1] == '\n' ? n->rec.len - 1 : n->rec.len;
+    size_t len = n->rec.len;
+    if (len > 0 && n->rec.line[len - 1] == '\n') len--;
     if (!buf || len + 1 > cap)
         return hs__err(HS_ERANGE, "node metrics: %zu bytes do not fit in %zu", len + 1, cap);
     memcpy(buf, n->rec.line, len);

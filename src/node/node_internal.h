@@ -19,6 +19,8 @@
 /* Defaults of options `hearsay run` shares with the node (the CLI's table says the same). */
 #define HS__NODE_CHECKPOINT_EVERY 100
 #define HS__NODE_JOIN_TIMEOUT_MS 30000
+#define HS__NODE_STR_(x) #x
+#define HS__NODE_STR(x) HS__NODE_STR_(x)
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 
@@ -120,6 +122,9 @@ double hs__node_now(void);
  * defaults filled, combinations checked, CHOCO's automatic step computed. */
 int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *cfg);
 hs_node_options *hs__node_options_dup(const hs_node_options *o);
+/* The configuration of no options set (no security mode, nothing checked): the defaults
+ * `hearsay run` starts from, so the command and the node agree. */
+void hs__node_cfg_defaults(hs__node_cfg *cfg);
 /* CHOCO's and BEER's consensus step for a job of n peers on topology spec (seeded) with
  * compressor spec at d: sets acfg->gap; why (may be NULL) says how it was chosen. 0 when the
  * algorithm takes no step. */
