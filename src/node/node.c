@@ -50,7 +50,9 @@ struct hs_node {
     int have_rec;
     uint64_t r, first_round, rounds_done;
     int left, diverged, told, warned_unsharded, stopped;
-    volatile sig_atomic_t stop, ck_req;
+    /* Set by hs_node_request_stop from any thread or a signal handler: lock-free atomics are
+     * both thread-safe and async-signal-safe. */
+    atomic_int stop, ck_req;
     double t0, t_round0, last_print;
     /* Reported for the current round; NaN: not this round. */
     double loss, acc, lr, epoch, test_loss, test_acc;
@@ -128,8 +130,8 @@ void hs__node_report_test(hs_node *n, double loss, double accuracy) {
 
 void hs_node_request_stop(hs_node *n, int checkpoint) {
     if (!n) return;
-    if (checkpoint) n->ck_req = 1;
-    n->stop = 1;
+    if (checkpoint) atomic_store(&n->ck_req, 1);
+    atomic_store(&n->stop, 1);
 }
 
 /* ---------------------------------------------------------------- snapshots and checkpoints */
@@ -235,7 +237,8 @@ int hs__node_connect(hs_node *n) {
     int first = !nc->bootstrap && cfg->rank <= 0;
     if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
         err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
-                                       n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w, &n->stop);
+                                       n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
+                                       &n->stop);
         if (err == 0) {
             nc->bootstrap = n->rv_addr;
             first = 0;

@@ -6,7 +6,7 @@
 #ifndef HS_NODE_NODE_INTERNAL_H
 #define HS_NODE_NODE_INTERNAL_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -111,11 +111,11 @@ void hs__node_own_address(const hs_net_config *nc, hs_net *net, char *out, size_
 int hs__node_write_rendezvous(const char *path, const char *run_id, const char *addr);
 int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config *nc,
                              int timeout_ms, char *addr, size_t cap, hs_net **net,
-                             hs_net_welcome *w, volatile sig_atomic_t *stop);
-int hs__node_wait_members(hs_net *net, int n, int timeout_ms, volatile sig_atomic_t *stop);
-int hs__node_await_job(hs_net *net, int bound_ms, volatile sig_atomic_t *stop);
+                             hs_net_welcome *w, atomic_int *stop);
+int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop);
+int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
-                    volatile sig_atomic_t *stop);
+                    atomic_int *stop);
 double hs__node_now(void);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
