@@ -382,7 +382,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
-    return round_top(n);
+    if ((err = round_top(n)) < 0) n->state = ST_ENDED;
+    return err;
 }
 
 /* ---------------------------------------------------------------- rounds */
@@ -523,7 +524,7 @@ const char *hs__node_diverged(const hs_node *n, double *round, const char **advi
     return hs_guard_reason(n->guard);
 }
 
-int hs__node_step(hs_node *n) {
+static int step(hs_node *n) {
     if (n->state != ST_RUNNING)
         return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
                                                                         : "before hs_node_start");
@@ -571,7 +572,6 @@ int hs__node_step(hs_node *n) {
     n->r = r + 1;
     if (verdict == HS_GUARD_DIVERGED) {
         n->diverged = 1;
-        n->state = ST_ENDED;
         return hs__err(HS_EDIVERGED, "%s", hs_guard_reason(n->guard));
     }
     /* A neighbour that diverged ran with the same settings: under policy stop the whole job
@@ -583,17 +583,18 @@ int hs__node_step(hs_node *n) {
         if (cfg->guard.policy == HS_GUARD_STOP) {
             char reason[480];
             snprintf(reason, sizeof(reason), "peer %u diverged: %s", who, why);
-            n->state = ST_ENDED;
             return hs__node_fail(n, reason);
         }
         HS_LOGW("peer %u diverged (%s); going on (--on-divergence warn)", who, why);
     }
-    if (last) {
-        n->state = ST_ENDED;
-        return 1;
-    }
-    if ((err = round_top(n)) < 0) n->state = ST_ENDED;
-    return err;
+    return last ? 1 : round_top(n);
+}
+
+int hs__node_step(hs_node *n) {
+    int rc = step(n);
+    /* The job's end or an error: no round is open any more. */
+    if ((rc < 0 && n->state == ST_RUNNING) || rc == 1) n->state = ST_ENDED;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- leave */
