@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error_internal.h"
 #include "hearsay/checkpoint.h"
@@ -395,6 +396,13 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     } else if (c->net.secret_file) {
         c->net.security = HS_NET_SECRET;
     }
+    /* Files are checked now, not when the job is being joined. */
+    const char *files[][2] = {{"secret-file", c->net.secret_file}, {"ca", c->net.ca_file},
+                              {"cert", c->net.cert_file}, {"key", c->net.key_file}};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (files[i][1] && access(files[i][1], R_OK) != 0)
+            return hs__err(HS_EINVAL, "node option %s %s: %s", files[i][0], files[i][1],
+                           strerror(errno));
     if (c->rank >= c->world)
         return hs__err(HS_EINVAL, "node option rank %d is outside 0..%d (world %d)", c->rank,
                        c->world - 1, c->world);

@@ -218,6 +218,10 @@ static void test_option_errors(void **state) {
     assert_int_equal(hs_node_options_new(&o), 0);
     assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL); /* no security mode */
     assert_non_null(strstr(hs_error_message(), "secret-file"));
+    assert_int_equal(hs_node_options_set(o, "secret-file", "/nonexistent/job.key"), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL); /* checked before any start */
+    assert_non_null(strstr(hs_error_message(), "secret-file /nonexistent/job.key"));
+    assert_int_equal(hs_node_options_set(o, "secret-file", ""), 0); /* unset again */
     assert_int_equal(hs_node_options_set(o, "insecure", "1"), 0);
     assert_int_equal(hs_node_options_set(o, "algo", "dpsgd"), 0);
     assert_int_equal(hs_node_options_set(o, "gamma-c", "0.5"), 0);
