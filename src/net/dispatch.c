@@ -144,8 +144,22 @@ static void on_closed(void *owner, hs__conn *c, int err, int dial_failed) {
     uv_mutex_lock(&net->mu);
     int stopping = net->stopping || net->leaving;
     uv_mutex_unlock(&net->mu);
-    if (stopping)
+    if (stopping) {
+        /* Nothing to repair while leaving, but the peer must not keep pointing at a connection
+         * about to be freed: the quorum count reads it until the loop ends. */
+        hs__peer *p = c->peer;
+        if (p && p->m.conn == c) {
+            p->m.conn = NULL;
+            uv_mutex_lock(&net->mu);
+            net->n_open--;
+            uv_mutex_unlock(&net->mu);
+        }
+        if (p && p->m.dialing == c)
+            p->m.dialing = NULL;
+        if (p && p->m.pending_conn == c)
+            p->m.pending_conn = NULL;
         return;
+    }
     hs__bs_conn_gone(net, c);
     if (c->bootstrap && net->join_conn == c) {
         hs__bs_join_conn_failed(net, c, err, c->why);

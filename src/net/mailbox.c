@@ -281,7 +281,9 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
         if (p)
             p->mailbox_bytes -= net->mail[i].buf->len;
     }
-    memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
+    /* (an empty mailbox may not be allocated yet: memmove of NULL is undefined even for 0) */
+    if (net->n_mail > n)
+        memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
     net->n_mail -= n;
     mail_taken(net);
     uv_mutex_unlock(&net->mu);
