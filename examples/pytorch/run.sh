@@ -4,7 +4,7 @@
 # top-1% on a ring, over TLS with a generated secret; peers find each other through a
 # rendezvous file. Ends with each peer's test accuracy. Expected (2 epochs, 8 peers): every
 # peer about 84-85% (docs/RESULTS.md), about 1.1 MB sent per peer, minutes on 2 cores.
-#   examples/pytorch/run.sh [train.py flags, e.g. --algo dpsgd --epochs 5]
+#   examples/pytorch/run.sh [train.py flags, e.g. --algo dpsgd --compress none --epochs 5]
 # Environment: N (peers), PYTHON (default /usr/bin/python3), HEARSAY_LIB (libhearsay.so.0;
 # default: the one beside $HEARSAY or build/), HEARSAY_EXAMPLE_HOST (loopback address).
 set -euo pipefail
@@ -23,7 +23,7 @@ if [[ -z ${HEARSAY_LIB:-} && -n ${HEARSAY:-} ]]; then
     export HEARSAY_LIB=$(dirname "$(realpath "$HEARSAY")")/libhearsay.so.0
 fi
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
-dir=runs/pytorch-$(date +%Y%m%d-%H%M%S)-$$
+dir=$PWD/runs/pytorch-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$dir"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
 chmod 600 "$dir/secret"
@@ -31,7 +31,8 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 for ((r = 0; r < n; r++)); do
     "$py" "$here/train.py" --rank $r --world "$n" --rendezvous "$dir/rendezvous" \
-        --listen "$host:0" --secret-file "$dir/secret" "${extra[@]}" "$@" >"$dir/peer$r.log" 2>&1 &
+        --listen "$host:0" --secret-file "$dir/secret" --algo choco --compress topk:0.01 \
+        "${extra[@]}" "$@" >"$dir/peer$r.log" 2>&1 &
     pids+=($!)
 done
 rc=0
