@@ -45,6 +45,8 @@ def buffer_of(x):
                             "contiguous buffer (np.ascontiguousarray once, and keep that array)")
         if not x.flags.writeable:
             raise TypeError("hearsay: the array is read-only; the gossip writes it in place")
+        if not x.flags.aligned:
+            raise TypeError("hearsay: the array's data is not aligned for float32")
         return ctypes.cast(x.ctypes.data, _c_float_p), int(x.size)
     if mod.startswith("torch"):
         import torch
@@ -85,6 +87,7 @@ class Node:
         self._opts = ctypes.c_void_p()
         self._h = ctypes.c_void_p()
         self._d = None
+        self._started = False
         self.running = False
         _lib.check(self._L.hs_node_options_new(ctypes.byref(self._opts)), "hs_node_options_new")
         try:
@@ -114,7 +117,7 @@ class Node:
         _lib.check(self._L.hs_node_new(ctypes.byref(self._h), self._opts, d), "hs_node_new")
         self._d = d
         self._interruptible(self._L.hs_node_start, ptr, d, "hs_node_start")
-        self.running = True
+        self._started = self.running = True
         return x
 
     def step(self, x):
@@ -131,8 +134,8 @@ class Node:
         return self.running
 
     def _check_size(self, d):
-        if not self._h:
-            raise RuntimeError("hearsay: call Node.start(x) before Node.step")
+        if not self._started or not self._h:
+            raise RuntimeError("hearsay: Node.step needs a started node (Node.start(x) first)")
         if d != self._d:
             raise ValueError(f"hearsay: the vector has {d} floats, the node was started with "
                              f"{self._d}")
@@ -169,7 +172,7 @@ class Node:
 
     def close(self):
         """Leaves and frees the node; the object is unusable afterwards. Idempotent."""
-        self.running = False
+        self.running = self._started = False
         if getattr(self, "_h", None):
             self._L.hs_node_free(self._h)
             self._h = ctypes.c_void_p()
