@@ -23,7 +23,7 @@ double hs__node_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void sleep_s(volatile sig_atomic_t *stop, double s) {
+static void sleep_s(atomic_int *stop, double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !*stop) {
@@ -88,7 +88,7 @@ int hs__node_write_rendezvous(const char *path, const char *run_id, const char *
  * says when the address was written. */
 static int read_rendezvous(const char *path, const char *run_id, int timeout_ms, time_t oldest,
                            char *addr, size_t cap, struct timespec *mtime,
-                           volatile sig_atomic_t *stop) {
+                           atomic_int *stop) {
     double end = hs__node_now() + timeout_ms / 1000.0;
     while (!*stop) {
         struct stat sb;
@@ -120,7 +120,7 @@ static int read_rendezvous(const char *path, const char *run_id, int timeout_ms,
  * started, which is this job's, is believed when it refuses for good. */
 int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config *nc,
                              int timeout_ms, char *addr, size_t cap, hs_net **net,
-                             hs_net_welcome *w, volatile sig_atomic_t *stop) {
+                             hs_net_welcome *w, atomic_int *stop) {
     struct timespec started;
     clock_gettime(CLOCK_REALTIME, &started);
     double end = hs__node_now() + timeout_ms / 1000.0;
@@ -156,7 +156,7 @@ int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config
 
 /* hs_net_wait_members in slices, so that SIGINT/SIGTERM end the wait within a fraction of a
  * second (a signal handler cannot wake the condition variable it sleeps on). */
-int hs__node_wait_members(hs_net *net, int n, int timeout_ms, volatile sig_atomic_t *stop) {
+int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop) {
     double end = hs__node_now() + timeout_ms / 1000.0;
     for (;;) {
         if (*stop) {
@@ -183,7 +183,7 @@ int hs__node_wait_members(hs_net *net, int n, int timeout_ms, volatile sig_atomi
 /* Runs no round while this peer is cut off from a majority of the job, which would make it (or
  * its minority) a second job: 0 once in touch again (or on a stop request); HS_ECANCELED once the
  * job removed it; HS_ETIMEDOUT after bound_ms cut off. */
-int hs__node_await_job(hs_net *net, int bound_ms, volatile sig_atomic_t *stop) {
+int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop) {
     int in = hs_net_in_job(net, 1000); /* a new connection to the sequencer learns it at once */
     if (in != 0) return in < 0 ? in : 0;
     HS_LOGW("cut off from the job: not training; trying to reach it for up to %d ms", bound_ms);
@@ -206,7 +206,7 @@ int hs__node_await_job(hs_net *net, int bound_ms, volatile sig_atomic_t *stop) {
  * it): join again as a new peer through the members it knew, each tried briefly, for up to
  * bound_ms. On success *netp is the new runtime and w its welcome. */
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
-                    volatile sig_atomic_t *stop) {
+                    atomic_int *stop) {
     hs_net_member *mem = NULL;
     int nm = 0;
     uint32_t self = hs_net_self(*netp);

@@ -50,7 +50,9 @@ struct hs_node {
     int have_rec;
     uint64_t r, first_round, rounds_done;
     int left, diverged, told, warned_unsharded, stopped;
-    volatile sig_atomic_t stop, ck_req;
+    /* Set by hs_node_request_stop from any thread or a signal handler: lock-free atomics are
+     * both thread-safe and async-signal-safe. */
+    atomic_int stop, ck_req;
     double t0, t_round0, last_print;
     /* Reported for the current round; NaN: not this round. */
     double loss, acc, lr, epoch, test_loss, test_acc;
@@ -128,8 +130,8 @@ void hs__node_report_test(hs_node *n, double loss, double accuracy) {
 
 void hs_node_request_stop(hs_node *n, int checkpoint) {
     if (!n) return;
-    if (checkpoint) n->ck_req = 1;
-    n->stop = 1;
+    if (checkpoint) atomic_store(&n->ck_req, 1);
+    atomic_store(&n->stop, 1);
 }
 
 /* ---------------------------------------------------------------- snapshots and checkpoints */
@@ -235,7 +237,8 @@ int hs__node_connect(hs_node *n) {
     int first = !nc->bootstrap && cfg->rank <= 0;
     if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
         err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
-                                       n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w, &n->stop);
+                                       n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
+                                       &n->stop);
         if (err == 0) {
             nc->bootstrap = n->rv_addr;
             first = 0;
@@ -368,8 +371,9 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     }
     n->first_round = n->r = r;
     char path[4096];
-    if (cfg->metrics && ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
-                         (err = hs_jsonl_open(&n->metrics, path, cfg->resume)) < 0))
+    if (cfg->metrics &&
+        ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
+         (err = hs_jsonl_open(&n->metrics, path, cfg->resume)) < 0))
         return err;
     if (!cfg->quiet)
         HS_LOGI("starting at round %llu, ending at round %llu: shard %d of %d, %s, %s",
@@ -378,7 +382,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
-    return round_top(n);
+    if ((err = round_top(n)) < 0) n->state = ST_ENDED;
+    return err;
 }
 
 /* ---------------------------------------------------------------- rounds */
@@ -432,7 +437,8 @@ static int round_top(hs_node *n) {
             return err;
         if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, n->r);
         if (err == 0)
-            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r, n->m.x(n->m.ctx));
+            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r,
+                                n->m.x(n->m.ctx));
         if (err == 0) return 0;
         if ((err = recover(n, err)) < 0) return err;
     }
@@ -496,7 +502,8 @@ static int record_round(hs_node *n, uint64_t r, const hs_algo_stats *as, double 
 
 int hs_node_metrics_json(const hs_node *n, char *buf, size_t cap) {
     if (!n || !n->have_rec) return hs__err(HS_EINVAL, "node: no round has run yet");
-    size_t len = n->rec.len > 0 && n->rec.line[n->rec.len - 1] == '\n' ? n->rec.len - 1 : n->rec.len;
+    size_t len = n->rec.len;
+    if (len > 0 && n->rec.line[len - 1] == '\n') len--;
     if (!buf || len + 1 > cap)
         return hs__err(HS_ERANGE, "node metrics: %zu bytes do not fit in %zu", len + 1, cap);
     memcpy(buf, n->rec.line, len);
@@ -517,7 +524,7 @@ const char *hs__node_diverged(const hs_node *n, double *round, const char **advi
     return hs_guard_reason(n->guard);
 }
 
-int hs__node_step(hs_node *n) {
+static int step(hs_node *n) {
     if (n->state != ST_RUNNING)
         return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
                                                                         : "before hs_node_start");
@@ -565,7 +572,6 @@ int hs__node_step(hs_node *n) {
     n->r = r + 1;
     if (verdict == HS_GUARD_DIVERGED) {
         n->diverged = 1;
-        n->state = ST_ENDED;
         return hs__err(HS_EDIVERGED, "%s", hs_guard_reason(n->guard));
     }
     /* A neighbour that diverged ran with the same settings: under policy stop the whole job
@@ -577,17 +583,18 @@ int hs__node_step(hs_node *n) {
         if (cfg->guard.policy == HS_GUARD_STOP) {
             char reason[480];
             snprintf(reason, sizeof(reason), "peer %u diverged: %s", who, why);
-            n->state = ST_ENDED;
             return hs__node_fail(n, reason);
         }
         HS_LOGW("peer %u diverged (%s); going on (--on-divergence warn)", who, why);
     }
-    if (last) {
-        n->state = ST_ENDED;
-        return 1;
-    }
-    if ((err = round_top(n)) < 0) n->state = ST_ENDED;
-    return err;
+    return last ? 1 : round_top(n);
+}
+
+int hs__node_step(hs_node *n) {
+    int rc = step(n);
+    /* The job's end or an error: no round is open any more. */
+    if ((rc < 0 && n->state == ST_RUNNING) || rc == 1) n->state = ST_ENDED;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- leave */

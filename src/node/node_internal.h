@@ -6,7 +6,7 @@
 #ifndef HS_NODE_NODE_INTERNAL_H
 #define HS_NODE_NODE_INTERNAL_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +19,8 @@
 /* Defaults of options `hearsay run` shares with the node (the CLI's table says the same). */
 #define HS__NODE_CHECKPOINT_EVERY 100
 #define HS__NODE_JOIN_TIMEOUT_MS 30000
+#define HS__NODE_STR_(x) #x
+#define HS__NODE_STR(x) HS__NODE_STR_(x)
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 
@@ -109,17 +111,20 @@ void hs__node_own_address(const hs_net_config *nc, hs_net *net, char *out, size_
 int hs__node_write_rendezvous(const char *path, const char *run_id, const char *addr);
 int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config *nc,
                              int timeout_ms, char *addr, size_t cap, hs_net **net,
-                             hs_net_welcome *w, volatile sig_atomic_t *stop);
-int hs__node_wait_members(hs_net *net, int n, int timeout_ms, volatile sig_atomic_t *stop);
-int hs__node_await_job(hs_net *net, int bound_ms, volatile sig_atomic_t *stop);
+                             hs_net_welcome *w, atomic_int *stop);
+int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop);
+int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
-                    volatile sig_atomic_t *stop);
+                    atomic_int *stop);
 double hs__node_now(void);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
  * defaults filled, combinations checked, CHOCO's automatic step computed. */
 int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *cfg);
 hs_node_options *hs__node_options_dup(const hs_node_options *o);
+/* The configuration of no options set (no security mode, nothing checked): the defaults
+ * `hearsay run` starts from, so the command and the node agree. */
+void hs__node_cfg_defaults(hs__node_cfg *cfg);
 /* CHOCO's and BEER's consensus step for a job of n peers on topology spec (seeded) with
  * compressor spec at d: sets acfg->gap; why (may be NULL) says how it was chosen. 0 when the
  * algorithm takes no step. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error_internal.h"
 #include "hearsay/checkpoint.h"
@@ -202,10 +203,8 @@ static int o_resume(hs__node_cfg *c, const char *name, const char *v) {
     return parse_flag(name, v, &c->resume);
 }
 
-#define STR(x) #x
-#define XSTR(x) STR(x)
 static const opt_def opts[] = {
-    {"algo", "choco", o_algo},
+    {"algo", NULL, o_algo},
     {"compress", NULL, o_compress},
     {"gamma-c", NULL, o_gamma_c},
     {"topology", NULL, o_topology},
@@ -215,7 +214,7 @@ static const opt_def opts[] = {
     {"rounds", "0", o_rounds},
     {"metrics", NULL, o_metrics},
     {"quiet", "0", o_quiet},
-    {"on-divergence", "stop", o_on_divergence},
+    {"on-divergence", NULL, o_on_divergence},
     {"listen", NULL, o_listen},
     {"advertise", NULL, o_advertise},
     {"bootstrap", NULL, o_bootstrap},
@@ -237,7 +236,7 @@ static const opt_def opts[] = {
     {"rendezvous", NULL, o_rendezvous},
     {"wait-peers", NULL, o_wait_peers},
     {"checkpoint-dir", NULL, o_ck_dir},
-    {"checkpoint-every", XSTR(HS__NODE_CHECKPOINT_EVERY), o_ck_every},
+    {"checkpoint-every", HS__NODE_STR(HS__NODE_CHECKPOINT_EVERY), o_ck_every},
     {"resume", "0", o_resume},
     {"same-start", "1", o_same_start},
 };
@@ -248,7 +247,8 @@ struct hs_node_options {
 };
 
 int hs_node_options_new(hs_node_options **out) {
-    if (!(*out = calloc(1, sizeof(**out)))) return hs__err(HS_ENOMEM, "node options: out of memory");
+    if (!(*out = calloc(1, sizeof(**out))))
+        return hs__err(HS_ENOMEM, "node options: out of memory");
     return 0;
 }
 
@@ -270,17 +270,26 @@ hs_node_options *hs__node_options_dup(const hs_node_options *o) {
     return c;
 }
 
-/* The structural defaults under the table's: what hs_net_config_init and hs_algo_cfg_default
- * say, and the values no option sets. */
+/* The defaults under the table's: those of hs_net_config_init and hs_algo_cfg_default, which
+ * `hearsay run` starts from too, and the values no option sets. */
 static void cfg_base(hs__node_cfg *c) {
     memset(c, 0, sizeof(*c));
     hs_net_config_init(&c->net);
     hs_algo_cfg_default(&c->algo);
+    /* The algorithm's own compressor and topology, once it is known. */
+    c->algo.compress = NULL;
+    c->net.topo_spec = NULL;
     c->rank = -1;
     c->wait_new_only = 1;
     c->wait_timeout_ms = c->net.join_timeout_ms > 0 ? c->net.join_timeout_ms
                                                     : HS__NODE_JOIN_TIMEOUT_MS;
     c->net.security = HS_NET_SECRET;
+}
+
+void hs__node_cfg_defaults(hs__node_cfg *c) {
+    cfg_base(c);
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (opts[i].def) opts[i].apply(c, opts[i].name, opts[i].def);
 }
 
 int hs_node_options_set(hs_node_options *o, const char *name, const char *value) {
@@ -299,8 +308,9 @@ int hs_node_options_set(hs_node_options *o, const char *name, const char *value)
         o->val[i] = s;
         return 0;
     }
-    return hs__err(HS_EINVAL, "node option '%s' is unknown (options are those of `hearsay run`: "
-                              "algo, compress, topology, listen, bootstrap, secret-file, world, ...)",
+    return hs__err(HS_EINVAL,
+                   "node option '%s' is unknown (options are those of `hearsay run`: algo, "
+                   "compress, topology, listen, bootstrap, secret-file, world, ...)",
                    name);
 }
 
@@ -386,6 +396,13 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     } else if (c->net.secret_file) {
         c->net.security = HS_NET_SECRET;
     }
+    /* Files are checked now, not when the job is being joined. */
+    const char *files[][2] = {{"secret-file", c->net.secret_file}, {"ca", c->net.ca_file},
+                              {"cert", c->net.cert_file}, {"key", c->net.key_file}};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (files[i][1] && access(files[i][1], R_OK) != 0)
+            return hs__err(HS_EINVAL, "node option %s %s: %s", files[i][0], files[i][1],
+                           strerror(errno));
     if (c->rank >= c->world)
         return hs__err(HS_EINVAL, "node option rank %d is outside 0..%d (world %d)", c->rank,
                        c->world - 1, c->world);
