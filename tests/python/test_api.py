@@ -142,6 +142,15 @@ def torch_parameters_become_views_of_one_buffer():
         opt.step()
         assert not torch.equal(flat[:20].view(4, 5), before[0])  # the step wrote the buffer
         assert g.step() and not g.step() and g.steps == 2
+    # attach: every optimizer step gossips while the job runs, and only then.
+    g = hearsay.torch.Gossip(model, world=1, insecure=True, listen=f"{IP}:0", rounds=2,
+                             quiet=True)
+    with g:
+        g.attach(opt)
+        g.start()
+        for _ in range(3):
+            opt.step()
+        assert g.steps == 2 and not g.running, g.steps
     raises(TypeError, hearsay.torch.flatten_parameters, torch.nn.Linear(2, 2).double())
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, dtype=torch.float64))
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, 2)[:, 0])
