@@ -1,0 +1,233 @@
+"""hearsay.Node: one networked peer gossiping a vector the caller owns (hs_node_* of node.h).
+
+Zero-copy: the C library reads and writes the caller's float32 buffer in place, so only
+C-contiguous, writeable float32 NumPy arrays and contiguous float32 CPU torch tensors are
+accepted; anything else is a TypeError, never a silent copy (a copy would leave the caller's
+model untouched by the gossip). Threading: one thread at a time per node, except
+request_stop, which any thread may call."""
+import ctypes
+import json
+import math
+import os
+import threading
+
+from . import _lib
+from .errors import Error, EINVAL, ERANGE
+
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+
+
+def option_value(v):
+    """The option string of a Python value: flags as "1"/"0", paths as paths, numbers as the
+    shortest text that reads back the same."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def buffer_of(x):
+    """(pointer, number of floats) of a buffer the library may write in place, or TypeError."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("numpy"):
+        import numpy as np
+
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"hearsay: expected a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"hearsay: the array is {x.dtype}, the gossip works in place on "
+                            "float32 only (convert it once with x.astype(np.float32) and keep it)")
+        if not x.flags.c_contiguous:
+            raise TypeError("hearsay: the array is not C-contiguous; gossip works in place on one "
+                            "contiguous buffer (np.ascontiguousarray once, and keep that array)")
+        if not x.flags.writeable:
+            raise TypeError("hearsay: the array is read-only; the gossip writes it in place")
+        if not x.flags.aligned:
+            raise TypeError("hearsay: the array's data is not aligned for float32")
+        return ctypes.cast(x.ctypes.data, _c_float_p), int(x.size)
+    if mod.startswith("torch"):
+        import torch
+
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"hearsay: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.float32:
+            raise TypeError(f"hearsay: the tensor is {x.dtype}, the gossip works in place on "
+                            "torch.float32 only")
+        if x.device.type != "cpu":
+            raise TypeError(f"hearsay: the tensor is on {x.device}; Node.step needs host memory "
+                            "(hearsay.torch.Gossip stages CUDA models through pinned memory)")
+        if not x.is_contiguous():
+            raise TypeError("hearsay: the tensor is not contiguous; gossip works in place on one "
+                            "contiguous buffer (hearsay.torch.Gossip flattens a model's parameters)")
+        return ctypes.cast(x.data_ptr(), _c_float_p), int(x.numel())
+    raise TypeError(f"hearsay: expected a float32 numpy.ndarray or torch.Tensor, got "
+                    f"{type(x).__module__}.{type(x).__name__}")
+
+
+class Node:
+    """One peer of a decentralized job. Options are `hearsay run`'s flags without the dashes,
+    as keyword arguments with underscores (gamma_c=0.1 is --gamma-c 0.1; insecure=True is
+    --insecure) or in `options` under their own names. Invalid options raise
+    hearsay.InvalidArgument here, before anything is opened.
+
+        with hearsay.Node(algo="choco", compress="topk:0.01", rendezvous="job.addr",
+                          world=4, rank=r, secret_file="run.key", rounds=1000) as node:
+            node.start(x)              # may overwrite x with the job's vector
+            while True:
+                local_update(x)
+                if not node.step(x):   # False after the job's last round
+                    break
+    """
+
+    def __init__(self, options=None, **kwargs):
+        self._L = _lib.lib()
+        self._opts = ctypes.c_void_p()
+        self._h = ctypes.c_void_p()
+        self._d = None
+        self._started = False
+        self.running = False
+        _lib.check(self._L.hs_node_options_new(ctypes.byref(self._opts)), "hs_node_options_new")
+        try:
+            merged = dict(options or {})
+            merged.update({k.replace("_", "-"): v for k, v in kwargs.items()})
+            for name, v in merged.items():
+                if v is None:
+                    continue
+                _lib.check(self._L.hs_node_options_set(self._opts, name.encode(),
+                                                       option_value(v).encode()),
+                           "hs_node_options_set")
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, x):
+        """Starts or joins the job with x (float32, in place) as this peer's starting vector;
+        when the peer joins a running job or resumes, x is overwritten with the job's vector.
+        Blocks until the job's peers are there; Ctrl-C asks the node to stop and raises
+        KeyboardInterrupt."""
+        ptr, d = buffer_of(x)
+        if self._h:
+            raise RuntimeError("hearsay: Node.start called twice")
+        if not self._opts:
+            raise RuntimeError("hearsay: the node is closed")
+        _lib.check(self._L.hs_node_new(ctypes.byref(self._h), self._opts, d), "hs_node_new")
+        self._d = d
+        self._interruptible(self._L.hs_node_start, ptr, d, "hs_node_start")
+        self._started = self.running = True
+        return x
+
+    def step(self, x):
+        """One gossip round on x (float32, d floats, after the local update), in place. Returns
+        True while the job goes on and False after its last round; raises hearsay.Error
+        (Diverged, Canceled, Interrupted, ...) with the C message otherwise."""
+        ptr, d = buffer_of(x)
+        self._check_size(d)
+        rc = self._L.hs_node_step(self._h, ptr, d)
+        if rc < 0:
+            self.running = False
+            _lib.check(rc, "hs_node_step")
+        self.running = rc == 0
+        return self.running
+
+    def _check_size(self, d):
+        if not self._started or not self._h:
+            raise RuntimeError("hearsay: Node.step needs a started node (Node.start(x) first)")
+        if d != self._d:
+            raise ValueError(f"hearsay: the vector has {d} floats, the node was started with "
+                             f"{self._d}")
+
+    def _interruptible(self, fn, ptr, d, what):
+        # The call runs on a helper thread so that the main thread stays in Python and receives
+        # KeyboardInterrupt; the error text is read on the thread that failed (it is
+        # thread-local in C).
+        out = {}
+
+        def run():
+            try:
+                _lib.check(fn(self._h, ptr, d), what)
+            except Error as e:
+                out["err"] = e
+
+        t = threading.Thread(target=run, name="hearsay-" + what, daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.1)
+        except KeyboardInterrupt:
+            self._L.hs_node_request_stop(self._h, 0)
+            t.join()
+            raise
+        if "err" in out:
+            raise out["err"]
+
+    def leave(self):
+        """Leaves the job gracefully (BYE); idempotent."""
+        self.running = False
+        if self._h:
+            _lib.check(self._L.hs_node_leave(self._h), "hs_node_leave")
+
+    def close(self):
+        """Leaves and frees the node; the object is unusable afterwards. Idempotent."""
+        self.running = self._started = False
+        if getattr(self, "_h", None):
+            self._L.hs_node_free(self._h)
+            self._h = ctypes.c_void_p()
+        if getattr(self, "_opts", None):
+            self._L.hs_node_options_free(self._opts)
+            self._opts = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def d(self):
+        """Floats per vector (None before start)."""
+        return self._d
+
+    @property
+    def round(self):
+        """The next round this node will run."""
+        return int(self._L.hs_node_round(self._h)) if self._h else 0
+
+    def report(self, loss=math.nan, accuracy=math.nan):
+        """This round's training loss and test accuracy, for the metrics and the guard."""
+        if self._h:
+            self._L.hs_node_report(self._h, float(loss), float(accuracy))
+
+    def metrics(self):
+        """The last round's metrics record (docs/METRICS.md) as a dict; None before round 1."""
+        if not self._h:
+            return None
+        cap = 4096
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            rc = self._L.hs_node_metrics_json(self._h, buf, cap)
+            if rc >= 0:
+                return json.loads(buf.value.decode("utf-8"))
+            if rc == ERANGE and cap < (1 << 24):  # grow and ask again
+                cap *= 4
+                continue
+            if rc == EINVAL:  # no round yet
+                return None
+            _lib.check(rc, "hs_node_metrics_json")
+
+    def request_stop(self, checkpoint=False):
+        """Asks the node to stop after the current round (step then raises Interrupted). Any
+        thread may call it."""
+        if self._h:
+            self._L.hs_node_request_stop(self._h, 1 if checkpoint else 0)

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""The Python package in one process: options and their errors (the C message reaches the
+exception), the zero-copy checks (wrong buffers are TypeErrors, never copies), a one-peer job
+(start, step until the last round, metrics, request_stop), the context manager, and
+hearsay.torch's flat buffer (parameters are views of it; training and gossip write through).
+Exit 77 when /usr/bin/python3 lacks NumPy. Env: HEARSAY_LIB, HS_TEST_IP (a loopback address)."""
+import os
+import sys
+import traceback
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: no numpy")
+    sys.exit(77)
+
+import hearsay
+from hearsay.errors import EINTR
+
+IP = os.environ.get("HS_TEST_IP", "127.0.0.1")
+failures = []
+
+
+def case(fn):
+    try:
+        fn()
+        print(f"ok: {fn.__name__}")
+    except Exception:
+        failures.append(fn.__name__)
+        print(f"FAIL: {fn.__name__}")
+        traceback.print_exc()
+    return fn
+
+
+def raises(exc, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}")
+
+
+def solo(**kw):
+    """A one-peer job on this test's loopback address."""
+    opts = dict(world=1, insecure=True, listen=f"{IP}:0", quiet=True)
+    opts.update(kw)
+    return hearsay.Node(**opts)
+
+
+@case
+def library_is_the_one_asked_for():
+    want = os.environ.get("HEARSAY_LIB")
+    assert not want or hearsay.library_path() == want, hearsay.library_path()
+
+
+@case
+def bad_option_value_carries_the_c_message():
+    e = raises(hearsay.InvalidArgument, hearsay.Node, algo="nonsense")
+    assert isinstance(e, ValueError) and isinstance(e, hearsay.Error)
+    assert e.name == "HS_EINVAL" and e.code < 0, (e.name, e.code)
+    # The C library's sentence, naming the option or the value, is the exception's text.
+    assert "nonsense" in str(e) or "algo" in str(e), str(e)
+    assert e.message and e.message in str(e)
+
+
+@case
+def unknown_option_and_underscore_names():
+    e = raises(hearsay.InvalidArgument, hearsay.Node, no_such_option=1)
+    assert "no-such-option" in str(e), str(e)
+    with hearsay.Node(gamma_c=0.25, compress="topk:0.01", algo="choco") as n:
+        assert n.d is None and n.round == 0 and n.metrics() is None
+
+
+@case
+def wrong_buffers_are_type_errors():
+    with solo(rounds=2) as n:
+        for bad in (np.zeros(8), np.zeros((8, 2), np.float32)[:, 0], [0.0] * 8, b"\0" * 32):
+            raises(TypeError, n.start, bad)
+        ro = np.zeros(8, np.float32)
+        ro.flags.writeable = False
+        raises(TypeError, n.start, ro)
+        raises(RuntimeError, n.step, np.zeros(8, np.float32))
+
+
+@case
+def one_peer_job_runs_to_its_last_round():
+    x = np.linspace(-1, 1, 1000, dtype=np.float32).reshape(10, 100)  # any shape, contiguous
+    with solo(rounds=3, algo="dpsgd") as n:
+        assert n.start(x) is x
+        raises(ValueError, n.step, np.zeros(999, np.float32))
+        got = []
+        for r in range(3):
+            x *= np.float32(0.5)
+            n.report(loss=1.0 / (r + 1))
+            got.append(n.step(x))
+        assert got == [True, True, False], got
+        assert n.round == 3 and not n.running, n.round
+        m = n.metrics()
+        assert isinstance(m, dict) and m, m
+    # One peer alone: the gossip leaves the local updates as they were.
+    assert np.array_equal(x, np.linspace(-1, 1, 1000, dtype=np.float32).reshape(10, 100) / 8)
+
+
+@case
+def request_stop_raises_interrupted():
+    x = np.zeros(100, np.float32)
+    with solo(rounds=100) as n:
+        n.start(x)
+        assert n.step(x)
+        n.request_stop()
+        e = raises(hearsay.Interrupted, n.step, x)
+        assert e.code == EINTR and e.name == "HS_EINTR", (e.code, e.name)
+
+
+@case
+def torch_parameters_become_views_of_one_buffer():
+    try:
+        import torch
+    except ImportError:
+        print("skip: no torch")
+        return
+    import hearsay.torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = hearsay.torch.Gossip(model, world=1, insecure=True, listen=f"{IP}:0", rounds=2,
+                             quiet=True)
+    with g:
+        flat = g.flat
+        assert flat.is_contiguous() and flat.numel() == sum(p.numel() for p in params)
+        base, off = flat.data_ptr(), 0
+        for p, b in zip(model.parameters(), before):
+            assert p.data_ptr() == base + 4 * off, "parameter is not a view of the buffer"
+            assert torch.equal(p.detach(), b)
+            off += p.numel()
+        assert [id(p) for p in model.parameters()] == [id(p) for p in params]
+        g.start()
+        model(torch.randn(7, 5)).pow(2).sum().backward()
+        opt.step()
+        assert not torch.equal(flat[:20].view(4, 5), before[0])  # the step wrote the buffer
+        assert g.step() and not g.step() and g.steps == 2
+    # attach: every optimizer step gossips while the job runs, and only then.
+    g = hearsay.torch.Gossip(model, world=1, insecure=True, listen=f"{IP}:0", rounds=2,
+                             quiet=True)
+    with g:
+        g.attach(opt)
+        g.start()
+        for _ in range(3):
+            opt.step()
+        assert g.steps == 2 and not g.running, g.steps
+    raises(TypeError, hearsay.torch.flatten_parameters, torch.nn.Linear(2, 2).double())
+    raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, dtype=torch.float64))
+    raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, 2)[:, 0])
+
+
+sys.exit(1 if failures else 0)
