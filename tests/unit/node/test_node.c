@@ -93,6 +93,7 @@ static void *peer_main(void *arg) {
     atomic_store(&p->node, n);
     if (rc == 0) rc = p->rc_start = hs_node_start(n, p->x, D);
     else p->rc_start = rc;
+
     while (rc == 0) {
         rc = hs_node_step(n, p->x, D);
         p->steps++;
@@ -200,6 +201,36 @@ static void expect_einval(const char *name, const char *value, const char *named
     assert_int_equal(hs_node_options_set(o, name, value), HS_EINVAL);
     if (!strstr(hs_error_message(), named)) fprintf(stderr, "message: %s\n", hs_error_message());
     assert_non_null(strstr(hs_error_message(), named));
+    hs_node_options_free(o);
+}
+
+/* A value's own error keeps its text once, after the option's name. */
+static void expect_message(const char *name, const char *value, const char *want) {
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, name, value), HS_EINVAL);
+    const char *m = hs_error_message();
+    if (strcmp(m, want)) fprintf(stderr, "message: %s\nwanted:  %s\n", m, want);
+    assert_string_equal(m, want);
+    hs_node_options_free(o);
+}
+
+static void test_option_messages(void **state) {
+    (void)state;
+    expect_message("compress", "topk:2.5x",
+                   "node option compress: 'topk:2.5x': compressor \"topk:2.5x\": fraction "
+                   "\"2.5x\" is not in (0, 1]");
+    expect_message("compress", "topk:2.5",
+                   "node option compress: 'topk:2.5': compressor \"topk:2.5\": fraction \"2.5\" "
+                   "is not in (0, 1]");
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, "emulate", "delay=fast"), HS_EINVAL);
+    const char *m = hs_error_message(), *p = "node option emulate: 'delay=fast': ";
+    fprintf(stderr, "# %s\n", m);
+    assert_int_equal(strncmp(m, p, strlen(p)), 0);
+    assert_null(strstr(m + strlen(p), "node option"));
+    assert_true(strlen(m) > strlen(p));
     hs_node_options_free(o);
 }
 
@@ -382,10 +413,50 @@ static void test_defaults(void **state) {
     hs_node_options_free(o);
 }
 
+/* A compressor not given is the algorithm's, whichever order the options come in and however
+ * often algo changes; one given stays. Read from the node hs_node_new made. */
+static const char *node_compress(const char *const *kv) {
+    hs_node_options *o;
+    hs_node *n = NULL;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    for (; *kv; kv += 2) assert_int_equal(hs_node_options_set(o, kv[0], kv[1]), 0);
+    int rc = hs_node_new(&n, o, 1000);
+    if (rc < 0) fprintf(stderr, "hs_node_new: %s\n", hs_error_message());
+    assert_int_equal(rc, 0);
+    hs_node_options_free(o);
+    static char out[64];
+    snprintf(out, sizeof(out), "%s", hs__node_config(n)->algo.compress);
+    hs_node_free(n);
+    return out;
+}
+
+static void test_default_compress_follows_algo(void **state) {
+    (void)state;
+    const char *algos[] = {"choco", "beer", "dcd", "dpsgd", "sgp"};
+    for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        hs_algo_kind k;
+        assert_int_equal(hs_algo_kind_parse(algos[i], &k), 0);
+        const char *want = hs_algo_kind_default_compress(k);
+        const char *first[] = {"algo", algos[i], "insecure", "1", "seed", "3", NULL};
+        const char *last[] = {"insecure", "1", "seed", "3", "algo", algos[i], NULL};
+        const char *changed[] = {"algo", "dpsgd", "insecure", "1", "algo", algos[i], NULL};
+        assert_string_equal(node_compress(first), want);
+        assert_string_equal(node_compress(last), want);
+        assert_string_equal(node_compress(changed), want);
+    }
+    /* Not "none", the algorithm configuration's own default. */
+    assert_string_equal(node_compress((const char *[]){"algo", "dcd", "insecure", "1", NULL}),
+                        "qsgd:16");
+    const char *given[] = {"compress", "randk:0.1", "algo", "dcd", "insecure", "1", NULL};
+    assert_string_equal(node_compress(given), "randk:0.1");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_option_messages),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_default_compress_follows_algo),
         cmocka_unit_test(test_dpsgd_consensus),
         cmocka_unit_test(test_choco_topk_consensus),
         cmocka_unit_test(test_sgp_consensus),
