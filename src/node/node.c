@@ -76,6 +76,7 @@ int hs__node_new_cfg(hs_node **out, const hs__node_cfg *cfg, size_t d, const cha
     snprintf(n->sig, sizeof(n->sig), "%s", sig);
     n->t0 = hs__node_now();
     reset_reports(n);
+    if (cfg->quiet) hs_log_quiet();
     *out = n;
     return 0;
 }
