@@ -75,6 +75,14 @@ int hs_node_step(hs_node *n, float *x, size_t d);
 /* The next round this node will run (rounds done since the job's round 0). */
 uint64_t hs_node_round(const hs_node *n);
 
+/* This peer's id in the job (the metrics' "peer", the log's "peer N") and its rank, the
+ * shard it stands for (the option "rank", or the checkpoint's when resuming, or id mod world).
+ * Valid after hs_node_start returned 0; before it, HS_NODE_NO_ID and -1. A peer removed from
+ * the job and let in again (hs_node_step) gets a new id: read it again after a step. */
+#define HS_NODE_NO_ID UINT32_MAX
+uint32_t hs_node_id(const hs_node *n);
+int hs_node_rank(const hs_node *n);
+
 /* Optional: the caller's training loss and test accuracy for this round, reported to the
  * metrics record and the convergence guard (NaN: not measured this round). */
 void hs_node_report(hs_node *n, double loss, double accuracy);

@@ -106,6 +106,11 @@ long hs__node_job_rounds(const hs_node *n) { return (long)n->jt.rounds; }
 uint64_t hs__node_first_round(const hs_node *n) { return n->first_round; }
 int hs__node_stopped(const hs_node *n) { return n->stopped; }
 uint64_t hs_node_round(const hs_node *n) { return n ? n->r : 0; }
+/* Known once the job let this peer in (the first half of hs_node_start). */
+uint32_t hs_node_id(const hs_node *n) {
+    return n && n->state != ST_NEW ? n->self : HS_NODE_NO_ID;
+}
+int hs_node_rank(const hs_node *n) { return n && n->state != ST_NEW ? n->rank : -1; }
 
 void hs__node_bytes(const hs_node *n, uint64_t *sent, uint64_t *recv) {
     /* The algorithm's payload, the one meaning of bytes_sent (docs/METRICS.md). */

@@ -113,6 +113,21 @@ def request_stop_raises_interrupted():
         assert e.code == EINTR and e.name == "HS_EINTR", (e.code, e.name)
 
 
+@case
+def id_and_rank_after_start():
+    x = np.zeros(10, np.float32)
+    # world 3 with rank 2 alone (wait_peers 1): the rank is the one asked for, not id mod world.
+    with solo(world=3, rank=2, wait_peers=1, rounds=1) as n:
+        assert n.id is None and n.rank is None, (n.id, n.rank)
+        n.start(x)
+        assert n.id == 0 and n.rank == 2, (n.id, n.rank)
+        assert not n.step(x)
+        assert n.metrics()["peer"] == n.id, n.metrics()
+    with solo(rounds=1) as n:
+        n.start(x)
+        assert n.id == 0 and n.rank == 0, (n.id, n.rank)
+
+
 def info_lines(quiet):
     """The info lines a one-peer job logs, in a process of its own (the log level is the
     process's), with HEARSAY_LOG unset."""

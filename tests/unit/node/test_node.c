@@ -36,6 +36,8 @@ typedef struct peer {
     int rank;
     float x[D];
     int rc_start, rc_last;
+    uint32_t id, id_before;
+    int node_rank, rank_before;
     atomic_int steps, rc_done;
     hs_node *_Atomic node; /* for another thread's stop request */
     uint64_t round_after;
@@ -91,9 +93,12 @@ static void *peer_main(void *arg) {
     int rc = hs_node_new(&n, o, D);
     hs_node_options_free(o);
     atomic_store(&p->node, n);
+    p->id_before = hs_node_id(n);
+    p->rank_before = hs_node_rank(n);
     if (rc == 0) rc = p->rc_start = hs_node_start(n, p->x, D);
     else p->rc_start = rc;
-
+    p->id = hs_node_id(n);
+    p->node_rank = hs_node_rank(n);
     while (rc == 0) {
         rc = hs_node_step(n, p->x, D);
         p->steps++;
@@ -125,6 +130,12 @@ static void run_job(const run *j, peer *p) {
         assert_int_equal(p[i].rc_start, 0);
         assert_int_equal(p[i].rc_last, 1); /* the job's last round */
         assert_int_equal(p[i].steps, j->rounds);
+        /* Unknown before the start; then the rank asked for and an id of its own. */
+        assert_int_equal(p[i].id_before, HS_NODE_NO_ID);
+        assert_int_equal(p[i].rank_before, -1);
+        assert_int_equal(p[i].node_rank, i);
+        assert_true(p[i].id < N);
+        for (int k = 0; k < i; k++) assert_int_not_equal(p[i].id, p[k].id);
     }
 }
 
