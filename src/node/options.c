@@ -243,6 +243,12 @@ static const opt_def opts[] = {
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
 
+const char *hs__node_option(size_t i, const char **def) {
+    if (i >= N_OPTS) return NULL;
+    if (def) *def = opts[i].def;
+    return opts[i].name;
+}
+
 struct hs_node_options {
     char *val[N_OPTS]; /* as set (owned); NULL: the default */
 };
