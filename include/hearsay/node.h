@@ -39,7 +39,11 @@ typedef struct hs_node hs_node;
  * "checkpoint-dir", "checkpoint-every", "resume", "metrics", "on-divergence", "seed",
  * "recv-timeout", "quiet", ...). A flag without a value (insecure, resume, quiet) takes "1"
  * or "0". hs_node_options_set validates the value and returns HS_EINVAL naming the option
- * and what it accepts; an unknown name is HS_EINVAL too. Besides those of `hearsay run`:
+ * and what it accepts; an unknown name is HS_EINVAL too. "quiet" 1 is --quiet: the node logs
+ * no info lines (warnings and errors stay), unless the HEARSAY_LOG environment variable sets a
+ * level. The log level is the process's: once a node of a process is made quiet
+ * (hs_node_new), every node and thread of that process logs at warn and above, and a later
+ * node with quiet 0 does not bring the info lines back. Besides those of `hearsay run`:
  * "rounds" defaults to 0, no end (the caller leaves when it is done); "same-start" 0 says the
  * peers start from different vectors (the first round sends full replicas; default 1, every
  * peer passes the same vector to hs_node_start). The model is "vector:D" to the job: peers
@@ -70,6 +74,14 @@ int hs_node_step(hs_node *n, float *x, size_t d);
 
 /* The next round this node will run (rounds done since the job's round 0). */
 uint64_t hs_node_round(const hs_node *n);
+
+/* This peer's id in the job (the metrics' "peer", the log's "peer N") and its rank, the
+ * shard it stands for (the option "rank", or the checkpoint's when resuming, or id mod world).
+ * Valid after hs_node_start returned 0; before it, HS_NODE_NO_ID and -1. A peer removed from
+ * the job and let in again (hs_node_step) gets a new id: read it again after a step. */
+#define HS_NODE_NO_ID UINT32_MAX
+uint32_t hs_node_id(const hs_node *n);
+int hs_node_rank(const hs_node *n);
 
 /* Optional: the caller's training loss and test accuracy for this round, reported to the
  * metrics record and the convergence guard (NaN: not measured this round). */

@@ -43,6 +43,8 @@ def _declare(lib):
         "hs_node_start": (ctypes.c_int, [P, _c_float_p, ctypes.c_size_t]),
         "hs_node_step": (ctypes.c_int, [P, _c_float_p, ctypes.c_size_t]),
         "hs_node_round": (ctypes.c_uint64, [P]),
+        "hs_node_id": (ctypes.c_uint32, [P]),
+        "hs_node_rank": (ctypes.c_int, [P]),
         "hs_node_report": (None, [P, ctypes.c_double, ctypes.c_double]),
         "hs_node_metrics_json": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "hs_node_leave": (ctypes.c_int, [P]),

@@ -15,6 +15,7 @@ from . import _lib
 from .errors import Error, EINVAL, ERANGE
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
+_NO_ID = 0xFFFFFFFF  # HS_NODE_NO_ID: no id before hs_node_start
 
 
 def option_value(v):
@@ -203,6 +204,20 @@ class Node:
     def round(self):
         """The next round this node will run."""
         return int(self._L.hs_node_round(self._h)) if self._h else 0
+
+    @property
+    def id(self):
+        """This peer's id in the job (the metrics' "peer", the log's "peer N"); None before start.
+        A peer removed from the job and let in again has a new one."""
+        v = int(self._L.hs_node_id(self._h)) if self._h else _NO_ID
+        return None if v == _NO_ID else v
+
+    @property
+    def rank(self):
+        """The shard this peer stands for (the rank option, the checkpoint's, or id mod world);
+        None before start."""
+        v = int(self._L.hs_node_rank(self._h)) if self._h else -1
+        return None if v < 0 else v
 
     def report(self, loss=math.nan, accuracy=math.nan):
         """This round's training loss and test accuracy, for the metrics and the guard."""

@@ -284,6 +284,9 @@ int hs_cmd_run(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    /* --quiet: the final summary, warnings and errors; the node would quiet the log too, but
+     * only once it exists, after this command's own info lines. */
+    if (a.ro.quiet) hs_log_quiet();
     if ((rc = from_launcher_env(&a)) < 0) return -rc;
     /* A rank outside the shards would silently train on another peer's shard (rank mod N). */
     if (a.rank >= a.world)

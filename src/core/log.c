@@ -37,6 +37,10 @@ hs_log_level hs_log_get_level(void) {
     return (hs_log_level)l;
 }
 
+void hs_log_quiet(void) {
+    if (!getenv("HEARSAY_LOG") && hs_log_get_level() > HS_LOG_WARN) hs_log_set_level(HS_LOG_WARN);
+}
+
 void hs_log_set_tag(const char *tag) {
     if (!tag) tag = "";
     pthread_mutex_lock(&tag_lock);

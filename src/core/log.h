@@ -18,6 +18,11 @@ typedef enum hs_log_level {
 void hs_log_set_level(hs_log_level level);
 hs_log_level hs_log_get_level(void);
 
+/* A program's or a node's "quiet": info lines are dropped from now on (level warn), unless
+ * HEARSAY_LOG chose a level, which the user set on purpose. The level is the process's: this
+ * silences every thread, and nothing undoes it but hs_log_set_level. */
+void hs_log_quiet(void);
+
 /* A short tag printed on every line ("peer 3"); copied; NULL clears it. */
 void hs_log_set_tag(const char *tag);
 

@@ -76,6 +76,7 @@ int hs__node_new_cfg(hs_node **out, const hs__node_cfg *cfg, size_t d, const cha
     snprintf(n->sig, sizeof(n->sig), "%s", sig);
     n->t0 = hs__node_now();
     reset_reports(n);
+    if (cfg->quiet) hs_log_quiet();
     *out = n;
     return 0;
 }
@@ -105,6 +106,11 @@ long hs__node_job_rounds(const hs_node *n) { return (long)n->jt.rounds; }
 uint64_t hs__node_first_round(const hs_node *n) { return n->first_round; }
 int hs__node_stopped(const hs_node *n) { return n->stopped; }
 uint64_t hs_node_round(const hs_node *n) { return n ? n->r : 0; }
+/* Known once the job let this peer in (the first half of hs_node_start). */
+uint32_t hs_node_id(const hs_node *n) {
+    return n && n->state != ST_NEW ? n->self : HS_NODE_NO_ID;
+}
+int hs_node_rank(const hs_node *n) { return n && n->state != ST_NEW ? n->rank : -1; }
 
 void hs__node_bytes(const hs_node *n, uint64_t *sent, uint64_t *recv) {
     /* The algorithm's payload, the one meaning of bytes_sent (docs/METRICS.md). */

@@ -122,6 +122,9 @@ double hs__node_now(void);
  * defaults filled, combinations checked, CHOCO's automatic step computed. */
 int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *cfg);
 hs_node_options *hs__node_options_dup(const hs_node_options *o);
+/* The i-th option's name and its default in the table (NULL: unset, the algorithm's or the
+ * runtime's own); NULL past the last. For tests that hold the node to `hearsay run`. */
+const char *hs__node_option(size_t i, const char **def);
 /* The configuration of no options set (no security mode, nothing checked): the defaults
  * `hearsay run` starts from, so the command and the node agree. */
 void hs__node_cfg_defaults(hs__node_cfg *cfg);

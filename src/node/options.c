@@ -60,9 +60,11 @@ static int o_algo(hs__node_cfg *c, const char *name, const char *v) {
 }
 static int o_compress(hs__node_cfg *c, const char *name, const char *v) {
     hs_compressor *k;
-    /* Checked against a large vector so any count k passes; the node checks it at its d. */
-    if (hs_compressor_new(&k, v, (size_t)1 << 24, 1) < 0)
-        return hs__err(HS_EINVAL, "node option %s: '%s': %s", name, v, hs_error_message());
+    /* Checked against a large vector so any count k passes; the node checks it at its d. The
+     * compressor's message is kept by prefixing it: formatting hs_error_message() into
+     * hs__err would write the buffer it reads from. */
+    int err = hs_compressor_new(&k, v, (size_t)1 << 24, 1);
+    if (err < 0) return hs__err_prefix(err, "node option %s: '%s'", name, v);
     hs_compressor_free(k);
     c->algo.compress = v;
     return 0;
@@ -145,9 +147,8 @@ static int o_run_id(hs__node_cfg *c, const char *name, const char *v) {
     return *v ? o_str(&c->net.run_id, v) : bad(name, v, "a name");
 }
 static int o_emulate(hs__node_cfg *c, const char *name, const char *v) {
-    if (*v && hs_net_emulation_parse(v, &c->net.emulate) < 0)
-        return hs__err(HS_EINVAL, "node option %s: '%s': %s", name, v, hs_error_message());
-    return 0;
+    int err = *v ? hs_net_emulation_parse(v, &c->net.emulate) : 0;
+    return err < 0 ? hs__err_prefix(err, "node option %s: '%s'", name, v) : 0;
 }
 static int o_max_frame(hs__node_cfg *c, const char *name, const char *v) {
     long l = 0;
@@ -241,6 +242,12 @@ static const opt_def opts[] = {
     {"same-start", "1", o_same_start},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+const char *hs__node_option(size_t i, const char **def) {
+    if (i >= N_OPTS) return NULL;
+    if (def) *def = opts[i].def;
+    return opts[i].name;
+}
 
 struct hs_node_options {
     char *val[N_OPTS]; /* as set (owned); NULL: the default */

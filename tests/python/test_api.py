@@ -5,6 +5,7 @@ exception), the zero-copy checks (wrong buffers are TypeErrors, never copies), a
 hearsay.torch's flat buffer (parameters are views of it; training and gossip write through).
 Exit 77 when /usr/bin/python3 lacks NumPy. Env: HEARSAY_LIB, HS_TEST_IP (a loopback address)."""
 import os
+import subprocess
 import sys
 import traceback
 
@@ -110,6 +111,43 @@ def request_stop_raises_interrupted():
         n.request_stop()
         e = raises(hearsay.Interrupted, n.step, x)
         assert e.code == EINTR and e.name == "HS_EINTR", (e.code, e.name)
+
+
+@case
+def id_and_rank_after_start():
+    x = np.zeros(10, np.float32)
+    # world 3 with rank 2 alone (wait_peers 1): the rank is the one asked for, not id mod world.
+    with solo(world=3, rank=2, wait_peers=1, rounds=1) as n:
+        assert n.id is None and n.rank is None, (n.id, n.rank)
+        n.start(x)
+        assert n.id == 0 and n.rank == 2, (n.id, n.rank)
+        assert not n.step(x)
+        assert n.metrics()["peer"] == n.id, n.metrics()
+    with solo(rounds=1) as n:
+        n.start(x)
+        assert n.id == 0 and n.rank == 0, (n.id, n.rank)
+
+
+def info_lines(quiet):
+    """The info lines a one-peer job logs, in a process of its own (the log level is the
+    process's), with HEARSAY_LOG unset."""
+    code = ("import sys, numpy as np, hearsay\n"
+            "with hearsay.Node(world=1, insecure=True, listen=sys.argv[1] + ':0', rounds=2,\n"
+            "                  quiet=sys.argv[2] == '1') as n:\n"
+            "    x = np.zeros(10, np.float32); n.start(x)\n"
+            "    while n.step(x): pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "HEARSAY_LOG"}
+    r = subprocess.run([sys.executable, "-c", code, IP, "1" if quiet else "0"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stderr.splitlines() if " info: " in line]
+
+
+@case
+def quiet_drops_info_lines():
+    loud = info_lines(False)
+    assert loud, "a node that is not quiet logged no info line"
+    assert info_lines(True) == [], info_lines(True)
 
 
 @case

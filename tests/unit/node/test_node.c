@@ -36,6 +36,8 @@ typedef struct peer {
     int rank;
     float x[D];
     int rc_start, rc_last;
+    uint32_t id, id_before;
+    int node_rank, rank_before;
     atomic_int steps, rc_done;
     hs_node *_Atomic node; /* for another thread's stop request */
     uint64_t round_after;
@@ -91,8 +93,12 @@ static void *peer_main(void *arg) {
     int rc = hs_node_new(&n, o, D);
     hs_node_options_free(o);
     atomic_store(&p->node, n);
+    p->id_before = hs_node_id(n);
+    p->rank_before = hs_node_rank(n);
     if (rc == 0) rc = p->rc_start = hs_node_start(n, p->x, D);
     else p->rc_start = rc;
+    p->id = hs_node_id(n);
+    p->node_rank = hs_node_rank(n);
     while (rc == 0) {
         rc = hs_node_step(n, p->x, D);
         p->steps++;
@@ -124,6 +130,12 @@ static void run_job(const run *j, peer *p) {
         assert_int_equal(p[i].rc_start, 0);
         assert_int_equal(p[i].rc_last, 1); /* the job's last round */
         assert_int_equal(p[i].steps, j->rounds);
+        /* Unknown before the start; then the rank asked for and an id of its own. */
+        assert_int_equal(p[i].id_before, HS_NODE_NO_ID);
+        assert_int_equal(p[i].rank_before, -1);
+        assert_int_equal(p[i].node_rank, i);
+        assert_true(p[i].id < N);
+        for (int k = 0; k < i; k++) assert_int_not_equal(p[i].id, p[k].id);
     }
 }
 
@@ -200,6 +212,36 @@ static void expect_einval(const char *name, const char *value, const char *named
     assert_int_equal(hs_node_options_set(o, name, value), HS_EINVAL);
     if (!strstr(hs_error_message(), named)) fprintf(stderr, "message: %s\n", hs_error_message());
     assert_non_null(strstr(hs_error_message(), named));
+    hs_node_options_free(o);
+}
+
+/* A value's own error keeps its text once, after the option's name. */
+static void expect_message(const char *name, const char *value, const char *want) {
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, name, value), HS_EINVAL);
+    const char *m = hs_error_message();
+    if (strcmp(m, want)) fprintf(stderr, "message: %s\nwanted:  %s\n", m, want);
+    assert_string_equal(m, want);
+    hs_node_options_free(o);
+}
+
+static void test_option_messages(void **state) {
+    (void)state;
+    expect_message("compress", "topk:2.5x",
+                   "node option compress: 'topk:2.5x': compressor \"topk:2.5x\": fraction "
+                   "\"2.5x\" is not in (0, 1]");
+    expect_message("compress", "topk:2.5",
+                   "node option compress: 'topk:2.5': compressor \"topk:2.5\": fraction \"2.5\" "
+                   "is not in (0, 1]");
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, "emulate", "delay=fast"), HS_EINVAL);
+    const char *m = hs_error_message(), *p = "node option emulate: 'delay=fast': ";
+    fprintf(stderr, "# %s\n", m);
+    assert_int_equal(strncmp(m, p, strlen(p)), 0);
+    assert_null(strstr(m + strlen(p), "node option"));
+    assert_true(strlen(m) > strlen(p));
     hs_node_options_free(o);
 }
 
@@ -382,10 +424,196 @@ static void test_defaults(void **state) {
     hs_node_options_free(o);
 }
 
+/* A compressor not given is the algorithm's, whichever order the options come in and however
+ * often algo changes; one given stays. Read from the node hs_node_new made. */
+static const char *node_compress(const char *const *kv) {
+    hs_node_options *o;
+    hs_node *n = NULL;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    for (; *kv; kv += 2) assert_int_equal(hs_node_options_set(o, kv[0], kv[1]), 0);
+    int rc = hs_node_new(&n, o, 1000);
+    if (rc < 0) fprintf(stderr, "hs_node_new: %s\n", hs_error_message());
+    assert_int_equal(rc, 0);
+    hs_node_options_free(o);
+    static char out[64];
+    snprintf(out, sizeof(out), "%s", hs__node_config(n)->algo.compress);
+    hs_node_free(n);
+    return out;
+}
+
+static void test_default_compress_follows_algo(void **state) {
+    (void)state;
+    const char *algos[] = {"choco", "beer", "dcd", "dpsgd", "sgp"};
+    for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        hs_algo_kind k;
+        assert_int_equal(hs_algo_kind_parse(algos[i], &k), 0);
+        const char *want = hs_algo_kind_default_compress(k);
+        const char *first[] = {"algo", algos[i], "insecure", "1", "seed", "3", NULL};
+        const char *last[] = {"insecure", "1", "seed", "3", "algo", algos[i], NULL};
+        const char *changed[] = {"algo", "dpsgd", "insecure", "1", "algo", algos[i], NULL};
+        assert_string_equal(node_compress(first), want);
+        assert_string_equal(node_compress(last), want);
+        assert_string_equal(node_compress(changed), want);
+    }
+    /* Not "none", the algorithm configuration's own default. */
+    assert_string_equal(node_compress((const char *[]){"algo", "dcd", "insecure", "1", NULL}),
+                        "qsgd:16");
+    const char *given[] = {"compress", "randk:0.1", "algo", "dcd", "insecure", "1", NULL};
+    assert_string_equal(node_compress(given), "randk:0.1");
+}
+
+
+/* What a resolved configuration holds that an option can set, as text to compare. */
+static void describe(const hs__node_cfg *c, char *out, size_t cap) {
+#define S(x) ((x) ? (x) : "-")
+    const hs_net_config *n = &c->net;
+    const hs_algo_cfg *a = &c->algo;
+    snprintf(out, cap,
+             "listen %s advertise %s bootstrap %s secret %s ca %s cert %s key %s run-id %s "
+             "topology %s security %d max-frame %zu max-buffered %zu pending %d/%d handshake %d "
+             "peer-timeout %d heartbeat %d join %d snapshot %d seeds %llu/%llu emulate %d | "
+             "algo %d compress %s gamma-c %g staleness %d recv %d seed %llu same-start %d | "
+             "world %d rank %d rendezvous %s rounds %ld wait %d/%d/%d metrics %s quiet %d "
+             "ck %s/%ld resume %d guard %d %g",
+             S(n->listen), S(n->advertise), S(n->bootstrap), S(n->secret_file), S(n->ca_file),
+             S(n->cert_file), S(n->key_file), S(n->run_id), S(n->topo_spec), (int)n->security,
+             n->max_frame, n->max_buffered, n->max_conns, n->max_conns_per_addr,
+             n->handshake_timeout_ms, n->peer_timeout_ms, n->heartbeat_ms, n->join_timeout_ms,
+             n->snapshot_timeout_ms, (unsigned long long)n->seed,
+             (unsigned long long)n->topo_seed,
+             memcmp(&n->emulate, &(hs_net_emulation){0}, sizeof(n->emulate)) != 0, (int)a->kind,
+             S(a->compress), (double)a->gamma_c, a->staleness, a->recv_timeout_ms,
+             (unsigned long long)a->seed, a->same_start, c->world, c->rank, S(c->rendezvous),
+             c->rounds, c->wait_peers, c->wait_new_only, c->wait_timeout_ms, S(c->metrics),
+             c->quiet, S(c->checkpoint_dir), c->checkpoint_every, c->resume, (int)c->guard.policy,
+             (double)c->guard.gamma_c);
+#undef S
+}
+
+/* The configuration of the options insecure 1 and, when name is set, name = value;
+ * HS_EINVAL when the value is not one the option takes. */
+static int resolved(const char *name, const char *value, char *out, size_t cap) {
+    hs_node_options *o;
+    hs__node_cfg c;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, "insecure", "1"), 0);
+    int err = name ? hs_node_options_set(o, name, value) : 0;
+    if (err == 0) err = hs__node_options_resolve(o, 1000, &c);
+    if (err == 0) describe(&c, out, cap);
+    hs_node_options_free(o);
+    return err;
+}
+
+/* One flag of `hearsay run --help`: its name, whether it takes a value, and its help text
+ * (continuation lines included). */
+typedef struct flag {
+    char name[64];
+    int takes_value;
+    char help[1024];
+} flag;
+
+static int run_help(flag *f, int cap) {
+    const char *root = getenv("HS_BUILD_ROOT");
+    assert_non_null(root);
+    char cmd[4200], line[2048];
+    snprintf(cmd, sizeof(cmd), "timeout 20 '%s/hearsay' run --help", root);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    int n = 0;
+    while (fgets(line, sizeof(line), p)) {
+        const char *t = line + strspn(line, " ");
+        if (t - line >= 6 && !strncmp(t, "--", 2) && n < cap) {
+            int len = (int)strcspn(t + 2, " \n");
+            snprintf(f[n].name, sizeof(f[n].name), "%.*s", len, t + 2);
+            const char *rest = t + 2 + len;
+            /* "--name META  help": a value when one space, not two, follows the name. */
+            f[n].takes_value = rest[0] == ' ' && rest[1] != ' ';
+            snprintf(f[n].help, sizeof(f[n].help), "%s", rest);
+            n++;
+        } else if (n > 0 && t - line > 20) { /* a continuation of the last flag's help */
+            size_t l = strlen(f[n - 1].help);
+            snprintf(f[n - 1].help + l, sizeof(f[n - 1].help) - l, " %s", t);
+        }
+    }
+    assert_int_equal(pclose(p), 0);
+    return n;
+}
+
+/* The default a help text states, as an option value: the first word after "(default: ",
+ * and "64 MiB" as bytes. Empty when there is none. */
+static void stated_default(const char *help, char *out, size_t cap) {
+    out[0] = '\0';
+    const char *d = strstr(help, "(default: ");
+    if (!d) return;
+    d += strlen("(default: ");
+    int len = (int)strcspn(d, " ,;)\n");
+    if (!strncmp(d + len, " MiB", 4))
+        snprintf(out, cap, "%lld", atoll(d) << 20);
+    else
+        snprintf(out, cap, "%.*s", len, d);
+}
+
+/* Every option of the node is a flag of `hearsay run` with the same name and the same
+ * default: the value run's --help calls the default, given to the node, changes nothing in
+ * its configuration; a flag without a stated default is unset in the node too. */
+static void test_options_match_run(void **state) {
+    (void)state;
+    static flag f[128];
+    int nf = run_help(f, 128);
+    assert_true(nf > 40);
+    static char base[4096], got[4096];
+    assert_int_equal(resolved(NULL, NULL, base, sizeof(base)), 0);
+    /* Defaults run's help states in words, not as a value (checked by test_defaults). */
+    const char *in_words[] = {"advertise", "gamma-c", "rank", "wait-peers", NULL};
+    int checked = 0;
+    const char *def, *name;
+    for (size_t i = 0; (name = hs__node_option(i, &def)); i++) {
+        /* The node's own: a caller's vector has no other start, and no epochs to count. */
+        if (!strcmp(name, "same-start")) continue;
+        const flag *fl = NULL;
+        for (int k = 0; k < nf && !fl; k++)
+            if (!strcmp(f[k].name, name)) fl = &f[k];
+        if (!fl) fprintf(stderr, "node option %s is not a flag of hearsay run\n", name);
+        assert_non_null(fl);
+        char v[128];
+        stated_default(fl->help, v, sizeof(v));
+        int words = 0;
+        for (const char **w = in_words; *w; w++) words |= !strcmp(*w, name);
+        if (!fl->takes_value) {
+            /* A flag is off unless given. */
+            if (!def || strcmp(def, "0")) fprintf(stderr, "node option %s: default %s\n", name,
+                                                  def ? def : "unset");
+            assert_non_null(def);
+            assert_string_equal(def, "0");
+        } else if (!v[0] || words) {
+            /* rounds: run counts epochs when not given, the node runs until the caller leaves
+             * (node.h says so). */
+            if (strcmp(name, "rounds") && def)
+                fprintf(stderr, "node option %s has default %s, run states none\n", name, def);
+            assert_true(!strcmp(name, "rounds") || !def);
+            if (words) assert_int_equal(resolved(name, v, got, sizeof(got)), HS_EINVAL);
+        } else {
+            int err = resolved(name, v, got, sizeof(got));
+            if (err || strcmp(got, base))
+                fprintf(stderr, "node option %s %s (run's default): %s\n  %s\nagainst unset:\n  "
+                                "%s\n",
+                        name, v, err ? hs_error_message() : "differs", got, base);
+            assert_int_equal(err, 0);
+            assert_string_equal(got, base);
+            checked++;
+        }
+    }
+    fprintf(stderr, "# %d defaults compared with hearsay run --help\n", checked);
+    assert_true(checked >= 15);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_option_messages),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_default_compress_follows_algo),
+        cmocka_unit_test(test_options_match_run),
         cmocka_unit_test(test_dpsgd_consensus),
         cmocka_unit_test(test_choco_topk_consensus),
         cmocka_unit_test(test_sgp_consensus),

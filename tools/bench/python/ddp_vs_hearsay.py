@@ -71,9 +71,10 @@ def worker(a):
     gossip = None
     if a.mode != "ddp":
         gossip = hearsay.torch.Gossip(
-            net, algo=a.mode, compress="topk:0.01" if a.mode == "choco" else "none",
-            topology="ring", world=a.n, rank=a.rank, rendezvous=f"{a.dir}/rv", insecure=True,
-            listen="127.0.0.1:0", rounds=a.comm_only or steps, quiet=True, gamma_c=a.gamma_c,
+            # Each algorithm's own compressor: CHOCO top-1%, D-PSGD none.
+            net, algo=a.mode, topology="ring", world=a.n, rank=a.rank, rendezvous=f"{a.dir}/rv",
+            insecure=True, listen="127.0.0.1:0", rounds=a.comm_only or steps, quiet=True,
+            gamma_c=a.gamma_c,
             on_divergence="warn" if a.comm_only else None)
         gossip.start()
     if a.comm_only:
@@ -130,7 +131,7 @@ def comm_only(a, what, d):
 
 def run_mode(a, mode):
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", HEARSAY_LOG="warn")
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--dir", d,
                "--n", str(a.n), "--epochs", str(a.epochs), "--subset", str(a.subset),
                "--test-subset", str(a.test_subset), "--lr", str(a.lr), "--batch", str(a.batch),
