@@ -59,6 +59,7 @@ struct hs_node {
     /* Reported for the current round; NaN: not this round. */
     double loss, acc, lr, epoch, test_loss, test_acc;
     void *vec; /* the caller's-vector model of the public entries (vec.c) */
+    void (*vec_free)(void *vec);
 };
 
 
@@ -625,12 +626,15 @@ void hs_node_free(hs_node *n) {
     hs_net_free(n->net);
     hs_net_welcome_clear(&n->w);
     hs_checkpoint_clear(&n->ck);
-    hs__node_vec_free(n->vec);
+    if (n->vec_free) n->vec_free(n->vec);
     hs_node_options_free(n->opts);
     free(n);
 }
 
 void *hs__node_vec(const hs_node *n) { return n->vec; }
-void hs__node_set_vec(hs_node *n, void *v) { n->vec = v; }
+void hs__node_set_vec(hs_node *n, void *v, void (*free_fn)(void *)) {
+    n->vec = v;
+    n->vec_free = free_fn;
+}
 size_t hs__node_dim(const hs_node *n) { return n->d; }
 const hs__node_cfg *hs__node_config(const hs_node *n) { return &n->cfg; }

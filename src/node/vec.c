@@ -9,21 +9,21 @@
 #include "core/error_internal.h"
 #include "node/node_internal.h"
 
-typedef struct vec {
+typedef struct caller_vec {
     hs_algo_cfg acfg;
     hs_algo *algo;
     size_t d;
     float *x;  /* the algorithm's x */
     float *z;  /* SGP: the z the caller was last given */
     long steps; /* rounds stepped, counting those of an adopted snapshot */
-} vec;
+} caller_vec;
 
 #define VS_MAGIC 0x4E535348u /* "HSSN": hs_trainer_snapshot's layout without optimizer state */
 #define VC_MAGIC 0x564E5348u /* "HSNV": a node's checkpoint state */
 #define VC_VERSION 1u
 
-void hs__node_vec_free(void *p) {
-    vec *v = p;
+static void vec_free(void *p) {
+    caller_vec *v = p;
     if (!v) return;
     hs_algo_free(v->algo);
     free(v->x);
@@ -31,23 +31,23 @@ void hs__node_vec_free(void *p) {
     free(v);
 }
 
-static hs_algo *v_algo(void *c) { return ((vec *)c)->algo; }
-static float *v_x(void *c) { return ((vec *)c)->x; }
+static hs_algo *v_algo(void *c) { return ((caller_vec *)c)->algo; }
+static float *v_x(void *c) { return ((caller_vec *)c)->x; }
 static const float *v_eval(void *c) {
-    vec *v = c;
+    caller_vec *v = c;
     return hs_algo_eval_point(v->algo, v->x);
 }
-static long v_steps(void *c) { return ((vec *)c)->steps; }
+static long v_steps(void *c) { return ((caller_vec *)c)->steps; }
 
 /* Starts from the model z (d floats) with a fresh push-sum weight. */
-static void set_model(vec *v, const float *z) {
+static void set_model(caller_vec *v, const float *z) {
     memmove(v->x, z, sizeof(float) * v->d);
     hs_algo_reset_x(v->algo, v->x);
 }
 
 /* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats). */
 static int v_snapshot(void *c, hs_buf *out) {
-    vec *v = c;
+    caller_vec *v = c;
     int err;
     if ((err = hs__put_u32(out, VS_MAGIC)) < 0 || (err = hs__put_u64(out, v->d)) < 0 ||
         (err = hs__put_u64(out, (uint64_t)v->steps)) < 0)
@@ -56,7 +56,7 @@ static int v_snapshot(void *c, hs_buf *out) {
 }
 
 /* Reads magic, d and steps of a snapshot or checkpoint state, checked against this vector. */
-static int get_head(vec *v, const uint8_t **p, const uint8_t *end, uint32_t magic,
+static int get_head(caller_vec *v, const uint8_t **p, const uint8_t *end, uint32_t magic,
                     const char *what, uint64_t *steps) {
     uint32_t m;
     uint64_t d;
@@ -82,7 +82,7 @@ static int get_head(vec *v, const uint8_t **p, const uint8_t *end, uint32_t magi
 /* The optimizer state a trainer's snapshot may carry after the model is the caller's business
  * (hearsay/node.h): it is not read. */
 static int v_adopt(void *c, const uint8_t *p, size_t len) {
-    vec *v = c;
+    caller_vec *v = c;
     const uint8_t *end = p + len;
     uint64_t steps;
     int err = get_head(v, &p, end, VS_MAGIC, "model snapshot", &steps);
@@ -102,7 +102,7 @@ static int v_adopt(void *c, const uint8_t *p, size_t len) {
 /* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats), algorithm
  * state length (u64) and bytes. */
 static int v_save(void *c, hs_buf *out) {
-    vec *v = c;
+    caller_vec *v = c;
     int err;
     if ((err = hs__put_u32(out, VC_MAGIC)) < 0 || (err = hs__put_u32(out, VC_VERSION)) < 0 ||
         (err = hs__put_u64(out, v->d)) < 0 || (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
@@ -116,7 +116,7 @@ static int v_save(void *c, hs_buf *out) {
 }
 
 static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
-    vec *v = c;
+    caller_vec *v = c;
     const uint8_t *end = p + len;
     uint64_t steps, alen;
     int err = get_head(v, &p, end, VC_MAGIC, "node state", &steps);
@@ -145,19 +145,19 @@ out:
 /* Under SGP the caller's next change is measured from the z it holds now. */
 static int v_round_begin(void *c, uint64_t r) {
     (void)r;
-    vec *v = c;
+    caller_vec *v = c;
     if (v->z) memcpy(v->z, v_eval(v), sizeof(float) * v->d);
     return 0;
 }
 
 static int v_round_end(void *c, uint64_t r) {
     (void)r;
-    ((vec *)c)->steps++;
+    ((caller_vec *)c)->steps++;
     return 0;
 }
 
 static int v_renew(void *c, uint32_t self) {
-    vec *v = c;
+    caller_vec *v = c;
     hs_algo_free(v->algo);
     v->algo = NULL;
     return hs_algo_new(&v->algo, &v->acfg, self, v->d, v->x);
@@ -169,7 +169,7 @@ static const hs__node_model vec_model_ops = {
 };
 
 /* The caller's vector from the node's: the model as evaluated (z for SGP). */
-static void give_back(vec *v, float *x) { memcpy(x, v_eval(v), sizeof(float) * v->d); }
+static void give_back(caller_vec *v, float *x) { memcpy(x, v_eval(v), sizeof(float) * v->d); }
 
 static int check_call(hs_node *n, const float *x, size_t d, const char *what) {
     if (!n || !x) return hs__err(HS_EINVAL, "%s: no %s", what, n ? "vector" : "node");
@@ -184,9 +184,9 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
     if (err < 0) return err;
     if (hs__node_vec(n)) return hs__err(HS_EINVAL, "hs_node_start: the node was started before");
     if ((err = hs__node_connect(n)) < 0) return err;
-    vec *v = calloc(1, sizeof(*v));
+    caller_vec *v = calloc(1, sizeof(*v));
     if (!v) return hs__err(HS_ENOMEM, "node: out of memory");
-    hs__node_set_vec(n, v);
+    hs__node_set_vec(n, v, vec_free);
     v->d = d;
     v->acfg = hs__node_config(n)->algo;
     /* Replicas start equal to x only for a peer that begins with the job (hs__node_begin). */
@@ -206,7 +206,7 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
 int hs_node_step(hs_node *n, float *x, size_t d) {
     int err = check_call(n, x, d, "hs_node_step");
     if (err < 0) return err;
-    vec *v = hs__node_vec(n);
+    caller_vec *v = hs__node_vec(n);
     if (!v) return hs__err(HS_EINVAL, "hs_node_step before hs_node_start");
     if (v->z) {
         /* SGP: the caller stepped z; the numerator takes the same change. */
