@@ -67,7 +67,9 @@ struct hs_guard {
     hs_guard_cfg cfg;
     char compress[96];
     long window, warmup;
-    /* The round the growth rule counts its warm-up from: 0, or the last hs_guard_restart. */
+    /* The first round of the window the warm-up counts from: 0, or that of the last
+     * hs_guard_restart (whole windows, so that a job whose first round is 4 is judged from
+     * the same window as one that starts at 0). */
     double start;
     /* The window being filled: its index and sums. */
     long blk;
@@ -247,7 +249,7 @@ void hs_guard_restart(hs_guard *g, double round) {
      * the run of growth and its first window start over, and the window in progress, which
      * mixes both, falls inside the new warm-up. The loss and the accuracy keep their bests:
      * the model is the same one. */
-    g->start = round;
+    g->start = floor(round / (double)g->window) * (double)g->window;
     g->n_hist = 0;
     g->run_len = 0;
 }
