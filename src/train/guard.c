@@ -31,7 +31,8 @@
  * (a false stop at round 50). Windows are therefore compared only under one membership, and each
  * start (first round, resume, rejoin: replicas rebuilt from full copies, a model of another
  * round) or change of membership (a newcomer's distance rises from its snapshot as the job's
- * did from the common start) gets the warm-up again: hs_guard_restart, counted from that round.
+ * did from the common start) gets the warm-up again: hs_guard_restart, counted from that
+ * round's window.
  */
 #include "hearsay/guard.h"
 
