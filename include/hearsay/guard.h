@@ -69,6 +69,15 @@ void hs_guard_free(hs_guard *g); /* accepts NULL */
  * HS_GUARD_DIVERGED. */
 hs_guard_verdict hs_guard_observe(hs_guard *g, const hs_guard_obs *o);
 
+/* Starts the growth rule over at `round` (the round index the next observation, round + 1,
+ * completes): the consensus distance measured from then on is not comparable with the one
+ * before, because the peer starts late (a job whose first round is not 0, a resumed or rejoined
+ * peer whose replicas are rebuilt) or its neighbourhood changed (other neighbours or weights).
+ * Earlier windows are forgotten and growth is judged again only after a fresh warm-up, counted
+ * from the start of the window `round` falls in; the loss, accuracy and non-finite rules go on
+ * as before. */
+void hs_guard_restart(hs_guard *g, double round);
+
 /* Stops the run for a failure found elsewhere (the trainer's HS_EDIVERGED: a non-finite loss
  * or parameter), so it is reported like the guard's own verdicts. Returns HS_GUARD_DIVERGED. */
 hs_guard_verdict hs_guard_fail(hs_guard *g, double round, const char *what);

@@ -368,6 +368,8 @@ int hs_cmd_run(int argc, char **argv) {
                                           why, sizeof(why));
     pc.algo.gap = a.ro.algo.gap;
     if (gamma_c > 0) {
+        /* The guard's advice halves the step in use, not the 0 that means automatic. */
+        pc.guard.gamma_c = gamma_c;
         char an[16];
         hs_cli_upper(an, sizeof(an), hs_algo_kind_name(a.ro.algo.kind));
         HS_LOGI("%s consensus step gamma_c %g (%s)", an, (double)gamma_c, why);

@@ -197,6 +197,9 @@ int hs_cmd_sim(int argc, char **argv) {
 
     hs_guard_cfg gc;
     hs_runopts_guard_cfg(&a.ro, rpe, &gc);
+    /* The guard's advice halves the step in use, not the 0 that means automatic. */
+    if (hs_algo_kind_uses_gamma_c(a.ro.algo.kind))
+        gc.gamma_c = hs_algo_gamma_c(hs_trainer_algo(hs_sim_trainer(sim, 0)));
     if ((err = hs_guard_new(&guard, &gc)) < 0 ||
         !(avg = malloc(sizeof(float) * hs_trainer_dim(hs_sim_trainer(sim, 0)))) ||
         !(peer_rounds = calloc((size_t)a.n, sizeof(*peer_rounds)))) {

@@ -47,6 +47,8 @@ struct hs_node {
     job_terms jt;
     hs__node_model m;
     hs_guard *guard;
+    uint64_t guard_epoch; /* the membership the guard's windows were measured under */
+    int guard_has_epoch;
     hs_metrics_file *metrics; /* NULL: no metrics file */
     hs_metrics_rec rec;       /* the last round's record (hs_node_metrics_json) */
     int have_rec;
@@ -514,6 +516,20 @@ const char *hs__node_diverged(const hs_node *n, double *round, const char **advi
     return hs_guard_reason(n->guard);
 }
 
+/* The consensus estimate is measured against the neighbours of the membership in force: the
+ * guard compares windows of one membership only, and warms up again from this peer's first
+ * round, a rejoin or a change of members (guard.c says why). */
+static void guard_follow_view(hs_node *n, hs_exchange *ex, uint64_t r) {
+    hs_peer_view v;
+    if (ex->ops->view(ex, r, &v) < 0 || (n->guard_has_epoch && v.epoch == n->guard_epoch)) return;
+    if (n->guard_has_epoch)
+        HS_LOGD("round %llu: members v%llu: the guard's growth check warms up again",
+                (unsigned long long)r, (unsigned long long)v.epoch);
+    hs_guard_restart(n->guard, (double)r);
+    n->guard_epoch = v.epoch;
+    n->guard_has_epoch = 1;
+}
+
 static int step(hs_node *n) {
     if (n->state != ST_RUNNING)
         return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
@@ -537,6 +553,7 @@ static int step(hs_node *n) {
         (r + 1) % (uint64_t)cfg->checkpoint_every == 0 && !last &&
         write_checkpoint(n, r + 1) < 0)
         HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
+    guard_follow_view(n, ex, r);
     hs_algo_stats as;
     hs_algo_get_stats(a, &as);
     double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;

@@ -22,6 +22,17 @@
  * So a run is diverged after RUN_MIN windows in a row of growth that add up to GROWTH_MIN and
  * keep their pace: geometric growth passes all three within a few windows, an early rise that
  * levels off or follows a power of the rounds does not, and noise on a plateau does not add up.
+ *
+ * A networked peer's distance is its own estimate against its neighbours' replicas, so it
+ * changes meaning when the membership does: in a 3-peer CHOCO job (automatic gamma_c 0.005,
+ * windows of 5 rounds) that lost a peer at round 39, a survivor's estimate stepped from 1.36e-4
+ * to 1.93e-4 (1.42x in one round, the ring on 3 becoming the pair) on top of the slow rise from
+ * the common start, and the windows across the step read as 4.04x over 25 rounds at a kept pace
+ * (a false stop at round 50). Windows are therefore compared only under one membership, and each
+ * start (first round, resume, rejoin: replicas rebuilt from full copies, a model of another
+ * round) or change of membership (a newcomer's distance rises from its snapshot as the job's
+ * did from the common start) gets the warm-up again: hs_guard_restart, counted from that
+ * round's window.
  */
 #include "hearsay/guard.h"
 
@@ -57,6 +68,10 @@ struct hs_guard {
     hs_guard_cfg cfg;
     char compress[96];
     long window, warmup;
+    /* The first round of the window the warm-up counts from: 0, or that of the last
+     * hs_guard_restart (whole windows, so that a job whose first round is 4 is judged from
+     * the same window as one that starts at 0). */
+    double start;
     /* The window being filled: its index and sums. */
     long blk;
     double sum_logc, sum_loss;
@@ -193,13 +208,14 @@ static hs_guard_verdict close_window(hs_guard *g) {
         if (!g->have_loss || loss < g->best_loss) g->best_loss = loss;
         g->have_loss = 1;
     }
-    /* The rise from the common start is not growth to judge. Nor is any growth under an
-     * asynchronous algorithm (SGP): there the distance measures how far peers are apart in
-     * progress as much as in agreement, and a straggler falling behind makes it grow for as
-     * long as it falls behind (seen: 4.6x over 15 rounds of a healthy 4-peer run with one peer
-     * at 4x). Its divergence still shows in the loss, the accuracy and non-finite values. */
+    /* The rise from the common start (or the last restart) is not growth to judge. Nor is
+     * any growth under an asynchronous algorithm (SGP): there the distance measures how far
+     * peers are apart in progress as much as in agreement, and a straggler falling behind
+     * makes it grow for as long as it falls behind (seen: 4.6x over 15 rounds of a healthy
+     * 4-peer run with one peer at 4x). Its divergence still shows in the loss, the accuracy
+     * and non-finite values. */
     if (g->n_c && hs_algo_kind_synchronous(g->cfg.algo) &&
-        (double)g->blk * (double)g->window >= (double)g->warmup) {
+        (double)g->blk * (double)g->window >= g->start + (double)g->warmup) {
         double lc = g->sum_logc / g->n_c;
         if (g->n_hist && lc > g->hist[(g->n_hist - 1) % HIST]) {
             g->run_len++;
@@ -227,6 +243,16 @@ static hs_guard_verdict close_window(hs_guard *g) {
     g->sum_logc = g->sum_loss = 0;
     g->n_c = g->n_loss = 0;
     return v;
+}
+
+void hs_guard_restart(hs_guard *g, double round) {
+    /* Windows from before compared a different distance (other neighbours, weights, replicas):
+     * the run of growth and its first window start over, and the window in progress, which
+     * mixes both, falls inside the new warm-up. The loss and the accuracy keep their bests:
+     * the model is the same one. */
+    g->start = floor(round / (double)g->window) * (double)g->window;
+    g->n_hist = 0;
+    g->run_len = 0;
 }
 
 hs_guard_verdict hs_guard_observe(hs_guard *g, const hs_guard_obs *o) {

@@ -161,7 +161,7 @@ resume)
     pids+=($!)
     for p in "${pids[0]}" "${pids[1]}" "${pids[3]}"; do
         wait_gone "$p" || { sleep 60; wait_gone "$p"; } || fail "the run did not finish"
-        wait "$p" || fail "a peer failed: $(tail -5 "$tmp"/p*.err)"
+        wait "$p" || fail "a peer failed: $(tail -n 5 "$tmp"/p*.err)"
     done
     step=$(sed -n 's/.*resumed model and optimizer at local step \([0-9]*\).*/\1/p' "$tmp/p2b.err")
     [[ -n $step ]] || fail "the peer did not resume: $(tail -5 "$tmp/p2b.err")"
@@ -188,7 +188,7 @@ slurm)
     done
     for p in "${pids[@]}"; do
         wait_gone "$p" || fail "a task did not finish"
-        wait "$p" || fail "a task failed: $(tail -3 "$tmp"/p*.err)"
+        wait "$p" || fail "a task failed: $(tail -n 3 "$tmp"/p*.err)"
     done
     for i in 0 1 2 3; do
         grep -q '"members":4' "$tmp/m$i.jsonl" || fail "peer $i did not see 4 members"

@@ -137,10 +137,10 @@ run-neighbours-stop)
         pids+=($!)
     done
     for p in "${run[@]}"; do
-        timeout 120 tail --pid="$p" -f /dev/null || fail "a peer did not stop: $(tail -3 "$tmp"/e*)"
+        timeout 120 tail --pid="$p" -f /dev/null || fail "a peer did not stop: $(tail -n 3 "$tmp"/e*)"
         wait "$p"
         rc=$?
-        [[ $rc -eq 3 ]] || fail "a peer exited $rc, expected 3: $(tail -3 "$tmp"/e*)"
+        [[ $rc -eq 3 ]] || fail "a peer exited $rc, expected 3: $(tail -n 3 "$tmp"/e*)"
     done
     grep -h "diverged at round" "$tmp"/e0 "$tmp"/e1 "$tmp"/e2
     for i in 0 1 2; do

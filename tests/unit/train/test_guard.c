@@ -273,6 +273,62 @@ static void test_advice_names_the_knob(void **st) {
     assert_non_null(strstr(a, "(e.g. ef:topk:1:fp16)"));
 }
 
+/* A survivor's consensus estimate in a 3-peer CHOCO job (automatic gamma_c 0.005, windows of 5
+ * rounds, first round 4) that lost a peer at round 39: the slow rise from the common start,
+ * then a 1.42x step when the ring on 3 became the pair (rounds 5 to 50 of a launch-resume run
+ * that stopped at round 50 with "grew 4.04x over 25 rounds"). */
+static const double lost_peer[] = {
+    9.33e-08, 3.33e-07, 7.47e-07, 1.53e-06, 2.67e-06, 4.16e-06, 6.05e-06, 8.45e-06, 1.13e-05,
+    1.45e-05, 1.82e-05, 2.23e-05, 2.68e-05, 3.15e-05, 3.66e-05, 4.18e-05, 4.72e-05, 5.27e-05,
+    5.84e-05, 6.42e-05, 7e-05,    7.57e-05, 8.18e-05, 8.75e-05, 9.29e-05, 9.82e-05, 1.04e-04,
+    1.09e-04, 1.14e-04, 1.18e-04, 1.22e-04, 1.26e-04, 1.29e-04, 1.33e-04, 1.36e-04, 1.93e-04,
+    1.98e-04, 2.02e-04, 2.06e-04, 2.1e-04,  2.14e-04, 2.18e-04, 2.21e-04, 2.24e-04, 2.27e-04,
+    2.3e-04};
+
+/* Feeds lost_peer (round 5 on), restarting the guard where the node would: at the job's first
+ * round and at the change of members. Returns the first round with a verdict, or -1. */
+static long feed_lost_peer(int restarts) {
+    hs_guard_cfg c = {HS_GUARD_STOP, HS_ALGO_CHOCO, "topk:0.01", 0.005f, 0.05f, 5, 0};
+    hs_guard *g;
+    assert_int_equal(hs_guard_new(&g, &c), 0);
+    if (restarts) hs_guard_restart(g, 4);
+    long hit = -1;
+    for (size_t i = 0; i < sizeof(lost_peer) / sizeof(lost_peer[0]) && hit < 0; i++) {
+        long r = 5 + (long)i;
+        if (restarts && r == 40) hs_guard_restart(g, 39);
+        hs_guard_obs o = {(double)r, lost_peer[i], 0, 0.5, NAN};
+        if (hs_guard_observe(g, &o) != HS_GUARD_OK) hit = r;
+    }
+    hs_guard_free(g);
+    return hit;
+}
+
+/* The step at a change of members is not growth: compared across it, the windows stop the
+ * run (what launch-resume saw); restarted where the members changed, they do not. */
+static void test_membership_step_is_not_growth(void **st) {
+    (void)st;
+    assert_int_equal(feed_lost_peer(0), 50);
+    assert_int_equal(feed_lost_peer(1), -1);
+}
+
+/* A restart forgets the windows before it and warms up again from its round; geometric growth
+ * is then caught as it is from a start (test_geometric_growth_is_caught), counted from there. */
+static void test_restart_warms_up_again(void **st) {
+    (void)st;
+    hs_guard *g = guard(HS_ALGO_CHOCO, HS_GUARD_STOP);
+    uint64_t s = 12345;
+    long r = 1, hit = -1;
+    for (; r <= 600 && hit < 0; r++) {
+        if (r == 61) hs_guard_restart(g, 60);
+        hs_guard_obs o = obs((double)r, geometric((double)r, &s));
+        if (hs_guard_observe(g, &o) != HS_GUARD_OK) hit = r;
+    }
+    assert_true(hit >= 60 + 40 + 5 * 10);
+    assert_true(hit <= 60 + 40 + 8 * 10);
+    assert_non_null(strstr(hs_guard_reason(g), "consensus distance grew"));
+    hs_guard_free(g);
+}
+
 static void test_policy_parse(void **st) {
     (void)st;
     hs_guard_policy p;
@@ -298,6 +354,8 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_stops_at_once),
         cmocka_unit_test(test_warn_reports_once_and_goes_on),
         cmocka_unit_test(test_relative_consensus_limit),
+        cmocka_unit_test(test_membership_step_is_not_growth),
+        cmocka_unit_test(test_restart_warms_up_again),
         cmocka_unit_test(test_advice_names_the_knob),
         cmocka_unit_test(test_policy_parse),
     };
