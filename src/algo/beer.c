@@ -124,20 +124,41 @@ static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
     a->reps_dirty = 0;
 }
 
+/* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s; dg = V - G (the tracker's
+ * difference to send), in the one pass. */
 HS_VECTOR_CLONES
-static void sub(float *out, const float *x, const float *y, size_t d) {
-    for (size_t k = 0; k < d; k++) out[k] = x[k] - y[k];
-}
-
-/* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s. */
-HS_VECTOR_CLONES
-static void track(float *v, float *s_prev, const float *mg, float gamma, const float *xr,
-                  const float *x, size_t d) {
+static void track(float *v, float *s_prev, float *dg, const float *mg, const float *g, float gamma,
+                  const float *xr, const float *x, size_t d) {
     for (size_t k = 0; k < d; k++) {
         float st = xr[k] - x[k];
         v[k] = v[k] + gamma * mg[k] + (st - s_prev[k]);
         s_prev[k] = st;
+        dg[k] = v[k] - g[k];
     }
+}
+
+/* x = (X^r + gamma m_H) - V and dh = x - H (the model's difference to send) in one pass;
+ * returns sum_k m_H[k]^2 (a statistic, summed in float lanes as hs__step_sq does). */
+HS_VECTOR_CLONES
+static double step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
+                         const float *h, float gamma, size_t d) {
+    float lane[16] = {0};
+    double sq = 0;
+    size_t k = 0;
+    for (; k + 16 <= d; k += 16)
+        for (int l = 0; l < 16; l++) {
+            size_t i = k + (size_t)l;
+            x[i] = (xr[i] + gamma * mh[i]) - v[i];
+            dh[i] = x[i] - h[i];
+            lane[l] = lane[l] + mh[i] * mh[i];
+        }
+    for (; k < d; k++) {
+        x[k] = (xr[k] + gamma * mh[k]) - v[k];
+        dh[k] = x[k] - h[k];
+        sq += (double)mh[k] * mh[k];
+    }
+    for (int l = 0; l < 16; l++) sq += lane[l];
+    return sq;
 }
 
 /* Encodes diff as vector `part` of msg and adds the decoded bytes to own[part], and -(sum_j
@@ -158,15 +179,13 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if (err < 0) return err;
     beer_state *s = a->priv;
     size_t d = a->d;
-    float gamma = a->cfg.gamma_c, *diff = a->tmp;
+    float gamma = a->cfg.gamma_c, *dh = a->tmp, *dg = a->tmp2;
     if (a->reps_dirty || r % REBUILD_EVERY == 0) rebuild_mix(a, &v);
     /* V^r from G^{r-1} (the replicas as the last pull left them) and this round's step. */
-    track(s->v, s->s_prev, s->mix + d, gamma, s->xr, x, d);
+    track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
     /* X^{r+1} = X^r + gamma m_H - V^r. */
     float wsum = s->mix_wsum;
-    memcpy(x, s->xr, sizeof(float) * d);
-    double sq = hs__step_sq(x, s->mix, gamma, d);
-    sub(x, x, s->v, d);
+    double sq = step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
     a->stats.disagreement = wsum > 0 ? sq / ((double)wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     size_t cap = 4 + 2 * hs_compress_max_bytes(a->comp, d);
@@ -175,12 +194,10 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t len_at = msg->len;
     if ((err = hs_buf_append(msg, &len0, 4)) < 0) goto out;
     /* H^{r+1} = H^r + C(X^{r+1} - H^r), then G^r = G^{r-1} + C(V^r - G^{r-1}). */
-    sub(diff, x, a->own, d);
-    if ((err = put_part(a, msg, r, 0, diff)) < 0) goto out;
+    if ((err = put_part(a, msg, r, 0, dh)) < 0) goto out;
     len0 = (uint32_t)(msg->len - len_at - 4);
     memcpy(msg->data + len_at, &len0, 4);
-    sub(diff, s->v, a->own + d, d);
-    if ((err = put_part(a, msg, r, 1, diff)) < 0) goto out;
+    if ((err = put_part(a, msg, r, 1, dg)) < 0) goto out;
     err = hs__algo_send_replica(a, ex, &v, r, msg);
 out:
     hs_buf_unref(msg);
