@@ -523,6 +523,16 @@ double hs__step_sq(float *x, const float *m, float g, size_t d) {
 
 /* ---------------------------------------------------------------- replicas */
 
+/* One compressor message into the replica's vector at offset `at`, and into the accumulator's
+ * (weighted by W_ij) when there is one to keep current. */
+static int decode_part(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
+                       size_t at, float *acc) {
+    if (acc && !a->reps_dirty && n->is_in)
+        return hs_compress_decode_add2(a->comp, p, len, n->id, key, n->rep + at, 1.0f, acc + at,
+                                       n->w_in, a->d);
+    return hs_compress_decode_add(a->comp, p, len, n->id, key, n->rep + at, a->d, 1.0f);
+}
+
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                       void *ctx) {
     if (len < 1) return hs__err(HS_EPROTO, "peer %u sent an empty payload", n->id);
@@ -558,19 +568,14 @@ int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, 
         plen[nv - 1] = len - at;
         at = off;
         for (size_t k = 0; k < nv; k++) {
-            int err = hs_compress_decode_add(a->comp, p + at, plen[k], n->id,
-                                             hs__part_round(round, (int)k), n->rep + k * a->d,
-                                             a->d, 1.0f);
+            int err = decode_part(a, n, hs__part_round(round, (int)k), p + at, plen[k],
+                                  k * a->d, ctx);
             if (err < 0) return err;
             at += plen[k];
         }
         return 0;
     }
-    float *acc = ctx;
-    if (acc && !a->reps_dirty && n->is_in)
-        return hs_compress_decode_add2(a->comp, p + 1, len - 1, n->id, round, n->rep, 1.0f,
-                                       acc, n->w_in, a->d);
-    return hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, n->rep, a->d, 1.0f);
+    return decode_part(a, n, round, p + 1, len - 1, 0, ctx);
 }
 
 /* Sends q to out-neighbours that hold this peer's replica and the full replica to the others. */

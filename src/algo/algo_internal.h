@@ -153,10 +153,10 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
                           hs_buf *delta);
 int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
                            uint8_t *present, float *acc);
-/* Applies a FULL or DELTA payload of neighbour n to its replica (an hs__apply_fn). ctx is NULL
- * or an accumulator (float *, d values) kept equal to sum_j W_ij rep_j up to a constant: a
- * DELTA of an in-neighbour is added to it too, weighted by W_ij, while !a->reps_dirty (a FULL
- * payload sets reps_dirty). */
+/* Applies a FULL, DELTA or DELTA_PARTS payload of neighbour n to its replica (an
+ * hs__apply_fn). ctx is NULL or an accumulator (float *, a->dpub values: one vector per part)
+ * kept equal to sum_j W_ij rep_j up to a constant: a delta of an in-neighbour is added to it
+ * too, weighted by W_ij, while !a->reps_dirty (a FULL payload sets reps_dirty). */
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                       void *ctx);
 /* The compressor key of part k of a round-r DELTA_PARTS message: distinct per part, so random

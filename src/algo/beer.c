@@ -29,8 +29,8 @@
  * So at a membership change (a new epoch, which every member's view shows from the same round)
  * every member restarts its tracker from its last step, V = s_{r-1}, as a fresh peer does: sum
  * V = sum s holds again over the new membership. The replicas G stay; their mixing terms sum to
- * zero on any symmetric W. Memory: two replicas per in-neighbour, own H and G, V, s_{r-1} and
- * X^r. */
+ * zero on any symmetric W. Memory: two replicas per in-neighbour, own H and G, V, s_{r-1},
+ * X^r and the two mixes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,10 +39,21 @@
 #include "core/hd.h"
 #include "core/log.h"
 
+enum { REBUILD_EVERY = 64 };
+
 typedef struct beer_state {
     float *v;      /* the tracker V_i, in optimizer-step units */
     float *s_prev; /* s_{r-1}, the local steps' displacement of the round before */
     float *xr;     /* X^r: x at the start of the round */
+    /* m_H then m_G: sum_j W_ij (rep_j - own) of each part over the synced in-neighbours, kept
+     * current from the decoded deltas as CHOCO keeps its one mix, so a round does not pass over
+     * every replica twice; mix_wsum = sum_j W_ij of those neighbours. Rebuilt in full when
+     * a->reps_dirty is set, and every REBUILD_EVERY rounds: the tracker sums gamma m_G over all
+     * rounds, so rounding that builds up in a running sum would move sum_i V_i away from sum_i
+     * s_i, and with it the average model (5x farther from the optimum in the unit tests' tracking
+     * run without the rebuilds). */
+    float *mix;
+    float mix_wsum;
     uint64_t epoch; /* the membership epoch of the last round run */
     int have_epoch;
 } beer_state;
@@ -66,7 +77,7 @@ static int beer_init(hs_algo *a, const float *x0) {
     (void)x0;
     beer_state *s = a->priv;
     if (!(s->v = calloc(a->d, sizeof(float))) || !(s->s_prev = calloc(a->d, sizeof(float))) ||
-        !(s->xr = malloc(sizeof(float) * a->d)))
+        !(s->xr = malloc(sizeof(float) * a->d)) || !(s->mix = calloc(a->dpub, sizeof(float))))
         return hs__err(HS_ENOMEM, "beer: out of memory for %zu parameters", a->d);
     return 0;
 }
@@ -77,6 +88,7 @@ static void beer_fini(hs_algo *a) {
     free(s->v);
     free(s->s_prev);
     free(s->xr);
+    free(s->mix);
 }
 
 static int beer_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
@@ -95,45 +107,70 @@ static int beer_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return 0;
 }
 
-/* m = sum_j W_ij (rep_j[part] - own[part]) over the synced in-neighbours, in view order;
- * returns sum_j W_ij of those. */
-static float mix_part(hs_algo *a, const hs_peer_view *v, size_t part, float *m) {
+/* Both mixes in full from the replicas, in view order. */
+static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
+    beer_state *s = a->priv;
     size_t d = a->d;
     float wsum = 0;
-    memset(m, 0, sizeof(float) * d);
+    memset(s->mix, 0, sizeof(float) * a->dpub);
     for (int i = 0; i < v->n_in; i++) {
         hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
         if (!n->synced) continue;
-        hs__acc_diff(m, n->rep + part * d, a->own + part * d, d, n->w_in);
+        hs__acc_diff(s->mix, n->rep, a->own, d, n->w_in);
+        hs__acc_diff(s->mix + d, n->rep + d, a->own + d, d, n->w_in);
         wsum = wsum + n->w_in;
     }
-    return wsum;
+    s->mix_wsum = wsum;
+    a->reps_dirty = 0;
 }
 
+/* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s; dg = V - G (the tracker's
+ * difference to send), in the one pass. */
 HS_VECTOR_CLONES
-static void sub(float *out, const float *x, const float *y, size_t d) {
-    for (size_t k = 0; k < d; k++) out[k] = x[k] - y[k];
-}
-
-/* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s. */
-HS_VECTOR_CLONES
-static void track(float *v, float *s_prev, const float *mg, float gamma, const float *xr,
-                  const float *x, size_t d) {
+static void track(float *v, float *s_prev, float *dg, const float *mg, const float *g, float gamma,
+                  const float *xr, const float *x, size_t d) {
     for (size_t k = 0; k < d; k++) {
         float st = xr[k] - x[k];
         v[k] = v[k] + gamma * mg[k] + (st - s_prev[k]);
         s_prev[k] = st;
+        dg[k] = v[k] - g[k];
     }
 }
 
-/* Encodes diff as vector `part` of msg and adds the decoded bytes to own[part]. */
+/* x = (X^r + gamma m_H) - V and dh = x - H (the model's difference to send) in one pass;
+ * returns sum_k m_H[k]^2 (a statistic, summed in float lanes as hs__step_sq does). */
+HS_VECTOR_CLONES
+static double step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
+                         const float *h, float gamma, size_t d) {
+    float lane[16] = {0};
+    double sq = 0;
+    size_t k = 0;
+    for (; k + 16 <= d; k += 16)
+        for (int l = 0; l < 16; l++) {
+            size_t i = k + (size_t)l;
+            x[i] = (xr[i] + gamma * mh[i]) - v[i];
+            dh[i] = x[i] - h[i];
+            lane[l] = lane[l] + mh[i] * mh[i];
+        }
+    for (; k < d; k++) {
+        x[k] = (xr[k] + gamma * mh[k]) - v[k];
+        dh[k] = x[k] - h[k];
+        sq += (double)mh[k] * mh[k];
+    }
+    for (int l = 0; l < 16; l++) sq += lane[l];
+    return sq;
+}
+
+/* Encodes diff as vector `part` of msg and adds the decoded bytes to own[part], and -(sum_j
+ * W_ij) times them to that part's mix. */
 static int put_part(hs_algo *a, hs_buf *msg, uint64_t r, int part, const float *diff) {
-    size_t at = msg->len;
+    beer_state *s = a->priv;
+    size_t at = msg->len, off = (size_t)part * a->d;
     int err = hs_compress_encode(a->comp, diff, a->d, a->self, hs__part_round(r, part), msg);
     if (err < 0) return err;
-    return hs_compress_decode_add(a->comp, msg->data + at, msg->len - at, a->self,
-                                  hs__part_round(r, part), a->own + (size_t)part * a->d, a->d,
-                                  1.0f);
+    return hs_compress_decode_add2(a->comp, msg->data + at, msg->len - at, a->self,
+                                   hs__part_round(r, part), a->own + off, 1.0f, s->mix + off,
+                                   -s->mix_wsum, a->d);
 }
 
 static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
@@ -142,15 +179,13 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if (err < 0) return err;
     beer_state *s = a->priv;
     size_t d = a->d;
-    float gamma = a->cfg.gamma_c, *m = a->tmp, *diff = a->tmp2;
+    float gamma = a->cfg.gamma_c, *dh = a->tmp, *dg = a->tmp2;
+    if (a->reps_dirty || r % REBUILD_EVERY == 0) rebuild_mix(a, &v);
     /* V^r from G^{r-1} (the replicas as the last pull left them) and this round's step. */
-    mix_part(a, &v, 1, m);
-    track(s->v, s->s_prev, m, gamma, s->xr, x, d);
+    track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
     /* X^{r+1} = X^r + gamma m_H - V^r. */
-    float wsum = mix_part(a, &v, 0, m);
-    memcpy(x, s->xr, sizeof(float) * d);
-    double sq = hs__step_sq(x, m, gamma, d);
-    sub(x, x, s->v, d);
+    float wsum = s->mix_wsum;
+    double sq = step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
     a->stats.disagreement = wsum > 0 ? sq / ((double)wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     size_t cap = 4 + 2 * hs_compress_max_bytes(a->comp, d);
@@ -159,12 +194,10 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t len_at = msg->len;
     if ((err = hs_buf_append(msg, &len0, 4)) < 0) goto out;
     /* H^{r+1} = H^r + C(X^{r+1} - H^r), then G^r = G^{r-1} + C(V^r - G^{r-1}). */
-    sub(diff, x, a->own, d);
-    if ((err = put_part(a, msg, r, 0, diff)) < 0) goto out;
+    if ((err = put_part(a, msg, r, 0, dh)) < 0) goto out;
     len0 = (uint32_t)(msg->len - len_at - 4);
     memcpy(msg->data + len_at, &len0, 4);
-    sub(diff, s->v, a->own + d, d);
-    if ((err = put_part(a, msg, r, 1, diff)) < 0) goto out;
+    if ((err = put_part(a, msg, r, 1, dg)) < 0) goto out;
     err = hs__algo_send_replica(a, ex, &v, r, msg);
 out:
     hs_buf_unref(msg);
@@ -181,9 +214,12 @@ static int beer_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if (err < 0) return err;
     uint8_t *present;
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
-    int got = hs__algo_recv_replicas(a, ex, &v, r, present, NULL);
+    beer_state *s = a->priv;
+    /* The deltas go into the mixes as they are decoded while the mixes are current. */
+    int got = hs__algo_recv_replicas(a, ex, &v, r, present, a->reps_dirty ? NULL : s->mix);
     if (got < 0) return got;
     a->stats.missing = v.n_in - got;
+    if (a->reps_dirty) rebuild_mix(a, &v);
     return 0;
 }
 
