@@ -58,6 +58,13 @@ typedef struct hs_shortcut_geom {
     int c, h, w, oc, oh, ow, stride;
 } hs_shortcut_geom;
 
+/* One example of a training set for gather: c x h x w floats, channel-major in the set. */
+typedef struct hs_gather_geom {
+    int c, h, w;
+    int nhwc; /* write the batch channels-last, as a model whose input goes NHWC wants it */
+    int pad;  /* the crop's zero border when augmenting (HS_AUGMENT_PAD, hearsay/data.h) */
+} hs_gather_geom;
+
 typedef struct hs_backend_ops {
     const char *name;
 
@@ -192,6 +199,23 @@ typedef struct hs_backend_ops {
                         int n);
     int (*shortcut_grad)(hs_backend *be, float *dx, const float *dy,
                          const struct hs_shortcut_geom *s, int n);
+
+    /* ---------------------------------------------------------- optional: data on the device
+     * A training shard kept in backend memory, so that drawing a batch needs nothing from the
+     * host (src/model/devshard.c). NULL: batches are gathered on the host and uploaded. */
+
+    /* For i < n, with k = idx[i]: row i of x (c x h x w floats; NHWC when g->nhwc, else
+     * channel-major) = example k of src (channel-major rows of c x h x w floats), and
+     * y[i] = labels[k]. When aug is non-NULL the example is cropped and flipped as
+     * hs_augment_apply does (hearsay/data.h) with dy = aug[3k], dx = aug[3k + 1],
+     * flip = aug[3k + 2] and g->pad. Every pointer is backend memory. */
+    int (*gather)(hs_backend *be, const float *src, const uint8_t *labels, const uint32_t *idx,
+                  const uint8_t *aug, const struct hs_gather_geom *g, int n, float *x,
+                  int32_t *y);
+    /* Page-locked host memory (zeroed), which copies to and from the device reach without a
+     * staging copy; host_free accepts NULL. NULL entries: ordinary malloc'd memory serves. */
+    int (*host_alloc)(hs_backend *be, size_t bytes, void **out);
+    void (*host_free)(hs_backend *be, void *p);
 } hs_backend_ops;
 
 struct hs_backend {

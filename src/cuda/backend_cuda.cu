@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "cuda/compress.cuh"
 #include "cuda/conv.cuh"
+#include "cuda/data.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/startup.cuh"
 #include "tensor/backend_internal.h"
@@ -674,6 +675,41 @@ static int cu_shortcut_grad(hs_backend *be, float *dx, const float *dy,
     CU_ENQUEUE(hs__cuda_shortcut_grad(s->stream, dx, dy, sg, n));
 }
 
+/* ------------------------------------------------------------------ data on the device */
+
+static int cu_gather(hs_backend *be, const float *src, const uint8_t *labels, const uint32_t *idx,
+                     const uint8_t *aug, const hs_gather_geom *g, int n, float *x, int32_t *y) {
+    if (g->c < 1 || g->h < 1 || g->w < 1)
+        return report(HS_EINVAL, "cuda gather: example of %d x %d x %d", g->c, g->h, g->w);
+    CU_ENQUEUE(hs__cuda_gather(s->stream, src, labels, idx, aug, g, n, x, y));
+}
+
+static int cu_host_alloc(hs_backend *be, size_t bytes, void **out) {
+    cuda_state *s = state(be);
+    int err = 0;
+    void *p = NULL;
+    HS_CUDA_TRY(set_device(s));
+    HS_CUDA_TRY(cudaMallocHost(&p, bytes ? bytes : 1));
+    memset(p, 0, bytes);
+    *out = p;
+    return 0;
+fail:
+    (void)cudaGetLastError(); /* an allocation failure is not sticky */
+    return err;
+}
+
+static void cu_host_free(hs_backend *be, void *p) {
+    if (!p) return;
+    cuda_state *s = state(be);
+    /* A copy still queued may read or write p. */
+    cudaError_t e = set_device(s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess) e = cudaFreeHost(p);
+    if (e != cudaSuccess)
+        logmsg(HS_LOG_WARN, "cuda host free: cudaFreeHost: %s (%s)", cudaGetErrorString(e),
+               cudaGetErrorName(e));
+}
+
 static const hs_backend_ops cuda_ops = {
     "cuda",          /* name */
     cu_alloc,        /* alloc */
@@ -713,6 +749,9 @@ static const hs_backend_ops cuda_ops = {
     cu_groupnorm_grad,      /* groupnorm_grad */
     cu_shortcut_add,        /* shortcut_add */
     cu_shortcut_grad,       /* shortcut_grad */
+    cu_gather,              /* gather */
+    cu_host_alloc,          /* host_alloc */
+    cu_host_free,           /* host_free */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {

@@ -11,6 +11,7 @@
 
 #include "core/error_internal.h"
 #include "core/rng.h"
+#include "model/devshard.h"
 #include "model/model_internal.h"
 
 struct hs_model {
@@ -418,11 +419,10 @@ static int backward(hs_model *m, float *g, int bs) {
     return err;
 }
 
-int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
-    const int32_t *yin;
-    int err = stage_batch(m, x, y, bs, &yin);
+/* Forward, loss and backward on the batch in act[0] with labels yin (backend memory). */
+static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *st) {
+    int err = forward(m, bs);
     if (err < 0) return err;
-    if ((err = forward(m, bs)) < 0) return err;
     int L = m->spec.n_layers;
     double loss = 0;
     int correct = 0;
@@ -439,6 +439,24 @@ int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step
     }
     return 0;
 }
+
+int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
+    const int32_t *yin;
+    int err = stage_batch(m, x, y, bs, &yin);
+    if (err < 0) return err;
+    return grad_staged(m, yin, bs, st);
+}
+
+int hs__model_grad_dev(hs_model *m, const float *x, const int32_t *y, int bs,
+                       hs_step_stats *st) {
+    if (bs <= 0 || bs > m->max_batch)
+        return hs__err(HS_EINVAL, "model: batch of %d examples (this model takes 1..%d)", bs,
+                       m->max_batch);
+    m->act[0] = (float *)(uintptr_t)x; /* read only: no layer writes its input */
+    return grad_staged(m, y, bs, st);
+}
+
+int hs__model_input_nhwc(const hs_model *m) { return m->transpose_in; }
 
 int hs_model_eval_batch(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
     const int32_t *yin;
