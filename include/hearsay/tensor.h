@@ -112,49 +112,6 @@ typedef struct hs_backend_ops {
     /* Releases the backend's private state; called by hs_backend_close. */
     void (*destroy)(hs_backend *be);
 
-    /* ---------------------------------------------------------- optional: compression
-     * The device parts of the compression operators. hs_compress_encode_be and
-     * hs_compress_decode_add_be (hearsay/compress.h) build from them exactly the bytes and
-     * floats of hs_compress_encode and hs_compress_decode_add; a NULL entry (every one, in the
-     * CPU backend, whose memory is the host's) makes them copy the vector and use the host.
-     * Every number is defined in src/compress/compress_ew.h. x and acc are backend vectors of d
-     * floats, 1 <= d <= 2^28; the other pointers are host memory, filled (or read) when the
-     * call returns. "LE" outputs are little-endian bytes at any alignment. None of these report
-     * non-finite inputs: the caller checks the results (max_key, norms, scales, halves). */
-
-    /* Top-k: idx[0..k) the indices of the k largest hs_cw_key(x_i), ties to the lower index,
-     * in increasing order, val[j] = x[idx[j]], *max_key the largest key of x (1 <= k <= d). */
-    int (*compress_topk)(hs_backend *be, const float *x, size_t d, size_t k, uint32_t *idx,
-                         float *val, uint32_t *max_key);
-    /* Stratified random-k of the stream (seed, peer, round): idx[j] = start_j +
-     * hs_cw_randk_offset(hs_cw_randk_word(seed, peer, round, j), size_j) for the strata of
-     * hs_cw_randk_stratum(d, k, j), val[j] = x[idx[j]] (1 <= k <= d). */
-    int (*compress_randk)(hs_backend *be, const float *x, size_t d, size_t k, uint64_t seed,
-                          uint32_t peer, uint64_t round, uint32_t *idx, float *val);
-    /* QSGD with s levels (1..32767) on buckets of `bucket` elements (>= 1; the last may be
-     * shorter): norms (LE fp32, ceil(d / bucket)) hs_cw_qsgd_norm of each bucket's 32-lane sum
-     * of squares; fields (ceil(d b / 8) bytes, b = hs_cw_qsgd_bits(s)) the LSB-first stream of
-     * hs_cw_qsgd_field of every element with its bucket's hs_cw_qsgd_factors and draw
-     * hs_cw_qsgd_draw(seed, peer, round, i), zero padding. The fields are unspecified where a
-     * norm is not finite. */
-    int (*compress_qsgd)(hs_backend *be, const float *x, size_t d, size_t bucket, uint32_t s,
-                         uint64_t seed, uint32_t peer, uint64_t round, void *norms,
-                         void *fields);
-    /* Scaled sign on buckets of `bucket` elements (1..d; the last may be shorter): scales (LE
-     * fp32, one per bucket) hs_cw_sign_scale of the bucket's 32-lane sum of |x_i|; bits
-     * (ceil(d / 8) bytes) the sign bits of x, LSB-first, zero padding. */
-    int (*compress_sign)(hs_backend *be, const float *x, size_t d, size_t bucket, void *scales,
-                         void *bits);
-    /* out (2d bytes, LE) = hs_cw_f16_from_f32(x_i), or hs_cw_bf16_from_f32(x_i) if bf16. */
-    int (*compress_half)(hs_backend *be, const float *x, size_t d, int bf16, void *out);
-    /* acc[i] = acc[i] + alpha * v_i for the n LE values v of p (host, any alignment): fmt 0
-     * fp32, 1 binary16, 2 bfloat16 (finite: the caller checked them). */
-    int (*compress_add_dense)(hs_backend *be, float *acc, const void *p, size_t n, int fmt,
-                              float alpha);
-    /* acc[idx[j]] = acc[idx[j]] + val[j] for j < n (host arrays; distinct indices within acc). */
-    int (*compress_add_sparse)(hs_backend *be, float *acc, const uint32_t *idx, const float *val,
-                               size_t n);
-
     /* ---------------------------------------------------------- optional: optimizers
      * One AdamW step (hs_ew_adamw on every element) on n parameters x with gradient g and
      * moments m, v (device vectors). NULL: the backend refuses --optimizer adamw. */
