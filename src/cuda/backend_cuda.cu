@@ -169,18 +169,22 @@ fail:
     return err;
 }
 
-static void cu_free(hs_backend *be, void *p) {
+/* Frees p with release (cudaFree, cudaFreeHost) once the stream is done with it: kernels and
+ * copies still queued may use it. (cudaFree synchronises the device too, but that is an
+ * implementation property, not a documented promise.) Errors are only logged. */
+static void free_after_stream(hs_backend *be, void *p, cudaError_t (*release)(void *),
+                              const char *what) {
     if (!p) return;
     cuda_state *s = state(be);
     cudaError_t e = set_device(s);
-    /* Kernels still queued on the stream may use p. (cudaFree synchronises the device too,
-     * but that is an implementation property, not a documented promise.) */
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e == cudaSuccess) e = cudaFree(p);
+    if (e == cudaSuccess) e = release(p);
     if (e != cudaSuccess)
-        logmsg(HS_LOG_WARN, "cuda free: cudaFree: %s (%s)", cudaGetErrorString(e),
+        logmsg(HS_LOG_WARN, "cuda free: %s: %s (%s)", what, cudaGetErrorString(e),
                cudaGetErrorName(e));
 }
+
+static void cu_free(hs_backend *be, void *p) { free_after_stream(be, p, cudaFree, "cudaFree"); }
 
 /* The copies are enqueued on the backend's stream, after the kernels that produce their source,
  * and waited for: the ops table promises they are complete on return. */
@@ -561,15 +565,7 @@ fail:
 }
 
 static void cu_host_free(hs_backend *be, void *p) {
-    if (!p) return;
-    cuda_state *s = state(be);
-    /* A copy still queued may read or write p. */
-    cudaError_t e = set_device(s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e == cudaSuccess) e = cudaFreeHost(p);
-    if (e != cudaSuccess)
-        logmsg(HS_LOG_WARN, "cuda host free: cudaFreeHost: %s (%s)", cudaGetErrorString(e),
-               cudaGetErrorName(e));
+    free_after_stream(be, p, cudaFreeHost, "cudaFreeHost");
 }
 
 static const hs_backend_ops cuda_ops = {
