@@ -181,8 +181,9 @@ void hs__topk_scratch_free(hs__topk_scratch *s);
 /* ---------------------------------------------------------------- packing selected values
  *
  * The message of a selection: top-k the sorted indices and their values; random-k the stratum
- * indices (hs_cw_randk_*) and their values. value j is src[idx[j]] with gather, else src[j]. HS_ERANGE if a value is not finite or does not fit fp16
- * (or, for random-k, its rescaling overflows). dst needs max_bytes; *n gets the length. */
+ * indices (hs_cw_randk_*) and their values. value j is src[idx[j]] with gather, else src[j].
+ * HS_ERANGE if a value is not finite or does not fit fp16 (or, for random-k, its rescaling
+ * overflows). dst needs max_bytes; *n gets the length. */
 int hs__topk_pack(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
                   uint8_t *dst, size_t *n);
 int hs__randk_pack(const hs_compressor *c, uint32_t peer, uint64_t round, const uint32_t *idx,
