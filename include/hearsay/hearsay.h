@@ -18,6 +18,7 @@
 #include "hearsay/net.h"
 #include "hearsay/checkpoint.h"
 #include "hearsay/guard.h"
+#include "hearsay/node.h"
 #include "hearsay/peer.h"
 
 #endif

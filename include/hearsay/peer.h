@@ -1,9 +1,10 @@
 /* hearsay: one networked peer, start to finish.
  *
- * hs_peer_run glues the network runtime (hearsay/net.h, its own loop thread) to a trainer
- * (hearsay/trainer.h) on the calling thread: it starts or joins the job, adopts the model a
- * joiner is welcomed with, runs rounds until the end (or a stop request), logs per-round
- * metrics, publishes snapshots for joiners, writes checkpoints, and leaves gracefully.
+ * hs_peer_run is a node (hearsay/node.h) whose model is a trainer (hearsay/trainer.h) on the
+ * calling thread: the node starts or joins the job, adopts the model a joiner is welcomed with,
+ * runs each round's gossip until the end (or a stop request), logs per-round metrics,
+ * publishes snapshots for joiners, writes checkpoints, and leaves gracefully; the trainer runs
+ * the local steps between.
  * Threading: hs_peer_run blocks the calling thread; hs_peer_request_stop may be called from a
  * signal handler. */
 #ifndef HEARSAY_PEER_H

@@ -3,8 +3,9 @@
  * A trainer owns the model, the optimizer, the batches of its shard and the algorithm, and
  * runs rounds: hs_algo_begin, `local_steps` optimizer steps with the gradient taken at the
  * algorithm's evaluation point, hs_algo_push, hs_algo_pull. The simulator interleaves the
- * phases of n trainers; a networked peer runs them back to back. Both therefore compute the same floats
- * in the same order: a seeded synchronous run gives the same parameters either way.
+ * phases of n trainers; a networked peer runs the local steps and a node (hearsay/node.h) the
+ * gossip phases around them, in the same order. Both therefore compute the same floats: a
+ * seeded synchronous run gives the same parameters either way.
  *
  * The algorithm works on a host copy of x; on a host-memory backend that copy is the model's
  * own parameter vector (no copies at all), on CUDA it is synchronised once per round.
@@ -60,6 +61,12 @@ int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
 int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r);
+/* For a runner of the algorithm's phases other than the trainer (a node, hearsay/node.h):
+ * open before hs_algo_begin and close after hs_algo_pull (the optimizer's round hooks), with the
+ * vector the phases work on. begin = open + hs_algo_begin; pull = hs_algo_pull + close. */
+int hs_trainer_round_open(hs_trainer *t);
+int hs_trainer_round_close(hs_trainer *t);
+float *hs_trainer_gossip_x(hs_trainer *t);
 /* begin + local + push + pull. */
 int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st);
 

@@ -16,6 +16,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 #include "hearsay/peer.h"
+#include "node/node_internal.h"
 
 enum {
     R_LISTEN = 256,
@@ -59,7 +60,8 @@ const hs_cli_opt hs_run_opts_table[] = {
     {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 3000)"},
     {"join-timeout", R_JOIN_TIMEOUT, "MS",
      "how long to try to join, to wait for the peers before the first round, to reach the job "
-     "when cut off and to rejoin when removed (default: 30000)"},
+     "when cut off and to rejoin when removed (default: " HS__NODE_STR(HS__NODE_JOIN_TIMEOUT_MS)
+     ")"},
     {"handshake-timeout", R_HANDSHAKE_TIMEOUT, "MS",
      "an incoming connection must finish TLS and HELLO within this (default: 2000)"},
     {"max-pending", R_MAX_PENDING, "N",
@@ -78,7 +80,8 @@ const hs_cli_opt hs_run_opts_table[] = {
      "running job or resuming waits only when given this)"},
     {"slowdown", RO_SLOWDOWN, "F", "compute F times slower (a straggler, for experiments)"},
     {"checkpoint-dir", R_CK_DIR, "DIR", "write checkpoints to DIR"},
-    {"checkpoint-every", R_CK_EVERY, "K", "rounds between checkpoints (default: 100)"},
+    {"checkpoint-every", R_CK_EVERY, "K",
+     "rounds between checkpoints (default: " HS__NODE_STR(HS__NODE_CHECKPOINT_EVERY) ")"},
     {"resume", R_RESUME, NULL, "restart from the newest valid checkpoint and rejoin"},
     {"save", R_SAVE, "FILE", "write the final model to FILE (raw float32); {id} becomes the peer id"},
     {NULL, 0, NULL, NULL},
@@ -259,10 +262,13 @@ int hs_cmd_run(int argc, char **argv) {
     run_args a;
     memset(&a, 0, sizeof(a));
     hs_runopts_default(&a.ro);
-    hs_net_config_init(&a.net);
-    a.world = 1;
-    a.ck_every = 100;
-    a.rank = -1;
+    /* The node's defaults (hearsay/node.h), so that `run` and a library node agree. */
+    hs__node_cfg dc;
+    hs__node_cfg_defaults(&dc);
+    a.net = dc.net;
+    a.world = dc.world;
+    a.ck_every = dc.checkpoint_every;
+    a.rank = dc.rank;
     const hs_cli_opt *tables[] = {hs_run_opts_table, hs_runopts_table, NULL};
     int rc = hs_cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
@@ -337,7 +343,8 @@ int hs_cmd_run(int argc, char **argv) {
      * train alone while the others start. */
     pc.wait_peers = a.wait_set || a.wait_env ? a.wait_peers : a.world;
     pc.wait_new_only = !a.wait_set && !a.wait_env;
-    pc.wait_timeout_ms = a.net.join_timeout_ms > 0 ? a.net.join_timeout_ms : 30000;
+    pc.wait_timeout_ms =
+        a.net.join_timeout_ms > 0 ? a.net.join_timeout_ms : HS__NODE_JOIN_TIMEOUT_MS;
     pc.slowdown = slow;
     pc.metrics = a.ro.metrics;
     pc.quiet = a.ro.quiet;

@@ -9,6 +9,7 @@
 #include "hearsay/compress.h"
 #include "hearsay/error.h"
 #include "hearsay/topo.h"
+#include "node/node_internal.h"
 
 const hs_cli_opt hs_runopts_table[] = {
     {"algo", RO_ALGO, "A", "dpsgd, dcd, choco, sgp or beer (default: choco)"},
@@ -152,33 +153,8 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
 }
 
 float hs_runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t why_len) {
-    snprintf(why, why_len, "set by --gamma-c");
-    if (!hs_algo_kind_uses_gamma_c(o->algo.kind)) return 0.0f;
-    if (o->gamma_c_set) return o->algo.gamma_c;
-    hs_topo *t = NULL;
-    hs_compressor *c = NULL;
-    o->algo.gap = 0;
-    /* A file fixes its own size; a generator needs the job's. */
-    const char *spec = o->topology;
-    int is_file = strlen(spec) > 5 && !strcmp(spec + strlen(spec) - 5, ".json");
-    if ((is_file || n > 1) && hs_topo_new(&t, spec, is_file ? 0 : n, o->seed) == 0)
-        hs_algo_cfg_set_topology(&o->algo, t);
-    float g = 0.0f;
-    if (hs_compressor_new(&c, o->compress, d, o->seed) == 0) {
-        double delta = hs_compressor_delta(c);
-        g = hs_algo_default_gamma_c(delta, o->algo.gap);
-        /* The rule does not depend on the gap (hs_algo_default_gamma_c says why); it is shown
-         * because it is an input. */
-        char gs[64] = "not known";
-        if (o->algo.gap > 0)
-            snprintf(gs, sizeof(gs), "%.4g (%s on %d peers)", o->algo.gap, spec,
-                     t ? hs_topo_n(t) : n);
-        snprintf(why, why_len, "automatic: delta / (2 - delta) for %s, delta %.4g; spectral gap %s",
-                 o->compress, delta, gs);
-    }
-    hs_compressor_free(c);
-    hs_topo_free(t);
-    return g;
+    /* The node's rule, so that `run` and a library node given the same options agree. */
+    return hs__node_auto_gamma_c(&o->algo, o->topology, n, d, o->seed, why, why_len);
 }
 
 int hs_runopts_finish(hs_runopts *o) {

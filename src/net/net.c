@@ -374,8 +374,22 @@ void hs__net_on_closed(hs_net *net, hs__conn *c, int err, int dial_failed) {
     uv_mutex_lock(&net->mu);
     int stopping = net->stopping || net->leaving;
     uv_mutex_unlock(&net->mu);
-    if (stopping)
+    if (stopping) {
+        /* Nothing to repair while leaving, but the peer must not keep pointing at a connection
+         * about to be freed: the quorum count reads it until the loop ends. */
+        hs__peer *p = c->peer;
+        if (p && p->conn == c) {
+            p->conn = NULL;
+            uv_mutex_lock(&net->mu);
+            net->n_open--;
+            uv_mutex_unlock(&net->mu);
+        }
+        if (p && p->dialing == c)
+            p->dialing = NULL;
+        if (p && p->pending_conn == c)
+            p->pending_conn = NULL;
         return;
+    }
     hs__bs_conn_gone(net, c);
     if (c->bootstrap && net->join_conn == c) {
         hs__bs_join_conn_failed(net, c, err, c->why);
@@ -1016,7 +1030,9 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
         if (p)
             p->mailbox_bytes -= net->mail[i].buf->len;
     }
-    memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
+    /* (an empty mailbox may not be allocated yet: memmove of NULL is undefined even for 0) */
+    if (net->n_mail > n)
+        memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
     net->n_mail -= n;
     mail_taken(net);
     uv_mutex_unlock(&net->mu);

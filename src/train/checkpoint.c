@@ -107,13 +107,16 @@ int hs_checkpoint_clean_tmp(const char *dir, int rank) {
 /* Keeps the newest HS_CHECKPOINT_KEEP files of the shard, and never removes `written` (the file
  * just written) or one of a later round. */
 static void prune(const char *dir, int rank, uint64_t written) {
-    static char names[CK_LIST_MAX][CK_NAME_MAX];
+    /* On the heap, not static: nodes on several threads of a process checkpoint at once. */
+    char (*names)[CK_NAME_MAX] = malloc(sizeof(*names) * CK_LIST_MAX);
+    if (!names) return; /* the old files stay until the next checkpoint */
     int n = list_checkpoints(dir, rank, names, CK_LIST_MAX);
     for (int i = HS_CHECKPOINT_KEEP; i < n; i++) {
         if ((uint64_t)name_round(names[i]) >= written) continue;
         char p[4096];
         if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) < (int)sizeof(p)) unlink(p);
     }
+    free(names);
 }
 
 int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uint8_t *state,
@@ -285,20 +288,25 @@ fail:
 }
 
 int hs_checkpoint_newest(const char *dir, int rank, const char *sig, hs_checkpoint *ck) {
-    static char names[CK_LIST_MAX][CK_NAME_MAX];
-    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX);
+    char (*names)[CK_NAME_MAX] = malloc(sizeof(*names) * CK_LIST_MAX); /* as in prune */
+    if (!names) return hs__err(HS_ENOMEM, "--resume: out of memory");
+    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX), err = 0;
     if (n < 0)
-        return hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
+        err = hs__err(HS_ENOENT, "--resume: checkpoint directory %s: %s", dir, strerror(errno));
     for (int i = 0; i < n; i++) {
         char p[4096];
         if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;
         if (hs_checkpoint_read(p, sig, ck) == 0) {
             ck->rank = atoi(names[i] + 5);
             HS_LOGI("resuming from %s (round %llu)", p, (unsigned long long)ck->round);
+            free(names);
             return 0;
         }
         HS_LOGW("skipping checkpoint: %s", hs_error_message());
     }
-    return hs__err(HS_ENOENT, "--resume: no valid checkpoint%s in %s",
-                   rank >= 0 ? " of this shard" : "", dir);
+    if (n >= 0)
+        err = hs__err(HS_ENOENT, "--resume: no valid checkpoint%s in %s",
+                      rank >= 0 ? " of this shard" : "", dir);
+    free(names);
+    return err;
 }

@@ -128,8 +128,17 @@ int hs_trainer_set_x(hs_trainer *t, const float *x) {
     return stage_params(t);
 }
 
+int hs_trainer_round_open(hs_trainer *t) { return hs_optim_round_begin(t->opt, t->x_host); }
+
+/* After the gossip: quasi-global momentum's buffer takes the whole round's change. The
+ * parameters are brought up to date where they are next needed (the local steps, evaluation),
+ * so that a round's mixing is not followed by a copy it does not need. */
+int hs_trainer_round_close(hs_trainer *t) { return hs_optim_round_end(t->opt, t->x_host); }
+
+float *hs_trainer_gossip_x(hs_trainer *t) { return t->x_host; }
+
 int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_optim_round_begin(t->opt, t->x_host);
+    int err = hs_trainer_round_open(t);
     if (err < 0) return err;
     return hs_algo_begin(t->algo, ex, r, t->x_host);
 }
@@ -182,12 +191,7 @@ int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r) {
 
 int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r) {
     int err = hs_algo_pull(t->algo, ex, r, t->x_host);
-    if (err < 0) return err;
-    /* After the gossip: quasi-global momentum's buffer takes the whole round's change. */
-    if ((err = hs_optim_round_end(t->opt, t->x_host)) < 0) return err;
-    /* The parameters are brought up to date where they are next needed (the local steps,
-     * evaluation), so that a round's mixing is not followed by a copy it does not need. */
-    return 0;
+    return err < 0 ? err : hs_trainer_round_close(t);
 }
 
 int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st) {

@@ -1,0 +1,95 @@
+/* hearsay: a gossip node for a caller-owned model.
+ *
+ * A node is one networked peer without a trainer: the caller owns the model as one flat vector
+ * of d floats and its own optimizer; after each local update it calls hs_node_step, which does
+ * one gossip round of the configured algorithm on that vector in place. The algorithms' update
+ * rules are those of `hearsay run`: a round's first phase is issued at the end of the previous
+ * hs_node_step (or of hs_node_start) with the vector as it was then, so it travels while the
+ * caller computes (D-PSGD: that vector goes to the neighbours, and the step adds their weighted
+ * differences to the caller's updated vector, adapt then combine; CHOCO: the caller's vector is
+ * x_half, the step compresses, sends, mixes; SGP: the caller's vector is z = x / w, the node
+ * keeps the numerator x and weight w, applies the caller's update x += (z_new - z_prev) and
+ * returns the new z). The network runtime (TLS, bootstrap, churn, quorum, resend), metrics, the
+ * convergence guard and checkpoints work as for `hearsay run`, which is itself a user of this
+ * API with the built-in trainer (src/peer.c).
+ *
+ * Checkpoints (checkpoint-dir) hold the node's state: the vector (z for SGP) and the
+ * algorithm's state (replicas, push-sum weight); resume writes the vector into x at start. The
+ * caller's optimizer state (momentum, moments) is the caller's business: save it alongside.
+ *
+ * Threading: all calls on one node from one thread at a time, except hs_node_request_stop,
+ * which any thread or a signal handler may call. Different nodes are independent (several may
+ * run in one process, each on its own thread). */
+#ifndef HEARSAY_NODE_H
+#define HEARSAY_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_node_options hs_node_options;
+typedef struct hs_node hs_node;
+
+/* Options by name, with the names and defaults of `hearsay run`'s flags without the leading
+ * dashes ("algo", "compress", "gamma-c", "topology", "listen", "advertise", "bootstrap",
+ * "secret-file", "cert", "key", "ca", "insecure", "world", "rank", "wait-peers", "rounds",
+ * "checkpoint-dir", "checkpoint-every", "resume", "metrics", "on-divergence", "seed",
+ * "recv-timeout", "quiet", ...). A flag without a value (insecure, resume, quiet) takes "1"
+ * or "0". hs_node_options_set validates the value and returns HS_EINVAL naming the option
+ * and what it accepts; an unknown name is HS_EINVAL too. Besides those of `hearsay run`:
+ * "rounds" defaults to 0, no end (the caller leaves when it is done); "same-start" 0 says the
+ * peers start from different vectors (the first round sends full replicas; default 1, every
+ * peer passes the same vector to hs_node_start). The model is "vector:D" to the job: peers
+ * with another d are refused. */
+int hs_node_options_new(hs_node_options **out);
+int hs_node_options_set(hs_node_options *o, const char *name, const char *value);
+void hs_node_options_free(hs_node_options *o); /* accepts NULL */
+
+/* A node for vectors of d floats. Checks the options together (paths, algorithm and
+ * compressor, topology) and opens nothing yet. The options are copied. */
+int hs_node_new(hs_node **out, const hs_node_options *o, size_t d);
+
+/* Starts a job or joins one (listen, bootstrap or rendezvous, wait for `wait-peers`
+ * members). x (d floats) is this peer's starting vector; every peer of a new job should pass
+ * the same one. When the peer joins a job that has run rounds, or resumes from a checkpoint,
+ * the job's vector is written into x: the caller must then continue from x. Blocks; a stop
+ * request ends it with HS_EINTR. */
+int hs_node_start(hs_node *n, float *x, size_t d);
+
+/* One gossip round on x (d floats, the caller's vector after its local update), in place.
+ * Returns 0 when the job goes on, 1 when this was the job's last round (`rounds`), or a
+ * negative error: HS_EDIVERGED (the guard stopped the run), HS_ECANCELED (removed from the
+ * job and could not rejoin), HS_EINTR (a stop request was honoured after this round), others
+ * from the runtime. On an error x holds the last consistent vector. A peer that the job removed
+ * (cut off too long) joins again as a new member: the round is void and x becomes the job's
+ * vector, as at a join. */
+int hs_node_step(hs_node *n, float *x, size_t d);
+
+/* The next round this node will run (rounds done since the job's round 0). */
+uint64_t hs_node_round(const hs_node *n);
+
+/* Optional: the caller's training loss and test accuracy for this round, reported to the
+ * metrics record and the convergence guard (NaN: not measured this round). */
+void hs_node_report(hs_node *n, double loss, double accuracy);
+
+/* The last round's metrics record, one JSON object (the same fields and meanings as a line
+ * of --metrics; docs/METRICS.md), NUL-terminated into buf. Returns the length written (without
+ * the NUL), HS_ERANGE when it does not fit in cap (nothing written), HS_EINVAL before the first
+ * round. */
+int hs_node_metrics_json(const hs_node *n, char *buf, size_t cap);
+
+/* Leaves the job gracefully (BYE), closes the runtime; idempotent. hs_node_free leaves too. */
+int hs_node_leave(hs_node *n);
+void hs_node_free(hs_node *n); /* accepts NULL */
+
+/* Asks the node to stop after the current round (hs_node_step then returns HS_EINTR, after a
+ * checkpoint when `checkpoint` is 1 and a checkpoint directory is set). Async-signal-safe. */
+void hs_node_request_stop(hs_node *n, int checkpoint);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

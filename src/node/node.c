@@ -1,0 +1,653 @@
+/* One networked peer's gossip over a model it does not own (hearsay/node.h): start or join the
+ * job, adopt its state, run each round's gossip phases around the owner's local update, publish
+ * snapshots for joiners, checkpoint, watch for divergence, write the metrics, leave with BYE.
+ * The owner is reached through hs__node_model: the caller's vector (vec.c) or the built-in
+ * trainer (src/peer.c), so `hearsay run` and a library caller share this one path. The calling
+ * thread never touches a socket (the runtime has its own loop thread); a signal handler may
+ * only set the stop flags. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error_internal.h"
+#include "core/jsonl.h"
+#include "core/log.h"
+#include "hearsay/checkpoint.h"
+#include "node/node_internal.h"
+
+/* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
+ * while the job waits for its members and has not decided it), and the rule the first peers
+ * follow until then: how many members they wait for and how many rounds they train from the
+ * round at which those are in. */
+typedef struct job_terms {
+    uint64_t end;
+    int64_t rounds, wait;
+} job_terms;
+#define JOB_TERMS_BYTES 24
+
+enum { ST_NEW, ST_CONNECTED, ST_RUNNING, ST_ENDED };
+
+struct hs_node {
+    hs__node_cfg cfg;
+    hs_node_options *opts; /* the strings cfg points into, for a node made from options */
+    size_t d;
+    char sig[128];
+    int state;
+    hs_net_config nc; /* cfg.net as this node uses it (the address it joined through) */
+    char rv_addr[320];
+    int join_ms;
+    hs_net *net;
+    hs_net_welcome w;
+    hs_checkpoint ck;
+    int have_ck, alone;
+    uint32_t self;
+    int rank;
+    job_terms jt;
+    hs__node_model m;
+    hs_guard *guard;
+    hs_jsonl metrics, rec; /* the file, and the last record in memory */
+    int have_rec;
+    uint64_t r, first_round, rounds_done;
+    int left, diverged, told, warned_unsharded, stopped;
+    /* Set by hs_node_request_stop from any thread or a signal handler: lock-free atomics are
+     * both thread-safe and async-signal-safe. */
+    atomic_int stop, ck_req;
+    double t0, t_round0, last_print;
+    /* Reported for the current round; NaN: not this round. */
+    double loss, acc, lr, epoch, test_loss, test_acc;
+    void *vec; /* the caller's-vector model of the public entries (vec.c) */
+};
+
+
+static void reset_reports(hs_node *n) {
+    n->loss = n->acc = n->lr = n->epoch = n->test_loss = n->test_acc = NAN;
+}
+
+int hs__node_new_cfg(hs_node **out, const hs__node_cfg *cfg, size_t d, const char *sig) {
+    *out = NULL;
+    if (d == 0) return hs__err(HS_EINVAL, "node: a vector of 0 floats");
+    hs_node *n = calloc(1, sizeof(*n));
+    if (!n) return hs__err(HS_ENOMEM, "node: out of memory");
+    n->cfg = *cfg;
+    n->d = d;
+    snprintf(n->sig, sizeof(n->sig), "%s", sig);
+    n->t0 = hs__node_now();
+    reset_reports(n);
+    *out = n;
+    return 0;
+}
+
+int hs_node_new(hs_node **out, const hs_node_options *o, size_t d) {
+    if (!out || !o) return hs__err(HS_EINVAL, "hs_node_new: no %s", out ? "options" : "output");
+    *out = NULL;
+    hs_node_options *copy = hs__node_options_dup(o);
+    if (!copy) return HS_ENOMEM;
+    hs__node_cfg cfg;
+    char sig[64];
+    /* A caller's model has no architecture to compare but its size. */
+    snprintf(sig, sizeof(sig), "vector:%zu", d);
+    int err = hs__node_options_resolve(copy, d, &cfg);
+    if (err == 0) err = hs__node_new_cfg(out, &cfg, d, sig);
+    if (err < 0) {
+        hs_node_options_free(copy);
+        return err;
+    }
+    (*out)->opts = copy;
+    return 0;
+}
+
+uint32_t hs__node_self(const hs_node *n) { return n->self; }
+int hs__node_rank(const hs_node *n) { return n->rank; }
+long hs__node_job_rounds(const hs_node *n) { return (long)n->jt.rounds; }
+uint64_t hs__node_first_round(const hs_node *n) { return n->first_round; }
+int hs__node_stopped(const hs_node *n) { return n->stopped; }
+uint64_t hs_node_round(const hs_node *n) { return n ? n->r : 0; }
+
+void hs__node_bytes(const hs_node *n, uint64_t *sent, uint64_t *recv) {
+    hs_net_stats ns;
+    memset(&ns, 0, sizeof(ns));
+    if (n->net) hs_net_stats_get(n->net, &ns);
+    *sent = ns.ex.bytes_sent;
+    *recv = ns.ex.bytes_recv;
+}
+
+void hs_node_report(hs_node *n, double loss, double accuracy) {
+    if (!n) return;
+    n->loss = loss;
+    n->acc = accuracy;
+}
+
+void hs__node_report_train(hs_node *n, double lr, double epoch) {
+    n->lr = lr;
+    n->epoch = epoch;
+}
+
+void hs__node_report_test(hs_node *n, double loss, double accuracy) {
+    n->test_loss = loss;
+    n->test_acc = accuracy;
+}
+
+void hs_node_request_stop(hs_node *n, int checkpoint) {
+    if (!n) return;
+    if (checkpoint) atomic_store(&n->ck_req, 1);
+    atomic_store(&n->stop, 1);
+}
+
+/* ---------------------------------------------------------------- snapshots and checkpoints */
+
+static int write_checkpoint(hs_node *n, uint64_t round) {
+    hs_buf *state = NULL;
+    hs_net_member *mem = NULL;
+    uint32_t *ids = NULL;
+    const char **addrs = NULL;
+    int nm = 0, err;
+    if ((err = hs_buf_new(&state, 0)) < 0) return err;
+    if ((err = n->m.save(n->m.ctx, state)) < 0) goto out;
+    if (n->net && hs_net_members(n->net, &mem, &nm, NULL, NULL) < 0) nm = 0;
+    if (nm && (!(ids = calloc((size_t)nm, sizeof(*ids))) ||
+               !(addrs = calloc((size_t)nm, sizeof(*addrs))))) {
+        err = hs__err(HS_ENOMEM, "checkpoint: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nm; i++) {
+        ids[i] = mem[i].id;
+        addrs[i] = mem[i].addr;
+    }
+    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs};
+    size_t bytes = 0;
+    if ((err = hs_checkpoint_write(n->cfg.checkpoint_dir, &info, state->data, state->len,
+                                   &bytes)) == 0)
+        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round,
+                n->cfg.checkpoint_dir, bytes);
+out:
+    free(ids);
+    free(addrs);
+    free(mem);
+    hs_buf_unref(state);
+    return err;
+}
+
+static int publish_snapshot(hs_node *n, uint64_t round) {
+    hs_buf *b;
+    int err = hs_buf_new(&b, sizeof(float) * n->d + 64);
+    if (err < 0) return err;
+    if ((err = hs_buf_append(b, &n->jt.end, 8)) == 0 &&
+        (err = hs_buf_append(b, &n->jt.rounds, 8)) == 0 &&
+        (err = hs_buf_append(b, &n->jt.wait, 8)) == 0 && (err = n->m.snapshot(n->m.ctx, b)) == 0)
+        err = hs_net_publish_snapshot(n->net, round, b);
+    hs_buf_unref(b);
+    return err;
+}
+
+/* Reads the job's terms at the head of a welcome snapshot, validated. */
+static int read_job_terms(const hs_net_welcome *w, job_terms *jt) {
+    if (w->snapshot->len < JOB_TERMS_BYTES)
+        return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
+    memcpy(&jt->end, w->snapshot->data, 8);
+    memcpy(&jt->rounds, w->snapshot->data + 8, 8);
+    memcpy(&jt->wait, w->snapshot->data + 16, 8);
+    if (jt->rounds < 1 || jt->wait < 0 || jt->wait > (1 << 20))
+        return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
+                       (long long)jt->rounds, (long long)jt->wait);
+    return 0;
+}
+
+/* Adopts the job's state from a welcome snapshot (whose terms were read), as every joiner does:
+ * the model, the optimizer and the step; its neighbours send it full replicas (same_start off). */
+static int adopt_welcome(hs_node *n) {
+    int err = n->m.adopt(n->m.ctx, n->w.snapshot->data + JOB_TERMS_BYTES,
+                         n->w.snapshot->len - JOB_TERMS_BYTES);
+    if (err < 0) return hs__err_prefix(err, "welcome snapshot");
+    HS_LOGI("joined at round %llu with the model of round %llu (local step %ld)",
+            (unsigned long long)n->w.join_round, (unsigned long long)n->w.snapshot_round,
+            n->m.steps(n->m.ctx));
+    return 0;
+}
+
+static void set_tag(uint32_t self) {
+    char tag[32];
+    snprintf(tag, sizeof(tag), "peer %u", self);
+    hs_log_set_tag(tag);
+}
+
+/* ---------------------------------------------------------------- start */
+
+int hs__node_connect(hs_node *n) {
+    if (n->state != ST_NEW) return hs__err(HS_EINVAL, "node: started twice");
+    const hs__node_cfg *cfg = &n->cfg;
+    int err;
+    if (cfg->resume) {
+        if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
+        /* Files are named by shard: a resumed peer knows its rank, not the id it had. */
+        if ((err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck)) < 0)
+            return err;
+        n->have_ck = 1;
+    }
+    hs_net_config *nc = &n->nc;
+    *nc = cfg->net;
+    nc->model_sig = n->sig;
+    nc->n_params = n->d;
+    nc->algo = hs_algo_kind_name(cfg->algo.kind);
+    nc->codec = cfg->algo.compress;
+    const char *run_id = nc->run_id ? nc->run_id : "hearsay";
+    n->join_ms = nc->join_timeout_ms > 0 ? nc->join_timeout_ms : HS__NODE_JOIN_TIMEOUT_MS;
+    /* The first peer of a job: no address to join, and (with a rank) rank 0. A resumed peer is
+     * never first while a member it knew still answers: it rejoins the running job. */
+    int first = !nc->bootstrap && cfg->rank <= 0;
+    if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
+        err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
+                                       n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
+                                       &n->stop);
+        if (err == 0) {
+            nc->bootstrap = n->rv_addr;
+            first = 0;
+        } else if (!first || err == HS_EINTR) {
+            return err;
+        }
+    }
+    err = HS_ENOENT;
+    if (n->net) err = 0;
+    else if (!n->have_ck || nc->bootstrap) err = hs_net_start(&n->net, nc, &n->w);
+    if (n->have_ck && !n->net) {
+        /* Resuming: rejoin through the members the checkpoint knew, each tried briefly; not
+         * through this peer's own old entry (it is not a member until it has rejoined). */
+        hs_net_config nk = *nc;
+        nk.join_timeout_ms = n->join_ms < 3000 ? n->join_ms : 3000;
+        for (int i = 0; i < n->ck.n_members && !n->net && !hs__node_refusal_final(err); i++) {
+            if (n->ck.ids[i] == n->ck.id) continue;
+            HS_LOGI("rejoining through %s, a member in the checkpoint", n->ck.addrs[i]);
+            nk.bootstrap = n->ck.addrs[i];
+            if ((err = hs_net_start(&n->net, &nk, &n->w)) == 0) {
+                snprintf(n->rv_addr, sizeof(n->rv_addr), "%s", nk.bootstrap);
+                nc->bootstrap = n->rv_addr;
+            }
+        }
+        if (!n->net && first && !hs__node_refusal_final(err)) {
+            HS_LOGW("no member of the checkpoint's job answers: going on from its round %llu",
+                    (unsigned long long)n->ck.round);
+            nc->bootstrap = NULL;
+            err = hs_net_start(&n->net, nc, &n->w);
+            n->alone = 1;
+        } else {
+            first = 0;
+        }
+    }
+    if (err < 0) return err;
+    if (cfg->rendezvous && first) {
+        char addr[320];
+        hs__node_own_address(nc, n->net, addr, sizeof(addr));
+        if ((err = hs__node_write_rendezvous(cfg->rendezvous, run_id, addr)) < 0) return err;
+        HS_LOGI("wrote %s to %s", addr, cfg->rendezvous);
+    }
+    n->self = hs_net_self(n->net);
+    set_tag(n->self);
+    int world = cfg->world > 0 ? cfg->world : 1;
+    /* A resumed peer keeps the shard it trained on (named in its checkpoint). */
+    n->rank = cfg->rank >= 0 ? cfg->rank % world
+              : n->have_ck   ? n->ck.rank % world
+                             : (int)(n->self % (uint32_t)world);
+    /* A writer killed mid-write left its temporary behind: it is of no use to anyone. */
+    if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
+    /* This peer's own terms hold until it learns the job's. */
+    n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
+    if (!n->have_ck && n->w.snapshot) {
+        if ((err = read_job_terms(&n->w, &n->jt)) < 0) return err;
+        if (n->jt.rounds != (cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END))
+            HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
+                    "it); this peer follows the job's count and ends with it",
+                    cfg->rounds, (long long)n->jt.rounds);
+    }
+    n->state = ST_CONNECTED;
+    return 0;
+}
+
+/* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
+ * command line (srun, mpirun) and still write its own files. */
+int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
+    const char *at = strstr(in, "{id}");
+    int len = at ? snprintf(out, cap, "%.*s%u%s", (int)(at - in), in, id, at + 4)
+                 : snprintf(out, cap, "%s", in);
+    if (len < 0 || (size_t)len >= cap) return hs__err(HS_EINVAL, "path too long: %s", in);
+    return 0;
+}
+
+static int round_top(hs_node *n);
+
+int hs__node_begin(hs_node *n, const hs__node_model *m) {
+    if (n->state != ST_CONNECTED) return hs__err(HS_EINVAL, "node: not connected");
+    n->m = *m;
+    const hs__node_cfg *cfg = &n->cfg;
+    int err;
+    if (n->have_ck) {
+        if ((err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0) return err;
+        n->jt.end = n->ck.end_round;
+        HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
+    } else if (n->w.snapshot && (err = adopt_welcome(n)) < 0) {
+        return err;
+    }
+    /* Replicas may start equal to the common start only for a peer that begins with the job,
+     * before anyone trained; a joiner of a running job or a resumed peer makes its neighbours
+     * send it full replicas, and sends its own. */
+    hs_algo_set_same_start(m->algo(m->ctx),
+                           cfg->algo.same_start && !n->have_ck && m->steps(m->ctx) == 0);
+    if ((err = hs_guard_new(&n->guard, &cfg->guard)) < 0) return err;
+    uint64_t r = n->alone ? n->ck.round : n->w.join_round;
+    /* The wait: a peer that starts a job or joins one still waiting follows the job's rule
+     * (the first peer's count); one joining a running job or resuming waits only when told to
+     * explicitly. */
+    int fresh = !n->have_ck && n->jt.end == 0;
+    int n_wait = fresh ? (int)n->jt.wait : cfg->wait_new_only ? 0 : cfg->wait_peers;
+    /* Without a wait the job's end is known now (its first round is this one). */
+    if (!n->jt.end && n_wait <= 1) n->jt.end = r + (uint64_t)n->jt.rounds;
+    /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
+     * publish before waiting for the others, or their joins stall. */
+    if ((err = publish_snapshot(n, r)) < 0) return err;
+    if (n_wait > 1) {
+        if (!cfg->quiet)
+            HS_LOGI("waiting for %d peers before the first round (at most %d ms: --join-timeout)",
+                    n_wait, cfg->wait_timeout_ms);
+        if ((err = hs__node_wait_members(n->net, n_wait, cfg->wait_timeout_ms, &n->stop)) < 0) {
+            hs__err_prefix(err, "waiting for %d peers", n_wait);
+            if (err == HS_EINTR && hs_net_leave(n->net, 2000) < 0)
+                HS_LOGW("leave: %s", hs_error_message());
+            n->left = err == HS_EINTR;
+            return err;
+        }
+        /* Everyone starts at the round from which the full member list is in force, so the
+         * first round already mixes with every neighbour. */
+        uint64_t eff = 0;
+        hs_net_member *mem;
+        int nm;
+        if ((err = hs_net_members(n->net, &mem, &nm, NULL, &eff)) < 0) return err;
+        free(mem);
+        if (eff > r) r = eff;
+        /* Every peer that waited computes the same first round, hence the same end; joiners
+         * arriving from now on learn it from the snapshot, published again at once. */
+        if (!n->jt.end) {
+            n->jt.end = r + (uint64_t)n->jt.rounds;
+            if ((err = publish_snapshot(n, r)) < 0) return err;
+        }
+    }
+    n->first_round = n->r = r;
+    char path[4096];
+    if (cfg->metrics &&
+        ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
+         (err = hs_jsonl_open(&n->metrics, path, cfg->resume)) < 0))
+        return err;
+    if (!cfg->quiet)
+        HS_LOGI("starting at round %llu, ending at round %llu: shard %d of %d, %s, %s",
+                (unsigned long long)r, (unsigned long long)n->jt.end, n->rank,
+                cfg->world > 0 ? cfg->world : 1, hs_algo_kind_name(cfg->algo.kind),
+                cfg->algo.compress);
+    n->t_round0 = n->last_print = hs__node_now();
+    n->state = ST_RUNNING;
+    if ((err = round_top(n)) < 0) n->state = ST_ENDED;
+    return err;
+}
+
+/* ---------------------------------------------------------------- rounds */
+
+/* Peers that do not split the data (no --world) each train on all of it: the usual mistake
+ * when peers are started by hand, and nothing else would ever show it. Said once. */
+static void warn_unsharded(hs_node *n) {
+    if (n->warned_unsharded || n->cfg.world > 1 || n->vec) return;
+    hs_net_stats ns;
+    hs_net_stats_get(n->net, &ns);
+    if (ns.n_members < 2) return;
+    n->warned_unsharded = 1;
+    HS_LOGW("the job has %d members but this peer has --world 1: it trains on the whole "
+            "dataset, as does every member started without --world; give every peer --world N "
+            "(and --rank R) to split the data into N shards",
+            ns.n_members);
+}
+
+/* A failed exchange: when the job removed this peer, start over as a new member with the job's
+ * state (its own is of no use to the job); any other failure ends the run. */
+static int recover(hs_node *n, int err) {
+    if (hs_net_in_job(n->net, 0) != HS_ECANCELED) return err;
+    if ((err = hs__node_rejoin(&n->net, &n->nc, &n->w, n->join_ms, &n->stop)) < 0) return err;
+    n->self = hs_net_self(n->net);
+    set_tag(n->self);
+    if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = read_job_terms(&n->w, &n->jt)) < 0 ||
+        (err = adopt_welcome(n)) < 0)
+        return err;
+    hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
+    if ((err = publish_snapshot(n, n->w.join_round)) < 0) return err;
+    n->r = n->w.join_round;
+    return 0;
+}
+
+/* Everything before round n->r's local update: the stop request, the quorum, a snapshot for
+ * joiners, the round's first phase (sent now, it travels while the owner computes). */
+static int round_top(hs_node *n) {
+    for (;;) {
+        if (n->stop) {
+            n->stopped = 1;
+            if (n->ck_req && n->cfg.checkpoint_dir) {
+                n->ck_req = 0;
+                if (write_checkpoint(n, n->r) < 0) HS_LOGW("%s", hs_error_message());
+            }
+            return hs__err(HS_EINTR, "stopped by a request before round %llu",
+                           (unsigned long long)n->r);
+        }
+        warn_unsharded(n);
+        int err = hs__node_await_job(n->net, n->join_ms, &n->stop);
+        if (err == 0 && hs_net_snapshot_wanted(n->net) && (err = publish_snapshot(n, n->r)) < 0)
+            return err;
+        if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, n->r);
+        if (err == 0)
+            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r,
+                                n->m.x(n->m.ctx));
+        if (err == 0) return 0;
+        if ((err = recover(n, err)) < 0) return err;
+    }
+}
+
+/* Mean square of the model (z = x / w for SGP, the space its consensus estimate is measured
+ * in): the scale the guard compares that estimate with; non-finite when a parameter is. */
+static double mean_square(const float *x, size_t d) {
+    double s = 0;
+    for (size_t k = 0; k < d; k++) s += (double)x[k] * x[k];
+    return s / (double)(d ? d : 1);
+}
+
+/* Writes one of the algorithm's own metrics (hs_algo_metrics) to the record. */
+static void emit_metric(void *ctx, const char *name, double v, int is_int) {
+    if (is_int)
+        hs_jsonl_int(ctx, name, (long long)v);
+    else
+        hs_jsonl_num(ctx, name, v);
+}
+
+/* The round's metrics record (docs/METRICS.md), kept for hs_node_metrics_json and appended to
+ * the metrics file when there is one: the one place a node's metrics are written. */
+static int record_round(hs_node *n, uint64_t r, const hs_algo_stats *as, double rate) {
+    hs_net_stats ns;
+    hs_net_stats_get(n->net, &ns);
+    hs_jsonl *j = &n->rec;
+    hs_jsonl_begin(j);
+    hs_jsonl_int(j, "peer", n->self);
+    hs_jsonl_int(j, "round", (long long)r + 1);
+    /* Passes over this peer's shard, counting steps adopted from a snapshot. */
+    if (!isnan(n->epoch)) hs_jsonl_num(j, "epoch", n->epoch);
+    hs_jsonl_num(j, "time", hs__node_now() - n->t0);
+    hs_jsonl_num(j, "loss", n->loss);
+    if (!isnan(n->lr)) hs_jsonl_num(j, "lr", n->lr);
+    hs_jsonl_int(j, "bytes_sent", (long long)ns.ex.bytes_sent);
+    hs_jsonl_int(j, "bytes_recv", (long long)ns.ex.bytes_recv);
+    hs_jsonl_num(j, "consensus", as->disagreement);
+    hs_jsonl_int(j, "missing", as->missing);
+    hs_jsonl_int(j, "members", ns.n_members);
+    hs_jsonl_int(j, "conns", ns.n_conns);
+    /* lost DATA asked for again, and waits that ran to --recv-timeout (both cumulative) */
+    hs_jsonl_int(j, "resend_asked", (long long)ns.resend_asked);
+    hs_jsonl_int(j, "recv_timeouts", (long long)ns.recv_timeouts);
+    hs_jsonl_num(j, "rounds_per_s", rate);
+    hs_algo_metrics(n->m.algo(n->m.ctx), emit_metric, j);
+    double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
+    if (!isnan(acc)) {
+        hs_jsonl_num(j, "test_acc", acc);
+        if (!isnan(n->test_loss)) hs_jsonl_num(j, "test_loss", n->test_loss);
+    }
+    hs_jsonl_end(j);
+    if (j->overflow) return hs__err(HS_EOVERFLOW, "metrics record longer than %zu bytes",
+                                    sizeof(j->line));
+    n->have_rec = 1;
+    if (!n->metrics.f) return 0;
+    if (fwrite(j->line, 1, j->len, n->metrics.f) != j->len || fflush(n->metrics.f) != 0)
+        return hs__err(HS_EIO, "metrics file: write failed");
+    return 0;
+}
+
+int hs_node_metrics_json(const hs_node *n, char *buf, size_t cap) {
+    if (!n || !n->have_rec) return hs__err(HS_EINVAL, "node: no round has run yet");
+    size_t len = n->rec.len;
+    if (len > 0 && n->rec.line[len - 1] == '\n') len--;
+    if (!buf || len + 1 > cap)
+        return hs__err(HS_ERANGE, "node metrics: %zu bytes do not fit in %zu", len + 1, cap);
+    memcpy(buf, n->rec.line, len);
+    buf[len] = '\0';
+    return (int)len;
+}
+
+int hs__node_fail(hs_node *n, const char *what) {
+    if (n->guard) hs_guard_fail(n->guard, (double)n->r + 1, what);
+    n->diverged = 1;
+    return hs__err(HS_EDIVERGED, "%s", what);
+}
+
+const char *hs__node_diverged(const hs_node *n, double *round, const char **advice) {
+    if (!n->diverged || !n->guard) return NULL;
+    *round = hs_guard_round(n->guard);
+    *advice = hs_guard_advice(n->guard);
+    return hs_guard_reason(n->guard);
+}
+
+static int step(hs_node *n) {
+    if (n->state != ST_RUNNING)
+        return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
+                                                                        : "before hs_node_start");
+    const hs__node_cfg *cfg = &n->cfg;
+    uint64_t r = n->r;
+    hs_algo *a = n->m.algo(n->m.ctx);
+    hs_exchange *ex = hs_net_exchange(n->net);
+    int err = hs_algo_push(a, ex, r, n->m.x(n->m.ctx));
+    if (err == 0) err = hs_algo_pull(a, ex, r, n->m.x(n->m.ctx));
+    if (err < 0) {
+        /* Removed and let in again: this round is void, the next starts from the job's state. */
+        if ((err = recover(n, err)) < 0) return err;
+        reset_reports(n);
+        return round_top(n);
+    }
+    if (n->m.round_end && (err = n->m.round_end(n->m.ctx, r)) < 0) return err;
+    n->rounds_done++;
+    int last = r + 1 == n->jt.end;
+    if (cfg->checkpoint_dir && cfg->checkpoint_every > 0 &&
+        (r + 1) % (uint64_t)cfg->checkpoint_every == 0 && !last &&
+        write_checkpoint(n, r + 1) < 0)
+        HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
+    hs_algo_stats as;
+    hs_algo_get_stats(a, &as);
+    double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
+    /* A loss not reported (NaN) is not known to the guard (negative), not a broken run. */
+    hs_guard_obs ob = {(double)r + 1, as.disagreement, mean_square(n->m.eval_x(n->m.ctx), n->d),
+                       isnan(n->loss) ? -1.0 : n->loss, acc};
+    hs_guard_verdict verdict = hs_guard_observe(n->guard, &ob);
+    if (verdict == HS_GUARD_DIVERGING)
+        HS_LOGW("round %llu: the run is diverging: %s; %s; going on (--on-divergence warn)",
+                (unsigned long long)r + 1, hs_guard_reason(n->guard), hs_guard_advice(n->guard));
+    double now = hs__node_now();
+    double rate = n->rounds_done / (now - n->t_round0 > 1e-9 ? now - n->t_round0 : 1e-9);
+    if ((err = record_round(n, r, &as, rate)) < 0) return err;
+    if (!cfg->quiet && (!isnan(acc) || now - n->last_print > 5.0)) {
+        char accs[32] = "";
+        if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
+        HS_LOGI("round %llu/%llu  loss %.4f%s  consensus %.3g  sent %.2f MB  %.1f rounds/s",
+                (unsigned long long)r + 1, (unsigned long long)n->jt.end, n->loss, accs,
+                as.disagreement, as.bytes_sent / 1e6, rate);
+        n->last_print = now;
+    }
+    reset_reports(n);
+    n->r = r + 1;
+    if (verdict == HS_GUARD_DIVERGED) {
+        n->diverged = 1;
+        return hs__err(HS_EDIVERGED, "%s", hs_guard_reason(n->guard));
+    }
+    /* A neighbour that diverged ran with the same settings: under policy stop the whole job
+     * stops, each peer telling its own neighbours in turn. */
+    uint32_t who;
+    char why[400];
+    if (!n->told && hs_net_nbr_diverged(n->net, &who, why, sizeof(why))) {
+        n->told = 1;
+        if (cfg->guard.policy == HS_GUARD_STOP) {
+            char reason[480];
+            snprintf(reason, sizeof(reason), "peer %u diverged: %s", who, why);
+            return hs__node_fail(n, reason);
+        }
+        HS_LOGW("peer %u diverged (%s); going on (--on-divergence warn)", who, why);
+    }
+    return last ? 1 : round_top(n);
+}
+
+int hs__node_step(hs_node *n) {
+    int rc = step(n);
+    /* The job's end or an error: no round is open any more. */
+    if ((rc < 0 && n->state == ST_RUNNING) || rc == 1) n->state = ST_ENDED;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- leave */
+
+int hs_node_leave(hs_node *n) {
+    if (!n || n->left || !n->net) return 0;
+    n->left = 1;
+    n->state = ST_ENDED;
+    /* Removed by the job: nothing to say goodbye to, and the caller must know. */
+    if (!n->stopped && hs_net_in_job(n->net, 0) == HS_ECANCELED) return HS_ECANCELED;
+    double dround = 0;
+    const char *advice = NULL, *reason = hs__node_diverged(n, &dround, &advice);
+    if (reason) HS_LOGE("diverged at round %.0f: %s; %s", dround, reason, advice);
+    if (n->ck_req && n->cfg.checkpoint_dir && n->m.save && write_checkpoint(n, n->r) < 0)
+        HS_LOGW("%s", hs_error_message());
+    if (n->metrics.f) {
+        uint64_t sent, recv;
+        hs__node_bytes(n, &sent, &recv);
+        hs_jsonl *j = &n->metrics;
+        hs_jsonl_begin(j);
+        hs_jsonl_int(j, "peer", n->self);
+        hs_jsonl_str(j, "event", reason ? "diverged" : n->stopped ? "stopped" : "done");
+        if (reason) {
+            hs_jsonl_str(j, "reason", reason);
+            hs_jsonl_str(j, "advice", advice);
+        }
+        hs_jsonl_int(j, "round", (long long)n->r);
+        hs_jsonl_num(j, "test_acc", !isnan(n->test_acc) ? n->test_acc : n->acc);
+        hs_jsonl_num(j, "test_loss", n->test_loss);
+        hs_jsonl_int(j, "bytes_sent", (long long)sent);
+        hs_jsonl_num(j, "time", hs__node_now() - n->t0);
+        hs_jsonl_end(j);
+    }
+    /* Graceful: the round is complete, neighbours re-weight at once on BYE. */
+    int err = reason ? hs_net_leave_diverged(n->net, 5000, reason) : hs_net_leave(n->net, 5000);
+    if (err < 0) HS_LOGW("leave: %s", hs_error_message());
+    return 0;
+}
+
+void hs_node_free(hs_node *n) {
+    if (!n) return;
+    if (n->state == ST_RUNNING || n->state == ST_ENDED) hs_node_leave(n);
+    hs_jsonl_close(&n->metrics);
+    hs_guard_free(n->guard);
+    hs_net_free(n->net);
+    hs_net_welcome_clear(&n->w);
+    hs_checkpoint_clear(&n->ck);
+    hs__node_vec_free(n->vec);
+    hs_node_options_free(n->opts);
+    free(n);
+}
+
+void *hs__node_vec(const hs_node *n) { return n->vec; }
+void hs__node_set_vec(hs_node *n, void *v) { n->vec = v; }
+size_t hs__node_dim(const hs_node *n) { return n->d; }
+const hs__node_cfg *hs__node_config(const hs_node *n) { return &n->cfg; }

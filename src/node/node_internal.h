@@ -1,0 +1,134 @@
+/* The node's internals shared by its files and by the peer (src/peer.c): the resolved
+ * configuration, the model interface through which a node drives whoever owns the vector (the
+ * caller's flat vector in node.c's public entries, the built-in trainer in peer.c), and the
+ * phases of hs_node_start split so the peer can build its trainer once it knows its id.
+ * Threading as in hearsay/node.h. */
+#ifndef HS_NODE_NODE_INTERNAL_H
+#define HS_NODE_NODE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/algo.h"
+#include "hearsay/buf.h"
+#include "hearsay/guard.h"
+#include "hearsay/net.h"
+#include "hearsay/node.h"
+
+/* Defaults of options `hearsay run` shares with the node (the CLI's table says the same). */
+#define HS__NODE_CHECKPOINT_EVERY 100
+#define HS__NODE_JOIN_TIMEOUT_MS 30000
+#define HS__NODE_STR_(x) #x
+#define HS__NODE_STR(x) HS__NODE_STR_(x)
+/* A job without a round count runs until its peers leave: its end lies this far ahead. */
+#define HS__NODE_NO_END ((int64_t)1 << 50)
+
+/* Everything the node needs, resolved. Strings are borrowed from whoever filled it (the
+ * node's own copy of its options, or the peer's configuration). */
+typedef struct hs__node_cfg {
+    hs_net_config net;
+    hs_algo_cfg algo;
+    int world;               /* number of shards (>= 1) */
+    int rank;                /* this peer's shard; < 0: from a checkpoint, or id mod world */
+    const char *rendezvous;  /* hearsay/peer.h */
+    long rounds;             /* rounds the job runs from its first (<= 0: no end) */
+    int wait_peers, wait_new_only, wait_timeout_ms;
+    const char *metrics;     /* JSON-lines file ({id}: the peer id), or NULL */
+    int quiet;
+    const char *checkpoint_dir;
+    long checkpoint_every;
+    int resume;
+    hs_guard_cfg guard;
+} hs__node_cfg;
+
+/* The owner of the vector a node gossips: its algorithm (whose state lives with the vector) and
+ * the operations a node needs between rounds. All return 0 or a negative HS_E*. */
+typedef struct hs__node_model {
+    void *ctx;
+    hs_algo *(*algo)(void *ctx);
+    float *(*x)(void *ctx);            /* the algorithm's x (host memory, d floats) */
+    const float *(*eval_x)(void *ctx); /* the model as evaluated (x, or x / w for SGP) */
+    long (*steps)(void *ctx);          /* local steps done (0: still at the job's start) */
+    /* What a joiner adopts, and adopting it (hs_trainer_snapshot's format). */
+    int (*snapshot)(void *ctx, hs_buf *out);
+    int (*adopt)(void *ctx, const uint8_t *p, size_t len);
+    /* Checkpoint state (hs_trainer_save's format) and resuming from it. */
+    int (*save)(void *ctx, hs_buf *out);
+    int (*load)(void *ctx, const uint8_t *p, size_t len, int with_algo);
+    /* Around a round's gossip: before hs_algo_begin and after hs_algo_pull (the optimizer's
+     * round hooks; the trainer evaluates in round_end). NULL: nothing to do. */
+    int (*round_begin)(void *ctx, uint64_t r);
+    int (*round_end)(void *ctx, uint64_t r);
+    /* Removed from the job and let in again under a new id: a fresh algorithm (and optimizer)
+     * for that id, before the welcome snapshot is adopted. */
+    int (*renew)(void *ctx, uint32_t self);
+} hs__node_model;
+
+/* A node from a resolved configuration (copied; its strings must outlive the node) for a model
+ * of d floats with architecture signature sig (copied). */
+int hs__node_new_cfg(hs_node **out, const hs__node_cfg *cfg, size_t d, const char *sig);
+
+/* hs_node_start in two halves. connect: resume's checkpoint, listen, join or rendezvous, the
+ * job's terms from the welcome; after it hs__node_self, _rank and _job_rounds are known. run:
+ * the model (borrowed until hs_node_free) resumes or adopts the welcome, waits for the members
+ * and begins the first round. */
+int hs__node_connect(hs_node *n);
+int hs__node_begin(hs_node *n, const hs__node_model *m);
+/* One round's gossip on the model's own x (hs_node_step without the caller's vector). */
+int hs__node_step(hs_node *n);
+
+uint32_t hs__node_self(const hs_node *n);
+int hs__node_rank(const hs_node *n);
+/* The rounds the job runs (the first peer's count, from the welcome), for the trainer's
+ * learning-rate schedule. */
+long hs__node_job_rounds(const hs_node *n);
+uint64_t hs__node_first_round(const hs_node *n);
+int hs__node_stopped(const hs_node *n);
+/* A divergence found outside the node (a non-finite training loss): the node leaves saying
+ * why. Returns HS_EDIVERGED. */
+int hs__node_fail(hs_node *n, const char *what);
+/* Diverged: round, reason and advice (NULL when not diverged). */
+const char *hs__node_diverged(const hs_node *n, double *round, const char **advice);
+/* Training details of the round for the metrics record: learning rate and epoch (NaN: none),
+ * and a test evaluation (NaN: none this round). */
+void hs__node_report_train(hs_node *n, double lr, double epoch);
+void hs__node_report_test(hs_node *n, double loss, double accuracy);
+void hs__node_bytes(const hs_node *n, uint64_t *sent, uint64_t *recv);
+
+/* "{id}" in a path replaced by the peer's id (every peer may be given the same command line). */
+int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap);
+size_t hs__node_dim(const hs_node *n);
+const hs__node_cfg *hs__node_config(const hs_node *n);
+/* The caller's-vector model of the public entries (vec.c), owned by the node once set. */
+void *hs__node_vec(const hs_node *n);
+void hs__node_set_vec(hs_node *n, void *v);
+void hs__node_vec_free(void *v);
+
+/* join.c: reaching the job. stop points at the node's stop flag. */
+int hs__node_refusal_final(int err);
+void hs__node_own_address(const hs_net_config *nc, hs_net *net, char *out, size_t cap);
+int hs__node_write_rendezvous(const char *path, const char *run_id, const char *addr);
+int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config *nc,
+                             int timeout_ms, char *addr, size_t cap, hs_net **net,
+                             hs_net_welcome *w, atomic_int *stop);
+int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop);
+int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
+int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
+                    atomic_int *stop);
+double hs__node_now(void);
+
+/* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
+ * defaults filled, combinations checked, CHOCO's automatic step computed. */
+int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *cfg);
+hs_node_options *hs__node_options_dup(const hs_node_options *o);
+/* The configuration of no options set (no security mode, nothing checked): the defaults
+ * `hearsay run` starts from, so the command and the node agree. */
+void hs__node_cfg_defaults(hs__node_cfg *cfg);
+/* CHOCO's and BEER's consensus step for a job of n peers on topology spec (seeded) with
+ * compressor spec at d: sets acfg->gap; why (may be NULL) says how it was chosen. 0 when the
+ * algorithm takes no step. */
+float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size_t d,
+                            uint64_t seed, char *why, size_t why_len);
+
+#endif

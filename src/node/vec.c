@@ -1,0 +1,220 @@
+/* The public node entries over a caller-owned vector: the node keeps its own copy of x (the
+ * algorithm's state refers to it between the caller's calls) and the algorithm, and exchanges
+ * the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w:
+ * the node keeps the numerator x and applies the caller's change of z to it. One thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo_internal.h"
+#include "core/error_internal.h"
+#include "node/node_internal.h"
+
+typedef struct vec {
+    hs_algo_cfg acfg;
+    hs_algo *algo;
+    size_t d;
+    float *x;  /* the algorithm's x */
+    float *z;  /* SGP: the z the caller was last given */
+    long steps; /* rounds stepped, counting those of an adopted snapshot */
+} vec;
+
+#define VS_MAGIC 0x4E535348u /* "HSSN": hs_trainer_snapshot's layout without optimizer state */
+#define VC_MAGIC 0x564E5348u /* "HSNV": a node's checkpoint state */
+#define VC_VERSION 1u
+
+void hs__node_vec_free(void *p) {
+    vec *v = p;
+    if (!v) return;
+    hs_algo_free(v->algo);
+    free(v->x);
+    free(v->z);
+    free(v);
+}
+
+static hs_algo *v_algo(void *c) { return ((vec *)c)->algo; }
+static float *v_x(void *c) { return ((vec *)c)->x; }
+static const float *v_eval(void *c) {
+    vec *v = c;
+    return hs_algo_eval_point(v->algo, v->x);
+}
+static long v_steps(void *c) { return ((vec *)c)->steps; }
+
+/* Starts from the model z (d floats) with a fresh push-sum weight. */
+static void set_model(vec *v, const float *z) {
+    memmove(v->x, z, sizeof(float) * v->d);
+    hs_algo_reset_x(v->algo, v->x);
+}
+
+/* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats). */
+static int v_snapshot(void *c, hs_buf *out) {
+    vec *v = c;
+    int err;
+    if ((err = hs__put_u32(out, VS_MAGIC)) < 0 || (err = hs__put_u64(out, v->d)) < 0 ||
+        (err = hs__put_u64(out, (uint64_t)v->steps)) < 0)
+        return err;
+    return hs__put_floats(out, v_eval(v), v->d);
+}
+
+/* Reads magic, d and steps of a snapshot or checkpoint state, checked against this vector. */
+static int get_head(vec *v, const uint8_t **p, const uint8_t *end, uint32_t magic,
+                    const char *what, uint64_t *steps) {
+    uint32_t m;
+    uint64_t d;
+    int err;
+    if ((err = hs__get_u32(p, end, &m)) < 0) return err;
+    if (m != magic) return hs__err(HS_EFORMAT, "%s: bad magic 0x%08x", what, m);
+    if (magic == VC_MAGIC) {
+        uint32_t version;
+        if ((err = hs__get_u32(p, end, &version)) < 0) return err;
+        if (version != VC_VERSION)
+            return hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", what, version,
+                           VC_VERSION);
+    }
+    if ((err = hs__get_u64(p, end, &d)) < 0 || (err = hs__get_u64(p, end, steps)) < 0) return err;
+    if (d != v->d)
+        return hs__err(HS_EMISMATCH, "%s has %llu floats, this node %zu", what,
+                       (unsigned long long)d, v->d);
+    if (*steps > (uint64_t)1 << 48)
+        return hs__err(HS_EFORMAT, "%s: step %llu", what, (unsigned long long)*steps);
+    return 0;
+}
+
+/* The optimizer state a trainer's snapshot may carry after the model is the caller's business
+ * (hearsay/node.h): it is not read. */
+static int v_adopt(void *c, const uint8_t *p, size_t len) {
+    vec *v = c;
+    const uint8_t *end = p + len;
+    uint64_t steps;
+    int err = get_head(v, &p, end, VS_MAGIC, "model snapshot", &steps);
+    if (err < 0) return err;
+    float *z = malloc(sizeof(float) * v->d);
+    if (!z) return hs__err(HS_ENOMEM, "model snapshot: out of memory");
+    /* A snapshot of a job that has run no round yet leaves the caller's vector: its peers may
+     * start apart on purpose (same-start 0), and otherwise start equal anyway. */
+    if ((err = hs__get_floats(&p, end, z, v->d)) == 0 && steps > 0) {
+        set_model(v, z);
+        v->steps = (long)steps;
+    }
+    free(z);
+    return err;
+}
+
+/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats), algorithm
+ * state length (u64) and bytes. */
+static int v_save(void *c, hs_buf *out) {
+    vec *v = c;
+    int err;
+    if ((err = hs__put_u32(out, VC_MAGIC)) < 0 || (err = hs__put_u32(out, VC_VERSION)) < 0 ||
+        (err = hs__put_u64(out, v->d)) < 0 || (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
+        (err = hs__put_floats(out, v_eval(v), v->d)) < 0)
+        return err;
+    size_t len_at = out->len;
+    if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(v->algo, out)) < 0) return err;
+    uint64_t alen = out->len - len_at - 8;
+    memcpy(out->data + len_at, &alen, 8);
+    return 0;
+}
+
+static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
+    vec *v = c;
+    const uint8_t *end = p + len;
+    uint64_t steps, alen;
+    int err = get_head(v, &p, end, VC_MAGIC, "node state", &steps);
+    if (err < 0) return err;
+    float *z = malloc(sizeof(float) * v->d);
+    if (!z) return hs__err(HS_ENOMEM, "node state: out of memory");
+    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 || (err = hs__get_u64(&p, end, &alen)) < 0)
+        goto out;
+    if (alen != (uint64_t)(end - p)) {
+        err = hs__err(HS_EFORMAT, "node state: algorithm state of %llu bytes, %zu left",
+                      (unsigned long long)alen, (size_t)(end - p));
+        goto out;
+    }
+    /* The algorithm validates its whole state before changing anything. */
+    if (with_algo) {
+        if ((err = hs_algo_load(v->algo, p, (size_t)alen)) < 0) goto out;
+        hs_algo_from_eval_point(v->algo, z); /* x = w z with the restored push-sum weight */
+    }
+    set_model(v, z);
+    v->steps = (long)steps;
+out:
+    free(z);
+    return err;
+}
+
+/* Under SGP the caller's next change is measured from the z it holds now. */
+static int v_round_begin(void *c, uint64_t r) {
+    (void)r;
+    vec *v = c;
+    if (v->z) memcpy(v->z, v_eval(v), sizeof(float) * v->d);
+    return 0;
+}
+
+static int v_round_end(void *c, uint64_t r) {
+    (void)r;
+    ((vec *)c)->steps++;
+    return 0;
+}
+
+static int v_renew(void *c, uint32_t self) {
+    vec *v = c;
+    hs_algo_free(v->algo);
+    v->algo = NULL;
+    return hs_algo_new(&v->algo, &v->acfg, self, v->d, v->x);
+}
+
+static const hs__node_model vec_model_ops = {
+    NULL, v_algo, v_x, v_eval, v_steps, v_snapshot, v_adopt, v_save, v_load,
+    v_round_begin, v_round_end, v_renew,
+};
+
+/* The caller's vector from the node's: the model as evaluated (z for SGP). */
+static void give_back(vec *v, float *x) { memcpy(x, v_eval(v), sizeof(float) * v->d); }
+
+static int check_call(hs_node *n, const float *x, size_t d, const char *what) {
+    if (!n || !x) return hs__err(HS_EINVAL, "%s: no %s", what, n ? "vector" : "node");
+    if (d != hs__node_dim(n))
+        return hs__err(HS_EINVAL, "%s: a vector of %zu floats, the node was made for %zu", what,
+                       d, hs__node_dim(n));
+    return 0;
+}
+
+int hs_node_start(hs_node *n, float *x, size_t d) {
+    int err = check_call(n, x, d, "hs_node_start");
+    if (err < 0) return err;
+    if (hs__node_vec(n)) return hs__err(HS_EINVAL, "hs_node_start: the node was started before");
+    if ((err = hs__node_connect(n)) < 0) return err;
+    vec *v = calloc(1, sizeof(*v));
+    if (!v) return hs__err(HS_ENOMEM, "node: out of memory");
+    hs__node_set_vec(n, v);
+    v->d = d;
+    v->acfg = hs__node_config(n)->algo;
+    /* Replicas start equal to x only for a peer that begins with the job (hs__node_begin). */
+    v->acfg.same_start = 0;
+    if (!(v->x = malloc(sizeof(float) * d)) ||
+        (hs_algo_kind_split_eval(v->acfg.kind) && !(v->z = malloc(sizeof(float) * d))))
+        return hs__err(HS_ENOMEM, "node: out of memory");
+    memcpy(v->x, x, sizeof(float) * d);
+    if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, v->x)) < 0) return err;
+    hs__node_model m = vec_model_ops;
+    m.ctx = v;
+    err = hs__node_begin(n, &m);
+    give_back(v, x);
+    return err;
+}
+
+int hs_node_step(hs_node *n, float *x, size_t d) {
+    int err = check_call(n, x, d, "hs_node_step");
+    if (err < 0) return err;
+    vec *v = hs__node_vec(n);
+    if (!v) return hs__err(HS_EINVAL, "hs_node_step before hs_node_start");
+    if (v->z) {
+        /* SGP: the caller stepped z; the numerator takes the same change. */
+        for (size_t k = 0; k < d; k++) v->x[k] += x[k] - v->z[k];
+    } else {
+        memcpy(v->x, x, sizeof(float) * d);
+    }
+    err = hs__node_step(n);
+    give_back(v, x);
+    return err;
+}

@@ -1,0 +1,396 @@
+/* The node API with a caller-owned vector: three nodes (one thread each, one process, loopback)
+ * whose callers do no local update, so the gossip alone must bring the vectors together; the
+ * options' validation; metrics and round counters; checkpoints of the gossip state and a resume
+ * from them; the defaults against `hearsay run`'s. Every wait is bounded by the nodes' own
+ * timeouts and the meson timeout. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "hearsay/error.h"
+#include "hearsay/node.h"
+#include "node/node_internal.h"
+
+#define N 3
+#define D 1000
+
+typedef struct run {
+    const char *algo, *compress;
+    long rounds;
+    char dir[64];
+    const char *extra[4]; /* name, value pairs */
+} run;
+
+typedef struct peer {
+    const run *job;
+    int rank;
+    float x[D];
+    int rc_start, rc_last;
+    atomic_int steps, rc_done;
+    hs_node *_Atomic node; /* for another thread's stop request */
+    uint64_t round_after;
+    char metrics[2048];
+    int metrics_len;
+    char msg[512];
+} peer;
+
+static void fill(float *x, int rank) {
+    /* Different vectors per peer, a deterministic spread of about 1. */
+    uint32_t s = 2654435761u * (uint32_t)(rank + 1);
+    for (int k = 0; k < D; k++) {
+        s = s * 1664525u + 1013904223u;
+        x[k] = (float)((s >> 8) & 0xffff) / 65536.0f - 0.5f + (float)rank;
+    }
+}
+
+static double distance(peer *p) {
+    double dist = 0;
+    for (int k = 0; k < D; k++) {
+        double m = 0;
+        for (int i = 0; i < N; i++) m += p[i].x[k];
+        m /= N;
+        for (int i = 0; i < N; i++) dist += (p[i].x[k] - m) * (p[i].x[k] - m);
+    }
+    return dist;
+}
+
+static hs_node_options *options(const run *j, int rank) {
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    char rv[128], r[16], rounds[32];
+    snprintf(rv, sizeof(rv), "%s/rendezvous", j->dir);
+    snprintf(r, sizeof(r), "%d", rank);
+    snprintf(rounds, sizeof(rounds), "%ld", j->rounds);
+    const char *kv[][2] = {{"insecure", "1"}, {"listen", "127.0.0.1:0"}, {"world", "3"},
+                           {"rank", r}, {"rendezvous", rv}, {"rounds", rounds},
+                           {"algo", j->algo}, {"compress", j->compress}, {"quiet", "1"},
+                           {"same-start", "0"}, {"run-id", j->dir + 5}, {"join-timeout", "60000"},
+                           /* vectors 1 apart are far apart for a training run's guard */
+                           {"on-divergence", "warn"}};
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        assert_int_equal(hs_node_options_set(o, kv[i][0], kv[i][1]), 0);
+    for (int i = 0; i < 4 && j->extra[i]; i += 2)
+        assert_int_equal(hs_node_options_set(o, j->extra[i], j->extra[i + 1]), 0);
+    return o;
+}
+
+static void *peer_main(void *arg) {
+    peer *p = arg;
+    hs_node_options *o = options(p->job, p->rank);
+    hs_node *n = NULL;
+    int rc = hs_node_new(&n, o, D);
+    hs_node_options_free(o);
+    atomic_store(&p->node, n);
+    if (rc == 0) rc = p->rc_start = hs_node_start(n, p->x, D);
+    else p->rc_start = rc;
+    while (rc == 0) {
+        rc = hs_node_step(n, p->x, D);
+        p->steps++;
+    }
+    p->rc_last = rc;
+    atomic_store(&p->rc_done, 1);
+    if (rc < 0) snprintf(p->msg, sizeof(p->msg), "%s", hs_error_message());
+    if (n) {
+        p->round_after = hs_node_round(n);
+        p->metrics_len = hs_node_metrics_json(n, p->metrics, sizeof(p->metrics));
+        hs_node_leave(n);
+    }
+    hs_node_free(n);
+    return NULL;
+}
+
+static void run_job(const run *j, peer *p) {
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        memset(&p[i], 0, sizeof(p[i]));
+        p[i].job = j;
+        p[i].rank = i;
+        fill(p[i].x, i);
+    }
+    for (int i = 0; i < N; i++) assert_int_equal(pthread_create(&th[i], NULL, peer_main, &p[i]), 0);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        if (p[i].rc_last != 1) fprintf(stderr, "peer %d: %d: %s\n", i, p[i].rc_last, p[i].msg);
+        assert_int_equal(p[i].rc_start, 0);
+        assert_int_equal(p[i].rc_last, 1); /* the job's last round */
+        assert_int_equal(p[i].steps, j->rounds);
+    }
+}
+
+static void make_dir(run *j) {
+    strcpy(j->dir, "/tmp/hs-node-XXXXXX");
+    assert_non_null(mkdtemp(j->dir));
+}
+
+static void drop_dir(run *j) {
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", j->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static double start_distance(void) {
+    static peer p[N];
+    for (int i = 0; i < N; i++) fill(p[i].x, i);
+    return distance(p);
+}
+
+static void test_dpsgd_consensus(void **state) {
+    (void)state;
+    static peer p[N];
+    run j = {"dpsgd", "none", 30, "", {NULL}};
+    make_dir(&j);
+    run_job(&j, p);
+    double d0 = start_distance(), d1 = distance(p);
+    fprintf(stderr, "# dpsgd: distance %g -> %g\n", d0, d1);
+    assert_true(d1 < d0 / 1000);
+    /* Gossip with a doubly stochastic W keeps the average: the peers meet at their mean. */
+    static peer p0[N];
+    for (int i = 0; i < N; i++) fill(p0[i].x, i);
+    for (int k = 0; k < D; k++) {
+        double m0 = 0, m1 = 0;
+        for (int i = 0; i < N; i++) {
+            m0 += p0[i].x[k];
+            m1 += p[i].x[k];
+        }
+        assert_true(fabs(m0 - m1) / N < 1e-4);
+    }
+    /* The record of the last round, as a line of --metrics would say it. */
+    for (int i = 0; i < N; i++) {
+        char want[48];
+        snprintf(want, sizeof(want), "\"round\":%llu,", (unsigned long long)p[i].round_after);
+        assert_true(p[i].metrics_len > 0);
+        assert_int_equal(p[i].metrics_len, (int)strlen(p[i].metrics));
+        assert_non_null(strstr(p[i].metrics, want));
+        assert_non_null(strstr(p[i].metrics, "\"consensus\":"));
+        assert_int_equal(p[i].round_after, p[0].round_after);
+    }
+    drop_dir(&j);
+}
+
+/* Runs job j to its end and checks that the gossip brought the vectors 1000x closer. */
+static void converges(run *j, const char *what) {
+    static peer p[N];
+    make_dir(j);
+    run_job(j, p);
+    double d0 = start_distance(), d1 = distance(p);
+    fprintf(stderr, "# %s: distance %g -> %g\n", what, d0, d1);
+    assert_true(d1 < d0 / 1000);
+    drop_dir(j);
+}
+
+static void test_choco_topk_consensus(void **state) {
+    (void)state;
+    run j = {"choco", "topk:0.1", 400, "", {NULL}};
+    converges(&j, "choco topk:0.1");
+}
+
+static void expect_einval(const char *name, const char *value, const char *named) {
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, name, value), HS_EINVAL);
+    if (!strstr(hs_error_message(), named)) fprintf(stderr, "message: %s\n", hs_error_message());
+    assert_non_null(strstr(hs_error_message(), named));
+    hs_node_options_free(o);
+}
+
+static void test_option_errors(void **state) {
+    (void)state;
+    expect_einval("wrold", "3", "wrold");
+    expect_einval("world", "0", "world");
+    expect_einval("algo", "gossip", "algo");
+    expect_einval("compress", "topk", "compress");
+    expect_einval("gamma-c", "2", "gamma-c");
+    expect_einval("insecure", "yes", "insecure");
+    expect_einval("listen", "nowhere", "listen");
+    /* Each value alone is fine; together they are checked by hs_node_new. */
+    hs_node_options *o;
+    hs_node *n = NULL;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL); /* no security mode */
+    assert_non_null(strstr(hs_error_message(), "secret-file"));
+    assert_int_equal(hs_node_options_set(o, "secret-file", "/nonexistent/job.key"), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL); /* checked before any start */
+    assert_non_null(strstr(hs_error_message(), "secret-file /nonexistent/job.key"));
+    assert_int_equal(hs_node_options_set(o, "secret-file", ""), 0); /* unset again */
+    assert_int_equal(hs_node_options_set(o, "insecure", "1"), 0);
+    assert_int_equal(hs_node_options_set(o, "algo", "dpsgd"), 0);
+    assert_int_equal(hs_node_options_set(o, "gamma-c", "0.5"), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "gamma-c"));
+    assert_int_equal(hs_node_options_set(o, "algo", "choco"), 0);
+    assert_int_equal(hs_node_options_set(o, "world", "2"), 0);
+    assert_int_equal(hs_node_options_set(o, "rank", "2"), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "rank"));
+    assert_int_equal(hs_node_options_set(o, "rank", "1"), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), 0);
+    /* Before the first round there is no record; a vector of another size is refused. */
+    char buf[16];
+    assert_int_equal(hs_node_metrics_json(n, buf, sizeof(buf)), HS_EINVAL);
+    float x[4] = {0};
+    assert_int_equal(hs_node_step(n, x, 4), HS_EINVAL);
+    assert_int_equal(hs_node_round(n), 0);
+    hs_node_free(n);
+    hs_node_options_free(o);
+    hs_node_free(NULL);
+    hs_node_options_free(NULL);
+}
+
+static void test_sgp_consensus(void **state) {
+    (void)state;
+    /* Callers that do no work run rounds as fast as the loop goes: SGP, which never waits by
+     * default, would send its mass away for rounds on end before anything arrives. A bounded
+     * staleness paces the peers as computing would. */
+    run j = {"sgp", "none", 200, "", {"staleness", "1", NULL}};
+    converges(&j, "sgp");
+}
+
+/* A stop request from another thread ends each node's run after its round with HS_EINTR.
+ * (No checkpoints here: libuv closes sockets with a raw close syscall that ThreadSanitizer does
+ * not see, so a checkpoint file on one node's thread that reuses a socket's descriptor number
+ * is reported as a race; the stop's checkpoint is tested on one thread below.) */
+static void test_stop_request(void **state) {
+    (void)state;
+    static peer p[N];
+    pthread_t th[N];
+    run j = {"dpsgd", "none", 0, "", {NULL}}; /* rounds 0: no end */
+    make_dir(&j);
+    for (int i = 0; i < N; i++) {
+        memset(&p[i], 0, sizeof(p[i]));
+        p[i].job = &j;
+        p[i].rank = i;
+        fill(p[i].x, i);
+    }
+    for (int i = 0; i < N; i++) assert_int_equal(pthread_create(&th[i], NULL, peer_main, &p[i]), 0);
+    /* Until every node has run 5 rounds, or one has ended (its result then fails below). */
+    for (int ready = 0; ready < N;) {
+        ready = 0;
+        for (int i = 0; i < N; i++)
+            ready += atomic_load(&p[i].steps) >= 5 || atomic_load(&p[i].rc_done);
+        usleep(1000);
+    }
+    /* A node that ended by itself is freed: the run failed (and is not stopped). */
+    for (int i = 0; i < N; i++) assert_int_equal(atomic_load(&p[i].rc_done), 0);
+    for (int i = 0; i < N; i++) hs_node_request_stop(atomic_load(&p[i].node), 0);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(p[i].rc_start, 0);
+        assert_int_equal(p[i].rc_last, HS_EINTR);
+        assert_true(p[i].steps >= 5);
+    }
+    drop_dir(&j);
+}
+
+/* One node alone whose caller adds 1 to its vector each round: checkpoints every 10 rounds hold
+ * the vector, and a node resuming from the directory continues from the newest at its round. */
+static hs_node *lone(const char *dir, const char *resume) {
+    hs_node_options *o;
+    hs_node *n = NULL;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    const char *kv[][2] = {{"insecure", "1"}, {"algo", "choco"}, {"compress", "topk:0.1"},
+                           {"rounds", "25"}, {"rank", "0"}, {"checkpoint-dir", dir},
+                           {"checkpoint-every", "10"}, {"resume", resume}, {"quiet", "1"}};
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        assert_int_equal(hs_node_options_set(o, kv[i][0], kv[i][1]), 0);
+    assert_int_equal(hs_node_new(&n, o, D), 0);
+    hs_node_options_free(o);
+    return n;
+}
+
+static void test_checkpoint_resume(void **state) {
+    (void)state;
+    static float x[D], at20[D];
+    run j = {"choco", "topk:0.1", 25, "", {NULL}};
+    make_dir(&j);
+    char dir[96];
+    snprintf(dir, sizeof(dir), "%s/ck", j.dir);
+    fill(x, 0);
+    hs_node *n = lone(dir, "0");
+    assert_int_equal(hs_node_start(n, x, D), 0);
+    assert_int_equal(hs_node_round(n), 0);
+    int rc = 0;
+    while (rc == 0) {
+        for (int k = 0; k < D; k++) x[k] += 1.0f;
+        rc = hs_node_step(n, x, D);
+        if (hs_node_round(n) == 20) memcpy(at20, x, sizeof(x));
+    }
+    assert_int_equal(rc, 1);
+    assert_int_equal(hs_node_round(n), 25);
+    hs_node_free(n);
+    memset(x, 0, sizeof(x));
+    n = lone(dir, "1");
+    assert_int_equal(hs_node_start(n, x, D), 0);
+    assert_int_equal(hs_node_round(n), 20);
+    assert_memory_equal(x, at20, sizeof(x));
+    /* A stop asking for a checkpoint, after two more rounds: the third ends the run, and a
+     * node resuming continues from there. The job's end came with the checkpoints. */
+    assert_int_equal(hs_node_step(n, x, D), 0);
+    assert_int_equal(hs_node_step(n, x, D), 0);
+    hs_node_request_stop(n, 1);
+    assert_int_equal(hs_node_step(n, x, D), HS_EINTR);
+    assert_int_equal(hs_node_round(n), 23);
+    memcpy(at20, x, sizeof(x));
+    hs_node_free(n);
+    n = lone(dir, "1");
+    assert_int_equal(hs_node_start(n, x, D), 0);
+    assert_int_equal(hs_node_round(n), 23);
+    assert_memory_equal(x, at20, sizeof(x));
+    int steps = 0;
+    for (rc = 0; rc == 0; steps++) rc = hs_node_step(n, x, D);
+    assert_int_equal(rc, 1);
+    assert_int_equal(steps, 2);
+    hs_node_free(n);
+    drop_dir(&j);
+}
+
+/* The defaults are `hearsay run`'s: the CLI starts from hs__node_cfg_defaults too, and the
+ * algorithm's own compressor and topology fill in what is not set. */
+static void test_defaults(void **state) {
+    (void)state;
+    hs_node_options *o;
+    hs__node_cfg c;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set(o, "insecure", "1"), 0);
+    assert_int_equal(hs__node_options_resolve(o, 1000, &c), 0);
+    assert_int_equal(c.algo.kind, HS_ALGO_CHOCO);
+    assert_string_equal(c.algo.compress, hs_algo_kind_default_compress(HS_ALGO_CHOCO));
+    assert_string_equal(c.net.topo_spec, "ring");
+    assert_string_equal(c.net.listen, "127.0.0.1:0");
+    assert_int_equal(c.net.security, HS_NET_INSECURE);
+    assert_int_equal(c.world, 1);
+    assert_int_equal(c.rank, -1);
+    assert_int_equal(c.wait_new_only, 1);
+    assert_int_equal(c.checkpoint_every, 100);
+    assert_int_equal(c.guard.policy, HS_GUARD_STOP);
+    assert_int_equal(c.algo.seed, 1);
+    assert_int_equal(c.algo.recv_timeout_ms, 10000);
+    assert_true(c.algo.gamma_c == 0.0f); /* automatic, resolved by the algorithm */
+    assert_int_equal(hs_node_options_set(o, "algo", "sgp"), 0);
+    assert_int_equal(hs__node_options_resolve(o, 1000, &c), 0);
+    assert_string_equal(c.net.topo_spec, "onepeer-exp");
+    assert_string_equal(c.algo.compress, "none");
+    hs_node_options_free(o);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_dpsgd_consensus),
+        cmocka_unit_test(test_choco_topk_consensus),
+        cmocka_unit_test(test_sgp_consensus),
+        cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_stop_request),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
