@@ -138,27 +138,6 @@ const float *hs_compressor_residual(const hs_compressor *c);
 /* Sets the residual to zero (no-op without ef:). */
 void hs_compressor_reset(hs_compressor *c);
 
-/* ---------------------------------------------------------------- vectors in backend memory
- * The same operations on a vector held by a compute backend (hearsay/tensor.h): the results
- * are exactly those of hs_compress_encode and hs_compress_decode_add on a host copy of the
- * vector (same bytes, same floats, same errors). Backends with compression primitives (CUDA)
- * do the bulk work on the device and move only the message; others, and ef: encoders (whose
- * residual lives on the host), go through a host copy. With a backend whose memory is host
- * memory these are the plain functions. Threading: as the plain functions, and be is used by
- * one thread at a time. HS_ECUDA (or another backend error) if the backend fails. */
-
-struct hs_backend;
-
-/* hs_compress_encode of the d floats at x in be's memory. */
-int hs_compress_encode_be(hs_compressor *c, struct hs_backend *be, const float *x, size_t d,
-                          uint32_t peer, uint64_t round, hs_buf *out);
-
-/* hs_compress_decode_add into the d floats at acc in be's memory. The message (host memory) is
- * checked completely on the host first; on any error acc is unchanged. */
-int hs_compress_decode_add_be(const hs_compressor *c, struct hs_backend *be, const uint8_t *p,
-                              size_t len, uint32_t peer, uint64_t round, float *acc, size_t d,
-                              float alpha);
-
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,17 @@ void hs_batcher_free(hs_batcher *b);
 /* Gathers the next batch; returns its size (> 0). x points to size*dim floats and y to size
  * labels, both valid until the next call. Advances to the next epoch when one ends. */
 int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y);
+/* The next batch as positions, for a caller that holds the data elsewhere (on a device):
+ * returns its size as hs_batcher_next does and points *idx at its examples' indices (valid
+ * until the next call), advancing the same way: a batcher used through either call draws the
+ * same sequence of examples. */
+int hs_batcher_next_idx(hs_batcher *b, const uint32_t **idx);
+/* The current epoch's permutation (n indices), of which every batch is a slice. */
+const uint32_t *hs_batcher_perm(const hs_batcher *b);
+/* With augmentation on (else 0 and nothing written): 1, and aug[3 k .. 3 k + 2] = the dy, dx
+ * and flip that hs_batcher_next applies to example k in epoch `epoch`, for every example of
+ * the set (3 n bytes). */
+int hs_batcher_augment_table(const hs_batcher *b, long epoch, uint8_t *aug);
 /* Epoch of the batch returned last, from 0; and batches per epoch. */
 long hs_batcher_epoch(const hs_batcher *b);
 long hs_batcher_steps_per_epoch(const hs_batcher *b);

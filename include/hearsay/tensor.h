@@ -58,6 +58,13 @@ typedef struct hs_shortcut_geom {
     int c, h, w, oc, oh, ow, stride;
 } hs_shortcut_geom;
 
+/* One example of a training set for gather: c x h x w floats, channel-major in the set. */
+typedef struct hs_gather_geom {
+    int c, h, w;
+    int nhwc; /* write the batch channels-last, as a model whose input goes NHWC wants it */
+    int pad;  /* the crop's zero border when augmenting (HS_AUGMENT_PAD, hearsay/data.h) */
+} hs_gather_geom;
+
 typedef struct hs_backend_ops {
     const char *name;
 
@@ -105,49 +112,6 @@ typedef struct hs_backend_ops {
     /* Releases the backend's private state; called by hs_backend_close. */
     void (*destroy)(hs_backend *be);
 
-    /* ---------------------------------------------------------- optional: compression
-     * The device parts of the compression operators. hs_compress_encode_be and
-     * hs_compress_decode_add_be (hearsay/compress.h) build from them exactly the bytes and
-     * floats of hs_compress_encode and hs_compress_decode_add; a NULL entry (every one, in the
-     * CPU backend, whose memory is the host's) makes them copy the vector and use the host.
-     * Every number is defined in src/compress/compress_ew.h. x and acc are backend vectors of d
-     * floats, 1 <= d <= 2^28; the other pointers are host memory, filled (or read) when the
-     * call returns. "LE" outputs are little-endian bytes at any alignment. None of these report
-     * non-finite inputs: the caller checks the results (max_key, norms, scales, halves). */
-
-    /* Top-k: idx[0..k) the indices of the k largest hs_cw_key(x_i), ties to the lower index,
-     * in increasing order, val[j] = x[idx[j]], *max_key the largest key of x (1 <= k <= d). */
-    int (*compress_topk)(hs_backend *be, const float *x, size_t d, size_t k, uint32_t *idx,
-                         float *val, uint32_t *max_key);
-    /* Stratified random-k of the stream (seed, peer, round): idx[j] = start_j +
-     * hs_cw_randk_offset(hs_cw_randk_word(seed, peer, round, j), size_j) for the strata of
-     * hs_cw_randk_stratum(d, k, j), val[j] = x[idx[j]] (1 <= k <= d). */
-    int (*compress_randk)(hs_backend *be, const float *x, size_t d, size_t k, uint64_t seed,
-                          uint32_t peer, uint64_t round, uint32_t *idx, float *val);
-    /* QSGD with s levels (1..32767) on buckets of `bucket` elements (>= 1; the last may be
-     * shorter): norms (LE fp32, ceil(d / bucket)) hs_cw_qsgd_norm of each bucket's 32-lane sum
-     * of squares; fields (ceil(d b / 8) bytes, b = hs_cw_qsgd_bits(s)) the LSB-first stream of
-     * hs_cw_qsgd_field of every element with its bucket's hs_cw_qsgd_factors and draw
-     * hs_cw_qsgd_draw(seed, peer, round, i), zero padding. The fields are unspecified where a
-     * norm is not finite. */
-    int (*compress_qsgd)(hs_backend *be, const float *x, size_t d, size_t bucket, uint32_t s,
-                         uint64_t seed, uint32_t peer, uint64_t round, void *norms,
-                         void *fields);
-    /* Scaled sign on buckets of `bucket` elements (1..d; the last may be shorter): scales (LE
-     * fp32, one per bucket) hs_cw_sign_scale of the bucket's 32-lane sum of |x_i|; bits
-     * (ceil(d / 8) bytes) the sign bits of x, LSB-first, zero padding. */
-    int (*compress_sign)(hs_backend *be, const float *x, size_t d, size_t bucket, void *scales,
-                         void *bits);
-    /* out (2d bytes, LE) = hs_cw_f16_from_f32(x_i), or hs_cw_bf16_from_f32(x_i) if bf16. */
-    int (*compress_half)(hs_backend *be, const float *x, size_t d, int bf16, void *out);
-    /* acc[i] = acc[i] + alpha * v_i for the n LE values v of p (host, any alignment): fmt 0
-     * fp32, 1 binary16, 2 bfloat16 (finite: the caller checked them). */
-    int (*compress_add_dense)(hs_backend *be, float *acc, const void *p, size_t n, int fmt,
-                              float alpha);
-    /* acc[idx[j]] = acc[idx[j]] + val[j] for j < n (host arrays; distinct indices within acc). */
-    int (*compress_add_sparse)(hs_backend *be, float *acc, const uint32_t *idx, const float *val,
-                               size_t n);
-
     /* ---------------------------------------------------------- optional: optimizers
      * One AdamW step (hs_ew_adamw on every element) on n parameters x with gradient g and
      * moments m, v (device vectors). NULL: the backend refuses --optimizer adamw. */
@@ -192,6 +156,23 @@ typedef struct hs_backend_ops {
                         int n);
     int (*shortcut_grad)(hs_backend *be, float *dx, const float *dy,
                          const struct hs_shortcut_geom *s, int n);
+
+    /* ---------------------------------------------------------- optional: data on the device
+     * A training shard kept in backend memory, so that drawing a batch needs nothing from the
+     * host (src/model/devshard.c). NULL: batches are gathered on the host and uploaded. */
+
+    /* For i < n, with k = idx[i]: row i of x (c x h x w floats; NHWC when g->nhwc, else
+     * channel-major) = example k of src (channel-major rows of c x h x w floats), and
+     * y[i] = labels[k]. When aug is non-NULL the example is cropped and flipped as
+     * hs_augment_apply does (hearsay/data.h) with dy = aug[3k], dx = aug[3k + 1],
+     * flip = aug[3k + 2] and g->pad. Every pointer is backend memory. */
+    int (*gather)(hs_backend *be, const float *src, const uint8_t *labels, const uint32_t *idx,
+                  const uint8_t *aug, const struct hs_gather_geom *g, int n, float *x,
+                  int32_t *y);
+    /* Page-locked host memory (zeroed), which copies to and from the device reach without a
+     * staging copy; host_free accepts NULL. NULL entries: ordinary malloc'd memory serves. */
+    int (*host_alloc)(hs_backend *be, size_t bytes, void **out);
+    void (*host_free)(hs_backend *be, void *p);
 } hs_backend_ops;
 
 struct hs_backend {

@@ -17,6 +17,7 @@
 #include "hearsay/tensor.h"
 #include "hearsay/metrics.h"
 #include "hs_config.h"
+#include "model/devshard.h"
 
 enum {
     O_DATA = 256,
@@ -160,6 +161,15 @@ static int save_params(const char *path, hs_model *m) {
     return err;
 }
 
+/* One step's gradient on the batcher's next batch, gathered on the host; returns its size. */
+static int step_host(hs_batcher *b, hs_model *m, hs_step_stats *st) {
+    const float *bx;
+    const int32_t *by;
+    int bs = hs_batcher_next(b, &bx, &by);
+    int err = hs_model_grad(m, bx, by, bs, st);
+    return err < 0 ? err : bs;
+}
+
 int hs_cmd_train(int argc, char **argv) {
     train_args a;
     memset(&a, 0, sizeof(a));
@@ -196,6 +206,7 @@ int hs_cmd_train(int argc, char **argv) {
     hs_model *model = NULL;
     hs_optim *opt = NULL;
     hs_batcher *batcher = NULL;
+    hs__devshard *dev = NULL;
     hs_metrics_file *metrics = NULL;
     int tty = isatty(STDOUT_FILENO) && !a.quiet;
 
@@ -243,7 +254,8 @@ int hs_cmd_train(int argc, char **argv) {
     }
     if (!batcher ||
         (err = hs_model_new_spec(&model, be, &mspec, a.batch)) < 0 ||
-        (err = hs_model_init(model, a.seed)) < 0) {
+        (err = hs_model_init(model, a.seed)) < 0 ||
+        (err = hs__devshard_new(&dev, be, train, model, a.batch)) < 0) {
         fprintf(stderr, "hearsay train: %s\n", hs_error_message());
         if (err == HS_ENOTSUP || err == HS_EINVAL) exit_code = HS_EXIT_USAGE;
         goto out;
@@ -284,14 +296,12 @@ int hs_cmd_train(int argc, char **argv) {
             stopped = 1;
             break;
         }
-        const float *bx;
-        const int32_t *by;
         double t0 = hs_cli_now();
-        int bs = hs_batcher_next(batcher, &bx, &by);
         hs_step_stats st;
         float lr;
-        if ((err = hs_model_grad(model, bx, by, bs, &st)) < 0 ||
-            (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
+        int bs = err = dev ? hs__devshard_grad(dev, batcher, model, &st)
+                           : step_host(batcher, model, &st);
+        if (err < 0 || (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
             fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
             goto out;
         }
@@ -375,6 +385,7 @@ int hs_cmd_train(int argc, char **argv) {
     exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
 out:
     hs_metrics_close(metrics);
+    hs__devshard_free(dev);
     hs_batcher_free(batcher);
     hs_optim_free(opt);
     hs_model_free(model);

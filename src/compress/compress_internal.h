@@ -178,15 +178,12 @@ int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, 
 int hs__topk_scratch_grow(hs__topk_scratch *s, size_t n);
 void hs__topk_scratch_free(hs__topk_scratch *s);
 
-/* ---------------------------------------------------------------- packing from device output
+/* ---------------------------------------------------------------- packing selected values
  *
- * A device path computes the intermediate form and lets the host write the bytes: top-k the
- * sorted indices and their values; random-k the stratum indices (hs_cw_randk_*) and their
- * values; QSGD the bucket norms and
- * the packed field stream (fields of 8 elements fill exactly b bytes: one thread per group);
- * sign the bucket scales and the sign bitmap (compress_ew.h defines every number). value j is
- * src[idx[j]] with gather, else src[j]. HS_ERANGE if a value is not finite or does not fit fp16
- * (or, for random-k, its rescaling overflows). dst needs max_bytes; *n gets the length. */
+ * The message of a selection: top-k the sorted indices and their values; random-k the stratum
+ * indices (hs_cw_randk_*) and their values. value j is src[idx[j]] with gather, else src[j].
+ * HS_ERANGE if a value is not finite or does not fit fp16 (or, for random-k, its rescaling
+ * overflows). dst needs max_bytes; *n gets the length. */
 int hs__topk_pack(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
                   uint8_t *dst, size_t *n);
 int hs__randk_pack(const hs_compressor *c, uint32_t peer, uint64_t round, const uint32_t *idx,

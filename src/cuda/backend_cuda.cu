@@ -18,8 +18,8 @@
 #include <type_traits>
 
 #include "core/log.h"
-#include "cuda/compress.cuh"
 #include "cuda/conv.cuh"
+#include "cuda/data.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/startup.cuh"
 #include "tensor/backend_internal.h"
@@ -169,18 +169,22 @@ fail:
     return err;
 }
 
-static void cu_free(hs_backend *be, void *p) {
+/* Frees p with release (cudaFree, cudaFreeHost) once the stream is done with it: kernels and
+ * copies still queued may use it. (cudaFree synchronises the device too, but that is an
+ * implementation property, not a documented promise.) Errors are only logged. */
+static void free_after_stream(hs_backend *be, void *p, cudaError_t (*release)(void *),
+                              const char *what) {
     if (!p) return;
     cuda_state *s = state(be);
     cudaError_t e = set_device(s);
-    /* Kernels still queued on the stream may use p. (cudaFree synchronises the device too,
-     * but that is an implementation property, not a documented promise.) */
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e == cudaSuccess) e = cudaFree(p);
+    if (e == cudaSuccess) e = release(p);
     if (e != cudaSuccess)
-        logmsg(HS_LOG_WARN, "cuda free: cudaFree: %s (%s)", cudaGetErrorString(e),
+        logmsg(HS_LOG_WARN, "cuda free: %s: %s (%s)", what, cudaGetErrorString(e),
                cudaGetErrorName(e));
 }
+
+static void cu_free(hs_backend *be, void *p) { free_after_stream(be, p, cudaFree, "cudaFree"); }
 
 /* The copies are enqueued on the backend's stream, after the kernels that produce their source,
  * and waited for: the ops table promises they are complete on return. */
@@ -444,143 +448,6 @@ fail:
     return err;
 }
 
-/* ------------------------------------------------------------------ compression primitives */
-
-/* The kernels are in compress.cu. These check the arguments against hs_backend_ops's ranges,
- * give the launcher its scratch and wait for the stream: the host buffers are filled (or free
- * to reuse) on return, also after an error (a launcher may fail after enqueueing copies to or
- * from them). */
-
-static int drain(cuda_state *s, int err) {
-    (void)cudaStreamSynchronize(s->stream);
-    return err;
-}
-
-static int check_dim(const char *fn, size_t d) {
-    if (d < 1 || d > HS_CUDA_COMPRESS_MAX_D)
-        return report(HS_EINVAL, "cuda %s: d = %zu is not in 1..%zu", fn, d,
-                      HS_CUDA_COMPRESS_MAX_D);
-    return 0;
-}
-
-static int check_count(const char *fn, size_t d, size_t k) {
-    int err = check_dim(fn, d);
-    if (err == 0 && (k < 1 || k > d))
-        err = report(HS_EINVAL, "cuda %s: k = %zu is not in 1..%zu", fn, k, d);
-    return err;
-}
-
-static int cu_compress_topk(hs_backend *be, const float *x, size_t d, size_t k, uint32_t *idx,
-                            float *val, uint32_t *max_key) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_count(__func__, d, k)) < 0) return err;
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_topk_scratch(d, k), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_topk(s->stream, x, d, k, scr, idx, val, max_key));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_randk(hs_backend *be, const float *x, size_t d, size_t k, uint64_t seed,
-                             uint32_t peer, uint64_t round, uint32_t *idx, float *val) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_count(__func__, d, k)) < 0) return err;
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_randk_scratch(k), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_randk(s->stream, x, d, k, seed, peer, round, scr, idx, val));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_qsgd(hs_backend *be, const float *x, size_t d, size_t bucket, uint32_t lv,
-                            uint64_t seed, uint32_t peer, uint64_t round, void *norms,
-                            void *fields) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_dim(__func__, d)) < 0) return err;
-    if (bucket < 1 || lv < 1 || lv > 32767)
-        return report(HS_EINVAL, "cuda %s: bucket %zu, s = %u (expected >= 1, 1..32767)",
-                      __func__, bucket, lv);
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_qsgd_scratch(d, bucket, lv), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_qsgd(s->stream, x, d, bucket, lv, seed, peer, round, scr, norms, fields));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_sign(hs_backend *be, const float *x, size_t d, size_t bucket,
-                            void *scales, void *bits) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_count(__func__, d, bucket)) < 0) return err;
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_sign_scratch(d, bucket), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_sign(s->stream, x, d, bucket, scr, scales, bits));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_half(hs_backend *be, const float *x, size_t d, int bf16, void *out) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_dim(__func__, d)) < 0) return err;
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_half_scratch(d), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_half(s->stream, x, d, bf16 != 0, scr, out));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_add_dense(hs_backend *be, float *acc, const void *p, size_t n, int fmt,
-                                 float alpha) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if ((err = check_dim(__func__, n)) < 0) return err;
-    if (fmt < 0 || fmt > 2)
-        return report(HS_EINVAL, "cuda %s: value format %d (expected 0..2)", __func__, fmt);
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_add_dense_scratch(n, fmt), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_add_dense(s->stream, acc, p, n, fmt, alpha, scr));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
-static int cu_compress_add_sparse(hs_backend *be, float *acc, const uint32_t *idx,
-                                  const float *val, size_t n) {
-    cuda_state *s = state(be);
-    int err = 0;
-    void *scr;
-    if (!n) return 0;
-    if ((err = check_dim(__func__, n)) < 0) return err;
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_add_sparse_scratch(n), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_add_sparse(s->stream, acc, idx, val, n, scr));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
-    return 0;
-fail:
-    return drain(s, err);
-}
-
 /* ------------------------------------------------------------------ lifetime */
 
 /* Frees what exists of a state, also a half-built one. Errors are only logged: there is no
@@ -674,6 +541,33 @@ static int cu_shortcut_grad(hs_backend *be, float *dx, const float *dy,
     CU_ENQUEUE(hs__cuda_shortcut_grad(s->stream, dx, dy, sg, n));
 }
 
+/* ------------------------------------------------------------------ data on the device */
+
+static int cu_gather(hs_backend *be, const float *src, const uint8_t *labels, const uint32_t *idx,
+                     const uint8_t *aug, const hs_gather_geom *g, int n, float *x, int32_t *y) {
+    if (g->c < 1 || g->h < 1 || g->w < 1)
+        return report(HS_EINVAL, "cuda gather: example of %d x %d x %d", g->c, g->h, g->w);
+    CU_ENQUEUE(hs__cuda_gather(s->stream, src, labels, idx, aug, g, n, x, y));
+}
+
+static int cu_host_alloc(hs_backend *be, size_t bytes, void **out) {
+    cuda_state *s = state(be);
+    int err = 0;
+    void *p = NULL;
+    HS_CUDA_TRY(set_device(s));
+    HS_CUDA_TRY(cudaMallocHost(&p, bytes ? bytes : 1));
+    memset(p, 0, bytes);
+    *out = p;
+    return 0;
+fail:
+    (void)cudaGetLastError(); /* an allocation failure is not sticky */
+    return err;
+}
+
+static void cu_host_free(hs_backend *be, void *p) {
+    free_after_stream(be, p, cudaFreeHost, "cudaFreeHost");
+}
+
 static const hs_backend_ops cuda_ops = {
     "cuda",          /* name */
     cu_alloc,        /* alloc */
@@ -695,13 +589,6 @@ static const hs_backend_ops cuda_ops = {
     cu_softmax_xent, /* softmax_xent */
     cu_sgd_step,     /* sgd_step */
     cu_destroy,      /* destroy */
-    cu_compress_topk,       /* compress_topk */
-    cu_compress_randk,      /* compress_randk */
-    cu_compress_qsgd,       /* compress_qsgd */
-    cu_compress_sign,       /* compress_sign */
-    cu_compress_half,       /* compress_half */
-    cu_compress_add_dense,  /* compress_add_dense */
-    cu_compress_add_sparse, /* compress_add_sparse */
     cu_adamw_step,          /* adamw_step */
     cu_im2col,              /* im2col */
     cu_col2im,              /* col2im */
@@ -713,6 +600,9 @@ static const hs_backend_ops cuda_ops = {
     cu_groupnorm_grad,      /* groupnorm_grad */
     cu_shortcut_add,        /* shortcut_add */
     cu_shortcut_grad,       /* shortcut_grad */
+    cu_gather,              /* gather */
+    cu_host_alloc,          /* host_alloc */
+    cu_host_free,           /* host_free */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {

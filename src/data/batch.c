@@ -70,7 +70,7 @@ void hs_batcher_free(hs_batcher *b) {
     free(b);
 }
 
-int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y) {
+int hs_batcher_next_idx(hs_batcher *b, const uint32_t **idx) {
     size_t n = b->ds->n;
     size_t left = n - b->pos;
     if (left == 0 || (b->drop_last && left < (size_t)b->batch)) {
@@ -79,9 +79,18 @@ int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y) {
         left = n;
     }
     int bs = left < (size_t)b->batch ? (int)left : b->batch;
+    *idx = b->perm + b->pos;
+    b->pos += (size_t)bs;
+    b->last_epoch = b->epoch;
+    return bs;
+}
+
+int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y) {
+    const uint32_t *idx;
+    int bs = hs_batcher_next_idx(b, &idx);
     int dim = b->ds->dim;
     for (int i = 0; i < bs; i++) {
-        uint32_t k = b->perm[b->pos + (size_t)i];
+        uint32_t k = idx[i];
         float *dst = b->x + (size_t)i * dim;
         const float *src = b->ds->x + (size_t)k * dim;
         if (b->augment) {
@@ -93,13 +102,24 @@ int hs_batcher_next(hs_batcher *b, const float **x, const int32_t **y) {
         }
         b->y[i] = b->ds->y[k];
     }
-    b->pos += (size_t)bs;
-    b->last_epoch = b->epoch;
     *x = b->x;
     *y = b->y;
     return bs;
 }
 
+int hs_batcher_augment_table(const hs_batcher *b, long epoch, uint8_t *aug) {
+    if (!b->augment) return 0;
+    for (size_t k = 0; k < b->ds->n; k++) {
+        int dy, dx, flip;
+        hs_augment_draw(b->seed, b->stream, epoch, k, &dy, &dx, &flip);
+        aug[3 * k] = (uint8_t)dy;
+        aug[3 * k + 1] = (uint8_t)dx;
+        aug[3 * k + 2] = (uint8_t)flip;
+    }
+    return 1;
+}
+
+const uint32_t *hs_batcher_perm(const hs_batcher *b) { return b->perm; }
 long hs_batcher_epoch(const hs_batcher *b) { return b->last_epoch; }
 long hs_batcher_steps_per_epoch(const hs_batcher *b) { return b->steps; }
 

@@ -11,6 +11,7 @@
 
 #include "core/error_internal.h"
 #include "core/rng.h"
+#include "model/devshard.h"
 #include "model/model_internal.h"
 
 struct hs_model {
@@ -338,6 +339,33 @@ static int forward(hs_model *m, int bs) {
     return err;
 }
 
+/* Rows of dcol a host backend computes and scatters at a time: small enough to stay in the
+ * cache between the GEMM that writes them and col2im that reads them. */
+#define DCOL_CHUNK_BYTES ((size_t)512 << 10)
+
+/* dx = col2im(dY W) for conv layer i on a host backend, a few examples at a time: one GEMM over
+ * the whole batch writes rows far larger than the cache (K is small, so that GEMM is
+ * memory-bound: 8x slower than these chunks for resnet20's first stage). Each element is the
+ * same dot product over the output channels either way. */
+static int dcol_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *g, float *cbuf,
+                        int bs, float *dx) {
+    hs_backend *be = m->be;
+    const hs_layer_spec *l = &m->spec.layer[i];
+    const hs__layer_shape *s = &m->sh[i];
+    const int rows = s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
+    const size_t in_f = feat(s->ic, s->ih, s->iw), per = (size_t)rows * K * sizeof(float);
+    int step = per >= DCOL_CHUNK_BYTES ? 1 : (int)(DCOL_CHUNK_BYTES / per);
+    int err = 0;
+    for (int b = 0; b < bs && !err; b += step) {
+        int nb = bs - b < step ? bs - b : step;
+        float *c = cbuf + (size_t)b * rows * K;
+        err = be->ops->gemm(be, 0, 0, nb * rows, K, l->out, 1.0f, g + (size_t)b * rows * l->out,
+                            l->out, m->params + s->w_off, K, 0.0f, c, K);
+        if (!err) err = be->ops->col2im(be, c, gm, nb, dx + (size_t)b * in_f);
+    }
+    return err;
+}
+
 static int backward(hs_model *m, float *g, int bs) {
     hs_backend *be = m->be;
     const hs_backend_ops *o = be->ops;
@@ -380,9 +408,12 @@ static int backward(hs_model *m, float *g, int bs) {
             if (!err && need_dx) {
                 /* dcol = dY W, written over the col rows (no longer needed) or, for a 1x1
                  * convolution, straight into dA. */
-                err = o->gemm(be, 0, 0, M, K, l->out, 1.0f, g, l->out, P + s->w_off, K, 0.0f,
-                              direct ? dx : cbuf, K);
-                if (!err && !direct) err = o->col2im(be, cbuf, &gm, bs, dx);
+                if (direct || !be->host_memory)
+                    err = o->gemm(be, 0, 0, M, K, l->out, 1.0f, g, l->out, P + s->w_off, K, 0.0f,
+                                  direct ? dx : cbuf, K);
+                if (!err && !direct)
+                    err = be->host_memory ? dcol_chunked(m, i, &gm, g, cbuf, bs, dx)
+                                          : o->col2im(be, cbuf, &gm, bs, dx);
             }
             g = dx;
             break;
@@ -418,11 +449,10 @@ static int backward(hs_model *m, float *g, int bs) {
     return err;
 }
 
-int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
-    const int32_t *yin;
-    int err = stage_batch(m, x, y, bs, &yin);
+/* Forward, loss and backward on the batch in act[0] with labels yin (backend memory). */
+static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *st) {
+    int err = forward(m, bs);
     if (err < 0) return err;
-    if ((err = forward(m, bs)) < 0) return err;
     int L = m->spec.n_layers;
     double loss = 0;
     int correct = 0;
@@ -439,6 +469,24 @@ int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step
     }
     return 0;
 }
+
+int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
+    const int32_t *yin;
+    int err = stage_batch(m, x, y, bs, &yin);
+    if (err < 0) return err;
+    return grad_staged(m, yin, bs, st);
+}
+
+int hs__model_grad_dev(hs_model *m, const float *x, const int32_t *y, int bs,
+                       hs_step_stats *st) {
+    if (bs <= 0 || bs > m->max_batch)
+        return hs__err(HS_EINVAL, "model: batch of %d examples (this model takes 1..%d)", bs,
+                       m->max_batch);
+    m->act[0] = (float *)(uintptr_t)x; /* read only: no layer writes its input */
+    return grad_staged(m, y, bs, st);
+}
+
+int hs__model_input_nhwc(const hs_model *m) { return m->transpose_in; }
 
 int hs_model_eval_batch(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
     const int32_t *yin;

@@ -179,6 +179,27 @@ static int cpu_adamw_step(hs_backend *be, float *x, const float *g, float *m, fl
     return 0;
 }
 
+/* The reference of the CUDA backend's gather; the CPU backend's own batches never need it
+ * (its memory is the host's, so the batcher's buffers are used in place). */
+static int cpu_gather(hs_backend *be, const float *src, const uint8_t *labels, const uint32_t *idx,
+                      const uint8_t *aug, const hs_gather_geom *g, int n, float *x, int32_t *y) {
+    (void)be;
+    const long dim = (long)g->c * g->h * g->w;
+    for (int i = 0; i < n; i++) {
+        uint32_t k = idx[i];
+        const float *row = src + (size_t)k * (size_t)dim;
+        float *out = x + (size_t)i * (size_t)dim;
+        int dy = aug ? aug[3 * (size_t)k] : g->pad, dx = aug ? aug[3 * (size_t)k + 1] : g->pad;
+        int flip = aug ? aug[3 * (size_t)k + 2] : 0;
+        for (long e = 0; e < dim; e++) {
+            long at = hs_ew_gather_src(g, e, dy, dx, flip);
+            out[e] = at < 0 ? 0.0f : row[at];
+        }
+        y[i] = labels[k];
+    }
+    return 0;
+}
+
 static void cpu_destroy(hs_backend *be) { (void)be; }
 
 static const hs_backend_ops cpu_ops = {
@@ -213,6 +234,7 @@ static const hs_backend_ops cpu_ops = {
     .groupnorm_grad = hs__cpu_groupnorm_grad,
     .shortcut_add = hs__cpu_shortcut_add,
     .shortcut_grad = hs__cpu_shortcut_grad,
+    .gather = cpu_gather,
 };
 
 int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg) {

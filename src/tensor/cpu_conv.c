@@ -163,101 +163,183 @@ int hs__cpu_avgpool_grad(hs_backend *be, const float *dy, int n, int hw, int c, 
 }
 
 /* GroupNorm walks NHWC pixel by pixel and, within a pixel, group by group over the group's
- * consecutive channels: no per-element division, and the inner loops run over contiguous
- * floats. Statistics and parameter gradients accumulate in double in that fixed order. */
+ * consecutive channels. Statistics and parameter gradients accumulate in double in that fixed
+ * order: within a pixel a group's sum starts at 0 and adds its channels in turn, and the pixel
+ * sums add up over the pixels. Element-wise work runs over a pixel's c contiguous channels
+ * with each channel's group statistics spread out per channel, so it vectorises; the group
+ * sums are specialised for the common channels-per-group counts so that their short loops
+ * unroll. Every path performs the same IEEE operations in the same order. */
+
+#define GN_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* acc[gi] += the pixel's group sums of v (c floats; f applied to each as a double). */
+GN_ALWAYS_INLINE void gn_group_sums(const float *restrict v, int groups, int cpg,
+                                    double *restrict acc) {
+    for (int gi = 0; gi < groups; gi++) {
+        double sum = 0;
+        for (int k = 0; k < cpg; k++) sum += v[gi * cpg + k];
+        acc[gi] += sum;
+    }
+}
+
+/* acc[gi] += the pixel's group sums of (v - mean[gi])^2, in double. */
+GN_ALWAYS_INLINE void gn_group_sq(const float *restrict v, const float *restrict mean, int groups,
+                                  int cpg, double *restrict acc) {
+    for (int gi = 0; gi < groups; gi++) {
+        double m = mean[gi], sum = 0;
+        for (int k = 0; k < cpg; k++) {
+            double d = (double)v[gi * cpg + k] - m;
+            sum += d * d;
+        }
+        acc[gi] += sum;
+    }
+}
+
+/* acc[gi] += the pixel's group sums of u (as doubles), and acc2[gi] of u * w in double. */
+GN_ALWAYS_INLINE void gn_group_dot(const float *restrict u, const float *restrict w, int groups,
+                                   int cpg, double *restrict acc, double *restrict acc2) {
+    for (int gi = 0; gi < groups; gi++) {
+        double a1 = 0, a2 = 0;
+        for (int k = 0; k < cpg; k++) {
+            a1 += u[gi * cpg + k];
+            a2 += (double)u[gi * cpg + k] * w[gi * cpg + k];
+        }
+        acc[gi] += a1;
+        acc2[gi] += a2;
+    }
+}
+
+/* The statistics of one example, for a constant cpg once inlined. */
+GN_ALWAYS_INLINE void gn_stats(const float *xb, int hw, int c, int groups, int cpg, float eps,
+                               double *acc, float *mb, float *rb) {
+    const double cnt = (double)hw * cpg;
+    /* Two passes (mean, then squared deviations) keep the variance accurate when the mean is
+     * large against the spread. */
+    memset(acc, 0, sizeof(double) * (size_t)groups);
+    for (int p = 0; p < hw; p++) gn_group_sums(xb + (size_t)p * c, groups, cpg, acc);
+    for (int gi = 0; gi < groups; gi++) mb[gi] = (float)(acc[gi] / cnt);
+    memset(acc, 0, sizeof(double) * (size_t)groups);
+    for (int p = 0; p < hw; p++) gn_group_sq(xb + (size_t)p * c, mb, groups, cpg, acc);
+    for (int gi = 0; gi < groups; gi++) rb[gi] = (float)(1.0 / sqrt(acc[gi] / cnt + eps));
+}
+
+/* gn_stats with cpg a compile-time constant where it is a usual one. */
+static void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, float eps,
+                         double *acc, float *mb, float *rb) {
+    switch (cpg) {
+    case 1: gn_stats(xb, hw, c, groups, 1, eps, acc, mb, rb); break;
+    case 2: gn_stats(xb, hw, c, groups, 2, eps, acc, mb, rb); break;
+    case 4: gn_stats(xb, hw, c, groups, 4, eps, acc, mb, rb); break;
+    case 8: gn_stats(xb, hw, c, groups, 8, eps, acc, mb, rb); break;
+    default: gn_stats(xb, hw, c, groups, cpg, eps, acc, mb, rb); break;
+    }
+}
+
+static void gn_dot_any(const float *u, const float *w, int groups, int cpg, double *acc,
+                       double *acc2) {
+    switch (cpg) {
+    case 1: gn_group_dot(u, w, groups, 1, acc, acc2); break;
+    case 2: gn_group_dot(u, w, groups, 2, acc, acc2); break;
+    case 4: gn_group_dot(u, w, groups, 4, acc, acc2); break;
+    case 8: gn_group_dot(u, w, groups, 8, acc, acc2); break;
+    default: gn_group_dot(u, w, groups, cpg, acc, acc2); break;
+    }
+}
+
+/* Each channel's copy of its group's value. */
+static void gn_spread(const float *g, int groups, int cpg, float *c) {
+    for (int gi = 0; gi < groups; gi++)
+        for (int k = 0; k < cpg; k++) c[gi * cpg + k] = g[gi];
+}
+
+HS_VECTOR_CLONES
 int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
                       const float *gamma, const float *beta, float *y, float *mean, float *rstd) {
     (void)be;
     const int cpg = c / groups;
-    double *acc = calloc((size_t)groups, sizeof(double));
-    if (!acc) return hs__err(HS_ENOMEM, "groupnorm: out of memory for %d groups", groups);
-    const double cnt = (double)hw * cpg;
+    double *acc = malloc(sizeof(double) * (size_t)groups);
+    float *mc = malloc(sizeof(float) * (size_t)2 * c);
+    if (!acc || !mc) {
+        free(acc);
+        free(mc);
+        return hs__err(HS_ENOMEM, "groupnorm: out of memory for %d channels", c);
+    }
+    float *rc = mc + c;
     for (int b = 0; b < n; b++) {
         const float *xb = x + (size_t)b * hw * c;
         float *yb = y + (size_t)b * hw * c;
         float *mb = mean + (size_t)b * groups, *rb = rstd + (size_t)b * groups;
-        /* Two passes (mean, then squared deviations) keep the variance accurate when the mean
-         * is large against the spread. */
-        memset(acc, 0, sizeof(double) * (size_t)groups);
-        for (int p = 0; p < hw; p++)
-            for (int gi = 0; gi < groups; gi++) {
-                const float *xg = xb + (size_t)p * c + (size_t)gi * cpg;
-                double sum = 0;
-                for (int k = 0; k < cpg; k++) sum += xg[k];
-                acc[gi] += sum;
-            }
-        for (int gi = 0; gi < groups; gi++) mb[gi] = (float)(acc[gi] / cnt);
-        memset(acc, 0, sizeof(double) * (size_t)groups);
-        for (int p = 0; p < hw; p++)
-            for (int gi = 0; gi < groups; gi++) {
-                const float *xg = xb + (size_t)p * c + (size_t)gi * cpg;
-                double m = mb[gi], sum = 0;
-                for (int k = 0; k < cpg; k++) sum += ((double)xg[k] - m) * ((double)xg[k] - m);
-                acc[gi] += sum;
-            }
-        for (int gi = 0; gi < groups; gi++) rb[gi] = (float)(1.0 / sqrt(acc[gi] / cnt + eps));
-        for (int p = 0; p < hw; p++)
-            for (int gi = 0; gi < groups; gi++) {
-                size_t o = (size_t)p * c + (size_t)gi * cpg;
-                const float m = mb[gi], r = rb[gi];
-                for (int k = 0; k < cpg; k++)
-                    yb[o + k] = hs_ew_gn(xb[o + k], m, r, gamma[gi * cpg + k], beta[gi * cpg + k]);
-            }
+        gn_stats_any(xb, hw, c, groups, cpg, eps, acc, mb, rb);
+        gn_spread(mb, groups, cpg, mc);
+        gn_spread(rb, groups, cpg, rc);
+        for (int p = 0; p < hw; p++) {
+            const float *restrict xp = xb + (size_t)p * c;
+            float *restrict yp = yb + (size_t)p * c;
+            for (int ch = 0; ch < c; ch++)
+                yp[ch] = hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]);
+        }
     }
     free(acc);
+    free(mc);
     return 0;
 }
 
+HS_VECTOR_CLONES
 int hs__cpu_groupnorm_grad(hs_backend *be, const float *dy, const float *x, int n, int hw, int c,
                            int groups, const float *gamma, const float *mean, const float *rstd,
                            float *dx, float *dgamma, float *dbeta) {
     (void)be;
     const int cpg = c / groups;
     double *acc = calloc((size_t)2 * groups + (size_t)2 * c, sizeof(double));
-    if (!acc) return hs__err(HS_ENOMEM, "groupnorm: out of memory for %d channels", c);
+    float *tmp = malloc(sizeof(float) * (size_t)6 * c);
+    if (!acc || !tmp) {
+        free(acc);
+        free(tmp);
+        return hs__err(HS_ENOMEM, "groupnorm: out of memory for %d channels", c);
+    }
     double *s1 = acc, *s2 = acc + groups, *dg = acc + 2 * groups, *dbt = dg + c;
+    /* Per channel: the group's mean, rstd, and the two gradient means; a pixel's g and xhat. */
+    float *mc = tmp, *rc = mc + c, *m1c = rc + c, *m2c = m1c + c, *gp = m2c + c, *xh = gp + c;
     const double cnt = (double)hw * cpg;
     for (int b = 0; b < n; b++) {
         const float *xb = x + (size_t)b * hw * c, *dyb = dy + (size_t)b * hw * c;
         float *dxb = dx + (size_t)b * hw * c;
-        const float *mb = mean + (size_t)b * groups, *rb = rstd + (size_t)b * groups;
+        gn_spread(mean + (size_t)b * groups, groups, cpg, mc);
+        gn_spread(rstd + (size_t)b * groups, groups, cpg, rc);
         memset(s1, 0, sizeof(double) * (size_t)2 * groups);
-        for (int p = 0; p < hw; p++)
-            for (int gi = 0; gi < groups; gi++) {
-                size_t o = (size_t)p * c + (size_t)gi * cpg;
-                const float m = mb[gi], r = rb[gi];
-                double a1 = 0, a2 = 0;
-                for (int k = 0; k < cpg; k++) {
-                    int ch = gi * cpg + k;
-                    float xhat = (xb[o + k] - m) * r;
-                    float g = dyb[o + k] * gamma[ch];
-                    a1 += g;
-                    a2 += (double)g * xhat;
-                    dg[ch] += (double)dyb[o + k] * xhat;
-                    dbt[ch] += dyb[o + k];
-                }
-                s1[gi] += a1;
-                s2[gi] += a2;
+        for (int p = 0; p < hw; p++) {
+            const float *restrict xp = xb + (size_t)p * c, *restrict dp = dyb + (size_t)p * c;
+            for (int ch = 0; ch < c; ch++) {
+                float xhat = (xp[ch] - mc[ch]) * rc[ch];
+                xh[ch] = xhat;
+                gp[ch] = dp[ch] * gamma[ch];
+                dg[ch] += (double)dp[ch] * xhat;
+                dbt[ch] += dp[ch];
             }
-        for (int gi = 0; gi < groups; gi++) {
-            s1[gi] /= cnt;
-            s2[gi] /= cnt;
+            gn_dot_any(gp, xh, groups, cpg, s1, s2);
         }
-        for (int p = 0; p < hw; p++)
-            for (int gi = 0; gi < groups; gi++) {
-                size_t o = (size_t)p * c + (size_t)gi * cpg;
-                const float m = mb[gi], r = rb[gi], m1 = (float)s1[gi], m2 = (float)s2[gi];
-                for (int k = 0; k < cpg; k++) {
-                    float xhat = (xb[o + k] - m) * r;
-                    dxb[o + k] = hs_ew_gn_grad(dyb[o + k] * gamma[gi * cpg + k], xhat, r, m1, m2);
-                }
+        for (int gi = 0; gi < groups; gi++) {
+            float m1 = (float)(s1[gi] / cnt), m2 = (float)(s2[gi] / cnt);
+            for (int k = 0; k < cpg; k++) {
+                m1c[gi * cpg + k] = m1;
+                m2c[gi * cpg + k] = m2;
             }
+        }
+        for (int p = 0; p < hw; p++) {
+            const float *restrict xp = xb + (size_t)p * c, *restrict dp = dyb + (size_t)p * c;
+            float *restrict dxp = dxb + (size_t)p * c;
+            for (int ch = 0; ch < c; ch++) {
+                float xhat = (xp[ch] - mc[ch]) * rc[ch];
+                dxp[ch] = hs_ew_gn_grad(dp[ch] * gamma[ch], xhat, rc[ch], m1c[ch], m2c[ch]);
+            }
+        }
     }
     for (int ch = 0; ch < c; ch++) {
         dgamma[ch] = (float)dg[ch];
         dbeta[ch] = (float)dbt[ch];
     }
     free(acc);
+    free(tmp);
     return 0;
 }
 

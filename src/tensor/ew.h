@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/hd.h"
+#include "hearsay/tensor.h"
 
 HS_HD static float hs_ew_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
@@ -72,6 +73,26 @@ HS_HD static float hs_ew_gn(float x, float mean, float rstd, float gamma, float 
  * m1 the group's mean of g and m2 its mean of g * xhat: rstd (g - m1 - xhat m2). */
 HS_HD static float hs_ew_gn_grad(float g, float xhat, float rstd, float m1, float m2) {
     return rstd * (g - m1 - xhat * m2);
+}
+
+/* Where gather (hearsay/tensor.h) takes element e of an output row (0 <= e < c h w, in the
+ * output's layout) for an example cropped at (dy, dx) out of its image padded by g->pad, then
+ * flipped horizontally when flip: the offset in the channel-major example, or -1 in the zero
+ * border. dy = dx = g->pad and flip = 0 give the example unchanged. The same expressions as
+ * hs_augment_apply (src/data/batch.c), which the host batcher runs. */
+HS_HD static long hs_ew_gather_src(const hs_gather_geom *g, long e, int dy, int dx, int flip) {
+    long hw = (long)g->h * g->w, ch, p;
+    if (g->nhwc) {
+        ch = e % g->c;
+        p = e / g->c;
+    } else {
+        ch = e / hw;
+        p = e % hw;
+    }
+    int i = (int)(p / g->w), j = (int)(p % g->w);
+    int si = i + dy - g->pad, sj = (flip ? g->w - 1 - j : j) + dx - g->pad;
+    if (si < 0 || si >= g->h || sj < 0 || sj >= g->w) return -1;
+    return (ch * g->h + si) * g->w + sj;
 }
 
 #endif

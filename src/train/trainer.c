@@ -1,7 +1,9 @@
 /* One peer's training loop (see hearsay/trainer.h). Keeps the algorithm's host vector x and
  * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
  * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
- * uploaded after each mixing step and downloaded after the local steps. One thread. */
+ * uploaded after each mixing step and downloaded after the local steps, through page-locked
+ * memory where the backend has it, and the shard stays on the device (model/devshard.h) so
+ * that the local steps copy nothing else. One thread. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "hearsay/trainer.h"
+#include "model/devshard.h"
 
 struct hs_trainer {
     hs_backend *be;
@@ -19,6 +22,7 @@ struct hs_trainer {
     hs_model *model;
     hs_optim *opt;
     hs_batcher *batch;
+    hs__devshard *dev; /* the shard in backend memory, or NULL: batches from the host */
     hs_algo *algo;
     size_t d;
     /* The optimizer always steps the model's parameters, which hold the evaluation point:
@@ -30,14 +34,16 @@ struct hs_trainer {
     int split_eval;
     float *x_host; /* the algorithm's x: the parameters themselves on a host backend without
                       split_eval, else a copy synchronised at the round's phase boundaries */
-    int own_host;
+    int own_host; /* 1: x_host is malloc'd; 2: the backend's host_alloc */
     long steps;
 };
 
 void hs_trainer_free(hs_trainer *t) {
     if (!t) return;
-    if (t->own_host) free(t->x_host);
+    if (t->own_host == 2) t->be->ops->host_free(t->be, t->x_host);
+    else if (t->own_host) free(t->x_host);
     hs_algo_free(t->algo);
+    hs__devshard_free(t->dev);
     hs_batcher_free(t->batch);
     hs_optim_free(t->opt);
     hs_model_free(t->model);
@@ -68,18 +74,25 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     t->d = hs_model_nparams(t->model);
     if ((err = hs_optim_new(&t->opt, be, t->d, &cfg->optim)) < 0 ||
         (err = hs_batcher_new(&t->batch, shard, cfg->batch, cfg->seed, cfg->stream, 0)) < 0 ||
-        (err = hs_batcher_set_augment(t->batch, cfg->augment)) < 0)
+        (err = hs_batcher_set_augment(t->batch, cfg->augment)) < 0 ||
+        (err = hs__devshard_new(&t->dev, be, shard, t->model, cfg->batch)) < 0)
         goto fail;
     t->split_eval = hs_algo_kind_split_eval(acfg->kind);
     float *params = hs_model_params(t->model);
     if (be->host_memory && !t->split_eval) {
         t->x_host = params;
     } else {
-        if (!(t->x_host = malloc(sizeof(float) * t->d))) {
+        /* x crosses to the device and back every round: page-locked, the copies are DMA. */
+        if (be->ops->host_alloc) {
+            if ((err = be->ops->host_alloc(be, sizeof(float) * t->d, (void **)&t->x_host)) < 0)
+                goto fail;
+            t->own_host = 2;
+        } else if ((t->x_host = malloc(sizeof(float) * t->d))) {
+            t->own_host = 1;
+        } else {
             err = hs__err(HS_ENOMEM, "trainer: out of memory");
             goto fail;
         }
-        t->own_host = 1;
         /* w starts at 1: x = z = the initial parameters. */
         if ((err = hs_be_download(be, t->x_host, params, sizeof(float) * t->d)) < 0) goto fail;
     }
@@ -144,11 +157,16 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     if ((err = stage_params(t)) < 0) return err;
     float *params = hs_model_params(t->model);
     for (int h = 0; h < t->cfg.local_steps; h++) {
-        const float *bx;
-        const int32_t *by;
-        int bs = hs_batcher_next(t->batch, &bx, &by);
         hs_step_stats ss;
-        if ((err = hs_model_grad(t->model, bx, by, bs, &ss)) < 0) return err;
+        int bs;
+        if (t->dev) {
+            if ((bs = err = hs__devshard_grad(t->dev, t->batch, t->model, &ss)) < 0) return err;
+        } else {
+            const float *bx;
+            const int32_t *by;
+            bs = hs_batcher_next(t->batch, &bx, &by);
+            if ((err = hs_model_grad(t->model, bx, by, bs, &ss)) < 0) return err;
+        }
         if ((err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
             return err;
         t->steps++;

@@ -3,13 +3,10 @@
  * for the default MLP (d = 235,146) and d = 4,194,304. tools/bench/compress.sh runs it with
  * torch.topk's times (--torch D:MS) so the table shows the top-k ratio.
  *
- *   compress_bench [--level N] [--samples N] [--torch D:MS]... [--only SPEC] [--device cuda]
+ *   compress_bench [--level N] [--samples N] [--torch D:MS]... [--only SPEC]
  *
  * Each figure is the median over samples; a sample times enough back-to-back calls to last at
- * least 20 ms. Inputs are N(0, 1). With --device cuda the vector and the receiver's copy live in
- * GPU memory and the figures are hs_compress_encode_be / hs_compress_decode_add_be (message
- * bytes on the host, as sent), next to a device-to-device copy; the CUDA module is found as by
- * hearsay (HEARSAY_CUDA_MODULE=build/libhearsay-cuda.so from a build tree). */
+ * least 20 ms. Inputs are N(0, 1). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +18,6 @@
 #include "hearsay/buf.h"
 #include "hearsay/compress.h"
 #include "hearsay/error.h"
-#include "hearsay/tensor.h"
 
 static double now(void) {
     struct timespec t;
@@ -64,12 +60,10 @@ typedef struct ctx {
     size_t d;
     hs_buf *b;
     uint64_t round;
-    hs_backend *be; /* --device cuda: x, acc and dst are in its memory */
 } ctx;
 
 static int do_memcpy(void *p) {
     ctx *c = p;
-    if (c->be) return c->be->ops->copy(c->be, c->dst, c->x, c->d * sizeof(float));
     memcpy(c->dst, c->x, c->d * sizeof(float));
     __asm__ volatile("" : : "r"(c->dst) : "memory");
     return 0;
@@ -79,15 +73,11 @@ static int do_encode(void *p) {
     ctx *c = p;
     c->b->len = 0;
     /* A fixed round: random operators then do the same work every time. */
-    if (c->be) return hs_compress_encode_be(c->c, c->be, c->x, c->d, 0, c->round, c->b);
     return hs_compress_encode(c->c, c->x, c->d, 0, c->round, c->b);
 }
 
 static int do_decode(void *p) {
     ctx *c = p;
-    if (c->be)
-        return hs_compress_decode_add_be(c->c, c->be, c->b->data, c->b->len, 0, c->round, c->acc,
-                                         c->d, 0.5f);
     return hs_compress_decode_add(c->c, c->b->data, c->b->len, 0, c->round, c->acc, c->d, 0.5f);
 }
 
@@ -102,7 +92,6 @@ int main(int argc, char **argv) {
     size_t torch_d[8];
     double torch_ms[8];
     int n_torch = 0;
-    hs_device device = HS_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--level") && i + 1 < argc) {
             level = atoi(argv[++i]);
@@ -110,36 +99,21 @@ int main(int argc, char **argv) {
             samples = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            if (hs_device_parse(argv[++i], &device) < 0) {
-                fprintf(stderr, "%s\n", hs_error_message());
-                return 2;
-            }
         } else if (!strcmp(argv[i], "--torch") && i + 1 < argc && n_torch < 8) {
             if (sscanf(argv[++i], "%zu:%lf", &torch_d[n_torch], &torch_ms[n_torch]) == 2)
                 n_torch++;
         } else {
             fprintf(stderr,
-                    "usage: %s [--level N] [--samples N] [--only SPEC] [--torch D:MS] "
-                    "[--device cpu|cuda]\n",
+                    "usage: %s [--level N] [--samples N] [--only SPEC] [--torch D:MS]\n",
                     argv[0]);
             return 2;
         }
     }
     if (samples < 1) samples = 1;
     if (level >= 0) hs__csimd_cap(level);
-    hs_backend *be = NULL;
-    if (device != HS_DEVICE_CPU) {
-        hs_backend_cfg cfg = {1, 0};
-        if (hs_backend_open(&be, device, &cfg) < 0) {
-            fprintf(stderr, "%s\n", hs_error_message());
-            return 1;
-        }
-    }
     const char *lvname[] = {"portable C", "AVX2+F16C+BMI2", "AVX-512"};
-    printf("compress bench: kernels %s, %d samples (median), single thread%s%s\n",
-           lvname[hs__csimd_level()], samples, be ? ", vectors on " : "",
-           be ? be->description : "");
+    printf("compress bench: kernels %s, %d samples (median), single thread\n",
+           lvname[hs__csimd_level()], samples);
     size_t sizes[] = {235146, 4194304};
     for (int z = 0; z < 2; z++) {
         size_t d = sizes[z];
@@ -149,22 +123,11 @@ int main(int argc, char **argv) {
         hs_rng_init(&r, 1, HS_RNG_TEST, 0, 0);
         for (size_t i = 0; i < d; i++) x[i] = (float)hs_rng_normal(&r);
         memset(dst, 0, d * sizeof(float));
-        ctx cx = {NULL, x, acc, dst, d, NULL, 7, be};
-        float *xd = NULL, *accd = NULL, *dstd = NULL;
-        if (be) {
-            if (hs_be_alloc_f(be, d, &xd) < 0 || hs_be_alloc_f(be, d, &accd) < 0 ||
-                hs_be_alloc_f(be, d, &dstd) < 0 || hs_be_upload(be, xd, x, d * 4) < 0) {
-                fprintf(stderr, "%s\n", hs_error_message());
-                return 1;
-            }
-            cx.x = xd;
-            cx.acc = accd;
-            cx.dst = dstd;
-        }
+        ctx cx = {NULL, x, acc, dst, d, NULL, 7};
         double mc = time_it(do_memcpy, &cx, samples);
         double gb = (double)d * 4 / 1e9;
         printf("\nd = %zu (%.2f MB fp32): %s %.2f GB/s\n", d, gb * 1e3,
-               be ? "device copy" : "memcpy", gb / mc);
+               "memcpy", gb / mc);
         printf("%-16s %10s %8s %10s %9s %10s %9s\n", "operator", "bytes", "ratio", "enc GB/s",
                "enc/mcpy", "dec GB/s", "enc ms");
         for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
@@ -192,15 +155,9 @@ int main(int argc, char **argv) {
             hs_buf_unref(cx.b);
             hs_compressor_free(c);
         }
-        if (be) {
-            hs_be_free(be, xd);
-            hs_be_free(be, accd);
-            hs_be_free(be, dstd);
-        }
         free(x);
         free(acc);
         free(dst);
     }
-    hs_backend_close(be);
     return 0;
 }

@@ -3,7 +3,8 @@
  *
  * im2col, col2im, maxpool (values and arg-max), maxpool_grad, avgpool, avgpool_grad,
  * shortcut_add and shortcut_grad must match bit for bit: the kernels gather in the CPU's order.
- * GroupNorm's statistics are double sums in another order, so its outputs must agree within a
+ * So must gather, the device shard's batch draw (with and without crops and flips, in both
+ * layouts), which only moves floats. GroupNorm's statistics are double sums in another order, so its outputs must agree within a
  * few float ulps, and be the same bits when run twice. A model's gradient also goes through
  * GEMM (cuBLAS on a GPU), so it must agree within a relative L2 error of 1e-3.
  *
@@ -313,6 +314,77 @@ static void check_model_grad(const char *model, int c, int h, int w, int bs) {
     hs_model_free(mc), hs_model_free(md);
 }
 
+/* ------------------------------------------------------------------ gather */
+
+static void check_gather(int c, int h, int w, int nhwc, int with_aug, size_t rows, int n) {
+    size_t dim = (size_t)c * h * w;
+    float *src = random_host(rows * dim, (uint32_t)(c * 100 + h), 1.0f, 0.0f, 0);
+    uint8_t *labels = malloc(rows), *aug = malloc(3 * rows);
+    uint32_t *idx = malloc(sizeof(uint32_t) * (size_t)n);
+    assert_non_null(labels), assert_non_null(aug), assert_non_null(idx);
+    hs_rng r;
+    hs_rng_init(&r, 5, HS_RNG_TEST, (uint32_t)rows, 0);
+    for (size_t k = 0; k < rows; k++) {
+        labels[k] = (uint8_t)hs_rng_below(hs_rng_u32(&r), 10);
+        for (int j = 0; j < 2; j++) aug[3 * k + j] = (uint8_t)hs_rng_below(hs_rng_u32(&r), 9);
+        aug[3 * k + 2] = (uint8_t)(hs_rng_u32(&r) >> 31);
+    }
+    /* Indices in no order, the last row included. */
+    for (int i = 0; i < n; i++) idx[i] = (uint32_t)(((size_t)i * 7919 + 3) % rows);
+    idx[n - 1] = (uint32_t)(rows - 1);
+    hs_gather_geom g = {c, h, w, nhwc, 4};
+    float *rx = host_f((size_t)n * dim);
+    int32_t *ry = malloc(sizeof(int32_t) * (size_t)n), *gy = malloc(sizeof(int32_t) * (size_t)n);
+    assert_non_null(ry), assert_non_null(gy);
+    assert_int_equal(cpu->ops->gather(cpu, src, labels, idx, with_aug ? aug : NULL, &g, n, rx, ry),
+                     0);
+    float *dsrc = dev_copy(dev, src, sizeof(float) * rows * dim);
+    uint8_t *dlab = dev_copy(dev, labels, rows), *daug = dev_copy(dev, aug, 3 * rows);
+    uint32_t *didx = dev_copy(dev, idx, sizeof(uint32_t) * (size_t)n);
+    float *dx = dev_nan(dev, (size_t)n * dim);
+    int32_t *dy;
+    assert_int_equal(dev->ops->alloc(dev, sizeof(int32_t) * (size_t)n, (void **)&dy), 0);
+    assert_int_equal(
+        dev->ops->gather(dev, dsrc, dlab, didx, with_aug ? daug : NULL, &g, n, dx, dy), 0);
+    float *gx = fetch_f(dev, dx, (size_t)n * dim);
+    assert_int_equal(hs_be_download(dev, gy, dy, sizeof(int32_t) * (size_t)n), 0);
+    char what[96];
+    snprintf(what, sizeof(what), "gather %dx%dx%d%s%s, %d of %zu rows", c, h, w,
+             nhwc ? " nhwc" : "", with_aug ? " augmented" : "", n, rows);
+    expect_bits(what, gx, rx, (size_t)n * dim);
+    assert_memory_equal(gy, ry, sizeof(int32_t) * (size_t)n);
+    free(src), free(labels), free(aug), free(idx), free(rx), free(ry), free(gy), free(gx);
+    hs_be_free(dev, dsrc), hs_be_free(dev, dlab), hs_be_free(dev, daug), hs_be_free(dev, didx);
+    hs_be_free(dev, dx), hs_be_free(dev, dy);
+}
+
+static void test_gather(void **state) {
+    (void)state;
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (int aug = 0; aug < 2; aug++) {
+            check_gather(3, 5, 7, nhwc, aug, 11, 6);
+            check_gather(3, 32, 32, nhwc, aug, 40, 33);
+        }
+    check_gather(1, 28, 28, 0, 1, 9, 9);
+    check_gather(1, 1, 784, 0, 0, 9, 4);
+}
+
+/* Page-locked host memory: zeroed, and a download lands in it. */
+static void test_host_alloc(void **state) {
+    (void)state;
+    if (!dev->ops->host_alloc) skip();
+    float *h, *src = random_host(1000, 9, 1.0f, 0.0f, 0);
+    assert_int_equal(dev->ops->host_alloc(dev, sizeof(float) * 1000, (void **)&h), 0);
+    for (int i = 0; i < 1000; i++) assert_true(h[i] == 0.0f);
+    float *d = dev_copy(dev, src, sizeof(float) * 1000);
+    assert_int_equal(hs_be_download(dev, h, d, sizeof(float) * 1000), 0);
+    assert_memory_equal(h, src, sizeof(float) * 1000);
+    dev->ops->host_free(dev, h);
+    dev->ops->host_free(dev, NULL);
+    hs_be_free(dev, d);
+    free(src);
+}
+
 static void test_cnn_small_grad(void **state) {
     (void)state;
     check_model_grad("cnn-small", 1, 28, 28, 8);
@@ -341,7 +413,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_im2col),      cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_avgpool),     cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_shortcut),    cmocka_unit_test(test_cnn_small_grad),
-        cmocka_unit_test(test_resnet20_grad),
+        cmocka_unit_test(test_resnet20_grad), cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_host_alloc),
     };
     int failed = cmocka_run_group_tests_name("cuda-conv", tests, NULL, NULL);
     hs_backend_close(dev);

@@ -258,6 +258,120 @@ static void test_ew_header(void **state) {
     assert_true(x == 0.5f && v == 123.0f);
 }
 
+/* GroupNorm's order of operations, written plainly: per example, per pixel, per group a double
+ * sum from 0 over the group's channels, added to the group's total; the gradient likewise.
+ * The backend's loops are restructured for speed and must still give these bits. */
+static void gn_ref(const float *x, int n, int hw, int c, int groups, float eps, const float *gamma,
+                   const float *beta, float *y, float *mean, float *rstd) {
+    int cpg = c / groups;
+    double cnt = (double)hw * cpg;
+    for (int b = 0; b < n; b++) {
+        const float *xb = x + (size_t)b * hw * c;
+        for (int gi = 0; gi < groups; gi++) {
+            double acc = 0, acc2 = 0;
+            for (int p = 0; p < hw; p++) {
+                double sum = 0;
+                for (int k = 0; k < cpg; k++) sum += xb[(size_t)p * c + gi * cpg + k];
+                acc += sum;
+            }
+            float m = (float)(acc / cnt);
+            for (int p = 0; p < hw; p++) {
+                double sum = 0;
+                for (int k = 0; k < cpg; k++) {
+                    double v = (double)xb[(size_t)p * c + gi * cpg + k] - (double)m;
+                    sum += v * v;
+                }
+                acc2 += sum;
+            }
+            float r = (float)(1.0 / sqrt(acc2 / cnt + eps));
+            mean[b * groups + gi] = m, rstd[b * groups + gi] = r;
+            for (int p = 0; p < hw; p++)
+                for (int k = 0; k < cpg; k++) {
+                    size_t o = (size_t)b * hw * c + (size_t)p * c + gi * cpg + k;
+                    y[o] = hs_ew_gn(x[o], m, r, gamma[gi * cpg + k], beta[gi * cpg + k]);
+                }
+        }
+    }
+}
+
+static void gn_grad_ref(const float *dy, const float *x, int n, int hw, int c, int groups,
+                        const float *gamma, const float *mean, const float *rstd, float *dx,
+                        float *dgamma, float *dbeta) {
+    int cpg = c / groups;
+    double cnt = (double)hw * cpg;
+    double *dg = calloc((size_t)2 * c, sizeof(double)), *db = dg + c;
+    assert_non_null(dg);
+    for (int b = 0; b < n; b++)
+        for (int gi = 0; gi < groups; gi++) {
+            float m = mean[b * groups + gi], r = rstd[b * groups + gi];
+            double s1 = 0, s2 = 0;
+            for (int p = 0; p < hw; p++) {
+                double a1 = 0, a2 = 0;
+                for (int k = 0; k < cpg; k++) {
+                    size_t o = (size_t)b * hw * c + (size_t)p * c + gi * cpg + k;
+                    float xhat = (x[o] - m) * r, g = dy[o] * gamma[gi * cpg + k];
+                    a1 += g;
+                    a2 += (double)g * xhat;
+                }
+                s1 += a1, s2 += a2;
+            }
+            float m1 = (float)(s1 / cnt), m2 = (float)(s2 / cnt);
+            for (int p = 0; p < hw; p++)
+                for (int k = 0; k < cpg; k++) {
+                    size_t o = (size_t)b * hw * c + (size_t)p * c + gi * cpg + k;
+                    float xhat = (x[o] - m) * r;
+                    dx[o] = hs_ew_gn_grad(dy[o] * gamma[gi * cpg + k], xhat, r, m1, m2);
+                }
+        }
+    /* The parameter gradients run over examples, then pixels, per channel. */
+    for (int ch = 0; ch < c; ch++) {
+        int gi = ch / cpg;
+        for (int b = 0; b < n; b++)
+            for (int p = 0; p < hw; p++) {
+                size_t o = (size_t)b * hw * c + (size_t)p * c + ch;
+                float xhat = (x[o] - mean[b * groups + gi]) * rstd[b * groups + gi];
+                dg[ch] += (double)dy[o] * xhat;
+                db[ch] += dy[o];
+            }
+        dgamma[ch] = (float)dg[ch], dbeta[ch] = (float)db[ch];
+    }
+    free(dg);
+}
+
+static void test_groupnorm_bits(void **state) {
+    (void)state;
+    const int shapes[][3] = {{16, 8, 25}, {32, 8, 9}, {64, 8, 4}, {12, 4, 7}, {16, 1, 5},
+                             {16, 16, 3}, {24, 3, 6}};
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        int c = shapes[t][0], groups = shapes[t][1], hw = shapes[t][2], n = 3;
+        size_t len = (size_t)n * hw * c;
+        float *buf = malloc(sizeof(float) * (8 * len + 8 * (size_t)c + 4 * (size_t)n * groups));
+        assert_non_null(buf);
+        float *x = buf, *dy = x + len, *y = dy + len, *yr = y + len, *dx = yr + len,
+              *dxr = dx + len, *gamma = dxr + len, *beta = gamma + c, *dg = beta + c,
+              *dgr = dg + c, *db = dgr + c, *dbr = db + c, *mean = dbr + c,
+              *rstd = mean + n * groups, *meanr = rstd + n * groups, *rstdr = meanr + n * groups;
+        fill_random(x, len, (uint32_t)t);
+        for (size_t i = 0; i < len; i++) x[i] = x[i] * 3.0f + 1.5f;
+        fill_random(dy, len, (uint32_t)t + 100);
+        fill_random(gamma, (size_t)c, (uint32_t)t + 200);
+        fill_random(beta, (size_t)c, (uint32_t)t + 300);
+        assert_int_equal(be->ops->groupnorm(be, x, n, hw, c, groups, 1e-5f, gamma, beta, y, mean,
+                                            rstd), 0);
+        gn_ref(x, n, hw, c, groups, 1e-5f, gamma, beta, yr, meanr, rstdr);
+        assert_memory_equal(mean, meanr, sizeof(float) * (size_t)n * groups);
+        assert_memory_equal(rstd, rstdr, sizeof(float) * (size_t)n * groups);
+        assert_memory_equal(y, yr, sizeof(float) * len);
+        assert_int_equal(be->ops->groupnorm_grad(be, dy, x, n, hw, c, groups, gamma, mean, rstd,
+                                                 dx, dg, db), 0);
+        gn_grad_ref(dy, x, n, hw, c, groups, gamma, mean, rstd, dxr, dgr, dbr);
+        assert_memory_equal(dx, dxr, sizeof(float) * len);
+        assert_memory_equal(dg, dgr, sizeof(float) * (size_t)c);
+        assert_memory_equal(db, dbr, sizeof(float) * (size_t)c);
+        free(buf);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_all_transposes),
@@ -267,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_sgd_step),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_ew_header),
+        cmocka_unit_test(test_groupnorm_bits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
