@@ -9,7 +9,7 @@
 
 #include "algo/algo_internal.h"
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 #include "core/hd.h"
 #include "core/error_internal.h"
 #include "core/log.h"

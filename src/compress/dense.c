@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 typedef struct dense_fmt {
     size_t width;      /* bytes per value */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 #define CHUNK 4096 /* elements per pass of draws, fields and packing (a multiple of 8) */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 #define RANDK_HDR (HS__CHDR + 4)
 #define CHUNK 1024 /* indices regenerated at a time on decode */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 static size_t bucket_len(const hs_compressor *c) {
     return c->bucket == 0 || c->bucket > c->d ? c->d : c->bucket;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HS_COMPRESS_PORTABLE)
 #define HS__X86 1

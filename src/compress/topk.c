@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 
 #define H1_BITS 11
 #define H1_SHIFT (31 - H1_BITS) /* keys have 31 bits */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 #include "core/rng.h"
 #include "hearsay/buf.h"
 #include "hearsay/compress.h"

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "algo/algo_internal.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 #include "core/rng.h"
 #include "hearsay/algo.h"
 #include "hearsay/error.h"

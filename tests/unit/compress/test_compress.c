@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 #include "util.h"
 #include "compress_cmocka.h"
 

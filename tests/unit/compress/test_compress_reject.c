@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "compress/compress_ew.h"
-#include "compress/compress_internal.h"
+#include "compress/codec.h"
 #include "util.h"
 
 static hs_compressor *mk(const char *spec, size_t d, uint64_t seed) {

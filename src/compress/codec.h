@@ -1,12 +1,13 @@
-/* Internal interface of the compression operators: the compressor object, the per-operator ops
- * table, the common message header, little-endian helpers and the bulk kernels (simd.c).
+/* Internal interface of the compression operators (codec.c implements the shared parts): the
+ * compressor object, the per-operator ops table, the common message header, little-endian helpers
+ * and the bulk kernels (simd.c).
  *
  * Every message starts with a 12-byte header (little-endian):
  *   u8 codec id | u8 flags | u16 param | u32 d | u32 n
  * where param and n are per codec (docs/PROTOCOL.md): qsgd puts s in param and its bucket size
  * in n, sign its bucket size in n, topk/randk k in n, the dense codecs d in n. */
-#ifndef HS_COMPRESS_INTERNAL_H
-#define HS_COMPRESS_INTERNAL_H
+#ifndef HS_COMPRESS_CODEC_H
+#define HS_COMPRESS_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>
