@@ -119,9 +119,11 @@ typedef struct hs_backend_ops {
                       const hs_adamw_hparams *h);
 
     /* ---------------------------------------------------------- optional: convolutional layers
-     * Activations are NHWC (channels last) so that a convolution is one GEMM over the whole
-     * batch; entries are last in the table so a backend that predates them leaves them NULL,
-     * and a model needing one refuses that backend at creation. n is the batch size. */
+     * Activations are NHWC (channels last) so that a convolution is a GEMM over im2col rows
+     * of any number of examples (the model lowers a host batch a few examples at a time, a
+     * device batch whole); entries are last in the table so a backend that predates them
+     * leaves them NULL, and a model needing one refuses that backend at creation. n is the
+     * number of examples in the call. */
 
     /* col[(n * oh * ow) x (k * k * c)] from x: row (b, i, j) holds the k x k x c patch at
      * output position (i, j), ordered (kh, kw, channel); zero outside the padded border. x is

@@ -96,6 +96,19 @@ static int needs_col(const hs_model *m, int i) {
     return l->kind == HS_LAYER_CONV2D && !(is_conv_1x1(l) && !(i == 0 && m->spec.in_c > 1));
 }
 
+/* Bytes of im2col rows a host backend builds at a time: small enough that the GEMM that
+ * consumes them reads them from the cache (the rows of a whole batch, 778 MB for resnet20 at
+ * batch 128, would go through memory twice per pass). */
+#define COL_CHUNK_BYTES ((size_t)512 << 10)
+
+/* Examples per chunk of conv layer i's rows: at least one. */
+static int col_chunk(const hs_model *m, int i) {
+    const hs__layer_shape *s = &m->sh[i];
+    const int k = m->spec.layer[i].kernel;
+    size_t per = feat(s->oh * s->ow, k * k, s->ic) * sizeof(float);
+    return per >= COL_CHUNK_BYTES ? 1 : (int)(COL_CHUNK_BYTES / per);
+}
+
 static hs_conv_geom geom(const hs_layer_spec *l, const hs__layer_shape *s) {
     hs_conv_geom g = {s->ic, s->ih, s->iw, l->kernel, l->stride, l->pad, s->oh, s->ow, 0};
     return g;
@@ -137,6 +150,7 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
     int err;
     if ((err = hs__model_spec_resolve(spec, m->sh, &m->nparams)) < 0) goto fail;
     const int L = spec->n_layers;
+    /* maxcol: the floats of the largest rows buffer (a chunk of them on a host backend). */
     size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0;
     m->first_param = L;
     int spatial = 0;
@@ -149,8 +163,14 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
         if (of > maxf) maxf = of;
         if (needs_col(m, i)) {
             size_t cs = feat(s->oh * s->ow, l->kernel * l->kernel, s->ic);
-            if (cs > maxcol) maxcol = cs;
             keep += cs;
+            if (be->host_memory) {
+                int step = col_chunk(m, i);
+                cs *= (size_t)(step < max_batch ? step : max_batch);
+            } else {
+                cs *= (size_t)max_batch;
+            }
+            if (cs > maxcol) maxcol = cs;
         }
         if (l->kind != HS_LAYER_LINEAR && l->kind != HS_LAYER_RELU &&
             l->kind != HS_LAYER_FLATTEN)
@@ -184,7 +204,8 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
              (err = hs_be_alloc_f(be, mb * (size_t)l->groups, &m->rstd[i])) < 0))
             goto fail;
     }
-    int keep_cols = keep * mb * sizeof(float) <= KEEP_COL_BYTES;
+    /* Host backends build rows chunk by chunk instead (cheaper than keeping them). */
+    int keep_cols = !be->host_memory && keep * mb * sizeof(float) <= KEEP_COL_BYTES;
     for (int i = 0; keep_cols && i < L; i++) {
         const hs__layer_shape *s = &m->sh[i];
         const hs_layer_spec *l = &spec->layer[i];
@@ -197,7 +218,7 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
     if ((err = hs_be_alloc_f(be, mb * maxf, &m->d[0])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->d[1])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->skip)) < 0 ||
-        (maxcol && (err = hs_be_alloc_f(be, mb * maxcol, &m->col)) < 0))
+        (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0))
         goto fail;
     size_t in_f = feat(spec->in_c, spec->in_h, spec->in_w);
     if (!be->host_memory && (err = hs_be_alloc_f(be, mb * in_f, &m->input)) < 0) goto fail;
@@ -280,6 +301,57 @@ static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
     return 0;
 }
 
+/* Y = im2col(A) W^T for conv layer i on a host backend, chunk by chunk. Each output element
+ * is the same dot product over K as in one GEMM over the batch. */
+static int conv_forward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
+                                float *y, int bs) {
+    hs_backend *be = m->be;
+    const hs__layer_shape *s = &m->sh[i];
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
+    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
+    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const int step = col_chunk(m, i);
+    int err = 0;
+    for (int b = 0; b < bs && !err; b += step) {
+        int nb = bs - b < step ? bs - b : step;
+        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+        if (!err)
+            err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K,
+                                m->params + s->w_off, K, 0.0f, y + (size_t)b * rows * out, out);
+    }
+    return err;
+}
+
+/* The weight gradient and (if need_dx) the input gradient of conv layer i on a host backend,
+ * chunk by chunk: the chunk's rows are built, feed dW += dY_chunk^T col (accumulated over the
+ * chunks in batch order), then are overwritten by dcol = dY_chunk W and scattered into dx by
+ * col2im while still in the cache. */
+static int conv_backward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
+                                 const float *g, int bs, int need_dx, float *dx) {
+    hs_backend *be = m->be;
+    const hs__layer_shape *s = &m->sh[i];
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
+    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
+    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const float *W = m->params + s->w_off;
+    float *dW = m->grads + s->w_off;
+    const int step = col_chunk(m, i);
+    int err = 0;
+    for (int b = 0; b < bs && !err; b += step) {
+        int nb = bs - b < step ? bs - b : step;
+        const float *gb = g + (size_t)b * rows * out;
+        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+        if (!err)
+            err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
+                                b ? 1.0f : 0.0f, dW, K);
+        if (!err && need_dx)
+            err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f, m->col,
+                                K);
+        if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dx + (size_t)b * in_f);
+    }
+    return err;
+}
+
 static int forward(hs_model *m, int bs) {
     hs_backend *be = m->be;
     const hs_backend_ops *o = be->ops;
@@ -303,6 +375,11 @@ static int forward(hs_model *m, int bs) {
             g.chw_input = i == 0 && m->spec.in_c > 1;
             int M = bs * s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
             const float *col = a;
+            if (needs_col(m, i) && be->host_memory) {
+                err = conv_forward_chunked(m, i, &g, a, y, bs);
+                if (!err && s->nb) err = o->bias_add(be, y, P + s->b_off, M, l->out);
+                break;
+            }
             if (needs_col(m, i)) {
                 float *c = m->lcol[i] ? m->lcol[i] : m->col;
                 err = o->im2col(be, a, &g, bs, c);
@@ -339,33 +416,6 @@ static int forward(hs_model *m, int bs) {
     return err;
 }
 
-/* Rows of dcol a host backend computes and scatters at a time: small enough to stay in the
- * cache between the GEMM that writes them and col2im that reads them. */
-#define DCOL_CHUNK_BYTES ((size_t)512 << 10)
-
-/* dx = col2im(dY W) for conv layer i on a host backend, a few examples at a time: one GEMM over
- * the whole batch writes rows far larger than the cache (K is small, so that GEMM is
- * memory-bound: 8x slower than these chunks for resnet20's first stage). Each element is the
- * same dot product over the output channels either way. */
-static int dcol_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *g, float *cbuf,
-                        int bs, float *dx) {
-    hs_backend *be = m->be;
-    const hs_layer_spec *l = &m->spec.layer[i];
-    const hs__layer_shape *s = &m->sh[i];
-    const int rows = s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
-    const size_t in_f = feat(s->ic, s->ih, s->iw), per = (size_t)rows * K * sizeof(float);
-    int step = per >= DCOL_CHUNK_BYTES ? 1 : (int)(DCOL_CHUNK_BYTES / per);
-    int err = 0;
-    for (int b = 0; b < bs && !err; b += step) {
-        int nb = bs - b < step ? bs - b : step;
-        float *c = cbuf + (size_t)b * rows * K;
-        err = be->ops->gemm(be, 0, 0, nb * rows, K, l->out, 1.0f, g + (size_t)b * rows * l->out,
-                            l->out, m->params + s->w_off, K, 0.0f, c, K);
-        if (!err) err = be->ops->col2im(be, c, gm, nb, dx + (size_t)b * in_f);
-    }
-    return err;
-}
-
 static int backward(hs_model *m, float *g, int bs) {
     hs_backend *be = m->be;
     const hs_backend_ops *o = be->ops;
@@ -394,6 +444,12 @@ static int backward(hs_model *m, float *g, int bs) {
             gm.chw_input = i == 0 && m->spec.in_c > 1;
             int M = bs * s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
             int direct = !needs_col(m, i);
+            if (!direct && be->host_memory) {
+                err = conv_backward_chunked(m, i, &gm, a, g, bs, need_dx, dx);
+                if (!err && s->nb) err = o->bias_grad(be, G + s->b_off, g, M, l->out);
+                g = dx;
+                break;
+            }
             const float *col = a;
             float *cbuf = m->lcol[i] ? m->lcol[i] : m->col;
             if (!direct) {
@@ -408,12 +464,9 @@ static int backward(hs_model *m, float *g, int bs) {
             if (!err && need_dx) {
                 /* dcol = dY W, written over the col rows (no longer needed) or, for a 1x1
                  * convolution, straight into dA. */
-                if (direct || !be->host_memory)
-                    err = o->gemm(be, 0, 0, M, K, l->out, 1.0f, g, l->out, P + s->w_off, K, 0.0f,
-                                  direct ? dx : cbuf, K);
-                if (!err && !direct)
-                    err = be->host_memory ? dcol_chunked(m, i, &gm, g, cbuf, bs, dx)
-                                          : o->col2im(be, cbuf, &gm, bs, dx);
+                err = o->gemm(be, 0, 0, M, K, l->out, 1.0f, g, l->out, P + s->w_off, K, 0.0f,
+                              direct ? dx : cbuf, K);
+                if (!err && !direct) err = o->col2im(be, cbuf, &gm, bs, dx);
             }
             g = dx;
             break;

@@ -275,6 +275,13 @@ static void test_gradcheck_layers(void **state) {
              GN(2), ADD, RELU, RES, CONV(8, 3, 2, 1, 0), GN(4), RELU, CONV(8, 3, 1, 1, 1), ADD,
              RELU, AVG, LIN(3));
     gradcheck(&s, 3, 6, 7);
+    /* Convolutions the CPU computes a few examples at a time (512 KB of im2col rows per
+     * chunk): the first layer's rows (27 floats a pixel, 110 KB an example) in chunks of 4 and
+     * 1, the second's (144 floats a pixel, 590 KB) one example each, with its input gradient,
+     * so the weight gradient accumulates over partial and single-example chunks. */
+    s = MAKE("conv2d-chunked", 3, 32, 32, 3, CONV(16, 3, 1, 1, 0), GN(4), RELU,
+             CONV(16, 3, 1, 1, 1), RELU, AVG, LIN(3));
+    gradcheck(&s, 5, 4, 8);
 }
 
 static void test_gradcheck_named(void **state) {
