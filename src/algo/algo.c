@@ -503,6 +503,19 @@ void hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w)
     for (size_t k = 0; k < d; k++) acc[k] = acc[k] + w * (a[k] - b[k]);
 }
 
+float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix) {
+    float wsum = 0;
+    memset(mix, 0, sizeof(float) * a->dpub);
+    for (int i = 0; i < v->n_in; i++) {
+        hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
+        if (!n->synced) continue;
+        hs__acc_diff(mix, n->rep, a->own, a->dpub, n->w_in);
+        wsum = wsum + n->w_in;
+    }
+    a->reps_dirty = 0;
+    return wsum;
+}
+
 HS_VECTOR_CLONES
 double hs__step_sq(float *x, const float *m, float g, size_t d) {
     float lane[16] = {0};

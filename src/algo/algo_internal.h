@@ -170,6 +170,11 @@ int hs__algo_present(hs_algo *a, int n, uint8_t **out);
  * machine. */
 void hs__acc_diff(float *acc, const float *a, const float *b, size_t d, float w);
 
+/* The running mix of a replica algorithm (CHOCO, BEER) in full from the replicas: mix (a->dpub
+ * floats, one vector per part) = sum_j W_ij (rep_j - own) over the synced in-neighbours of v, in
+ * view order; returns sum_j W_ij of those and marks the replicas clean. */
+float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix);
+
 /* x[k] += g * m[k] for k < d; returns sum_k m[k]^2 (a statistic, summed in float lanes so the
  * loop vectorises). */
 double hs__step_sq(float *x, const float *m, float g, size_t d);

@@ -107,21 +107,9 @@ static int beer_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return 0;
 }
 
-/* Both mixes in full from the replicas, in view order. */
 static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
     beer_state *s = a->priv;
-    size_t d = a->d;
-    float wsum = 0;
-    memset(s->mix, 0, sizeof(float) * a->dpub);
-    for (int i = 0; i < v->n_in; i++) {
-        hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
-        if (!n->synced) continue;
-        hs__acc_diff(s->mix, n->rep, a->own, d, n->w_in);
-        hs__acc_diff(s->mix + d, n->rep + d, a->own + d, d, n->w_in);
-        wsum = wsum + n->w_in;
-    }
-    s->mix_wsum = wsum;
-    a->reps_dirty = 0;
+    s->mix_wsum = hs__mix_rebuild(a, v, s->mix);
 }
 
 /* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s; dg = V - G (the tracker's

@@ -51,19 +51,9 @@ static int choco_check_compressor(const hs_compressor *c) {
 }
 
 
-/* m = sum_j W_ij (xhat_j - xhat_i) over the synced in-neighbours, in view order. */
 static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
     choco_state *s = a->priv;
-    memset(s->mix, 0, sizeof(float) * a->d);
-    float wsum = 0;
-    for (int i = 0; i < v->n_in; i++) {
-        hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
-        if (!n->synced) continue;
-        hs__acc_diff(s->mix, n->rep, a->own, a->d, n->w_in);
-        wsum = wsum + n->w_in;
-    }
-    s->mix_wsum = wsum;
-    a->reps_dirty = 0;
+    s->mix_wsum = hs__mix_rebuild(a, v, s->mix);
 }
 
 static int choco_init(hs_algo *a, const float *x0) {
