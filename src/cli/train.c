@@ -178,7 +178,6 @@ int hs_cmd_train(int argc, char **argv) {
     a.threads = 1;
     a.seed = 1;
     a.log_every = 100;
-    a.hidden = "256,128";
     a.device = HS_DEVICE_CPU;
     hs_optim_cfg_default(&a.opt);
     a.opt.weight_decay = 1e-4f;
@@ -191,6 +190,7 @@ int hs_cmd_train(int argc, char **argv) {
     if (rc < 0) return -rc;
     if (a.synthetic && a.data)
         return -hs_cli_usage_error("--synthetic and --data exclude each other");
+    if ((rc = hs_runopts_check_hidden(a.model, a.hidden != NULL)) < 0) return -rc;
     if (a.synthetic && a.augment)
         return -hs_cli_usage_error("--augment: the synthetic set has no spatial structure "
                                    "(crops and flips need images)");
