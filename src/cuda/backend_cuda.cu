@@ -402,17 +402,11 @@ fail:
 
 /* Unlike cpu.c, which stops at the first bad label, a bad label here is found after every row
  * ran: the error is the same, but rows other than the bad ones already have their gradient. */
-static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
-                           float *dlogits, float grad_scale, double *loss_sum, int *correct) {
-    cuda_state *s = state(be);
+/* Queues the softmax cross-entropy of m >= 1 rows into s->result. */
+static int queue_xent(cuda_state *s, float *logits, const int32_t *labels, int m, int k,
+                      float *dlogits, float grad_scale) {
     int err = 0;
-    hs_cuda_result r;
     void *scr;
-    if (m <= 0) {
-        if (loss_sum) *loss_sum = 0.0;
-        if (correct) *correct = 0;
-        return 0;
-    }
     /* The kernel's index arithmetic stays in int below 2^30 classes. */
     if (k <= 0 || k > (1 << 30))
         return report(HS_EINVAL, "softmax_xent: %d classes (expected 1..%d)", k, 1 << 30);
@@ -420,7 +414,24 @@ static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels,
     if ((err = scratch_get(s, hs__cuda_xent_scratch(m), &scr)) < 0) return err;
     HS_CUDA_TRY(hs__cuda_softmax_xent(s->stream, logits, labels, m, k, dlogits, grad_scale, scr,
                                       s->result));
-    if ((err = fetch_result(s, &r)) < 0) return err;
+    return 0;
+fail:
+    return err;
+}
+
+static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
+                           float *dlogits, float grad_scale, double *loss_sum, int *correct) {
+    cuda_state *s = state(be);
+    int err = 0;
+    hs_cuda_result r;
+    if (m <= 0) {
+        if (loss_sum) *loss_sum = 0.0;
+        if (correct) *correct = 0;
+        return 0;
+    }
+    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0 ||
+        (err = fetch_result(s, &r)) < 0)
+        return err;
     if (r.first_bad >= 0) {
         int32_t y = 0;
         HS_CUDA_TRY(cudaMemcpyAsync(&y, labels + r.first_bad, sizeof(y), cudaMemcpyDeviceToHost,
@@ -443,14 +454,8 @@ static int cu_softmax_xent_acc(hs_backend *be, float *logits, const int32_t *lab
                                int k, float *dlogits, float grad_scale, hs_xent_acc *acc) {
     cuda_state *s = state(be);
     int err = 0;
-    void *scr;
     if (m <= 0) return 0;
-    if (k <= 0 || k > (1 << 30))
-        return report(HS_EINVAL, "softmax_xent: %d classes (expected 1..%d)", k, 1 << 30);
-    HS_CUDA_TRY(set_device(s));
-    if ((err = scratch_get(s, hs__cuda_xent_scratch(m), &scr)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_softmax_xent(s->stream, logits, labels, m, k, dlogits, grad_scale, scr,
-                                      s->result));
+    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0) return err;
     HS_CUDA_TRY(hs__cuda_xent_accumulate(s->stream, s->result, labels, m, k, acc));
     return 0;
 fail:
@@ -626,9 +631,9 @@ static const hs_backend_ops cuda_ops = {
     cu_bias_grad,    /* bias_grad */
     cu_relu,         /* relu */
     cu_relu_grad,    /* relu_grad */
-    cu_softmax_xent, /* softmax_xent */
+    cu_softmax_xent,     /* softmax_xent */
     cu_softmax_xent_acc, /* softmax_xent_acc */
-    cu_xent_read,    /* xent_read */
+    cu_xent_read,        /* xent_read */
     cu_sgd_step,     /* sgd_step */
     cu_destroy,      /* destroy */
     cu_adamw_step,          /* adamw_step */
