@@ -3,7 +3,8 @@
  * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
  * uploaded after each mixing step and downloaded after the local steps, through page-locked
  * memory where the backend has it, and the shard stays on the device (model/devshard.h) so
- * that the local steps copy nothing else. One thread. */
+ * that the local steps copy nothing else; their losses are summed there too and read once, at
+ * the round's end. One thread. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
