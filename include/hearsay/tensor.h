@@ -65,6 +65,21 @@ typedef struct hs_gather_geom {
     int pad;  /* the crop's zero border when augmenting (HS_AUGMENT_PAD, hearsay/data.h) */
 } hs_gather_geom;
 
+/* Running totals of softmax_xent_acc over the steps since the buffer was last zeroed: a few
+ * bytes of backend memory (alloc'd zeroed by the caller) that a training loop reads back only
+ * where it needs a value, with xent_read. All zero is the empty state. */
+typedef struct hs_xent_acc {
+    double loss;          /* the sum over the calls of each call's mean loss (loss sum / m) */
+    double nonfinite_loss; /* the mean loss of call nonfinite_call */
+    int64_t correct;      /* rows whose arg-max was their label */
+    int64_t rows;
+    int64_t calls;
+    int64_t nonfinite_call; /* the first call (from 1) whose mean loss was not finite; 0: none */
+    int64_t bad_call;       /* the first call (from 1) with a label outside [0, k); 0: none */
+    int32_t bad_row, bad_label, bad_classes; /* of that call: row, label and k */
+    int32_t reserved;
+} hs_xent_acc;
+
 typedef struct hs_backend_ops {
     const char *name;
 
@@ -105,6 +120,18 @@ typedef struct hs_backend_ops {
      * dlogits may alias logits. */
     int (*softmax_xent)(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
                         float *dlogits, float grad_scale, double *loss_sum, int *correct);
+    /* softmax_xent for a training step whose loss the host does not wait for: the call's mean
+     * loss, correct count and rows are added to *acc (backend memory), and a bad label or a
+     * non-finite mean loss is recorded there (the first of each) instead of returned. Nothing
+     * is copied to the host and nothing waits, so a device backend can queue the next step's
+     * work behind it. A backend whose memory is the host's may also return a bad label at once,
+     * as softmax_xent does (the CPU does: its behaviour is then exactly softmax_xent's). */
+    int (*softmax_xent_acc)(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
+                            float *dlogits, float grad_scale, hs_xent_acc *acc);
+    /* Copies *acc (backend memory) to *out (host) and, when reset is non-zero, zeroes *acc: the
+     * one point where the accumulated steps are waited for (one small copy through page-locked
+     * memory on CUDA). */
+    int (*xent_read)(hs_backend *be, hs_xent_acc *acc, hs_xent_acc *out, int reset);
     /* One SGD step on n parameters: x, gradient g, velocity v (may be NULL if momentum is 0). */
     int (*sgd_step)(hs_backend *be, float *x, const float *g, float *v, size_t n,
                     const hs_sgd_hparams *h);

@@ -390,7 +390,7 @@ int hs_cmd_run(int argc, char **argv) {
                                      "port, or port 0 for any free one)"
                                    : "");
         exit_code = (err == HS_EMISMATCH || err == HS_EAUTH || err == HS_EINVAL || err == HS_ETLS ||
-                     err == HS_ENOENT || addr_err)
+                     err == HS_ENOENT || err == HS_ENOTSUP || addr_err)
                         ? HS_EXIT_USAGE
                         : HS_EXIT_FAIL;
         /* Stopped before training began: nothing to save, the status says by which signal. */

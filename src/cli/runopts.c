@@ -95,7 +95,10 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_SYNTHETIC: o->synthetic = 1; return 0;
     case RO_SUBSET: return hs_cli_long("--subset", v, 1, 1L << 32, &o->subset);
     case RO_TEST_SUBSET: return hs_cli_long("--test-subset", v, 1, 1L << 32, &o->test_subset);
-    case RO_HIDDEN: o->hidden = v; return 0;
+    case RO_HIDDEN:
+        o->hidden = v;
+        o->hidden_set = 1;
+        return 0;
     case RO_MODEL: o->model = v; return 0;
     case RO_EPOCHS: return hs_cli_double("--epochs", v, 1e-6, 1e6, &o->epochs);
     case RO_ROUNDS: return hs_cli_long("--rounds", v, 1, 1L << 40, &o->rounds);
@@ -157,8 +160,20 @@ float hs_runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t wh
     return hs__node_auto_gamma_c(&o->algo, o->topology, n, d, o->seed, why, why_len);
 }
 
+int hs_runopts_check_hidden(const char *model, int hidden_set) {
+    /* Only the plain MLP takes its widths from --hidden; anywhere else they would be dropped
+     * without a word, and the run would not be the model the user described. */
+    if (hidden_set && model && strcmp(model, "mlp") != 0)
+        return hs_cli_usage_error("--hidden applies to --model mlp only, not --model %s%s", model,
+                                  !strncmp(model, "mlp:", 4) ? " (whose widths are given in it)"
+                                                              : "");
+    return 0;
+}
+
 int hs_runopts_finish(hs_runopts *o) {
     if (o->synthetic && o->data) return hs_cli_usage_error("--synthetic and --data exclude each other");
+    int err = hs_runopts_check_hidden(o->model, o->hidden_set);
+    if (err < 0) return err;
     if (o->optim.kind == HS_OPTIM_ADAMW) {
         if (!o->lr_set) o->optim.lr = 1e-3f;
         if (o->optim.nesterov) return hs_cli_usage_error("--nesterov applies to --optimizer sgd only");
@@ -172,7 +187,7 @@ int hs_runopts_finish(hs_runopts *o) {
     hs_compressor *c;
     if (hs_compressor_new(&c, o->compress, (size_t)1 << 24, 1) < 0)
         return hs_cli_usage_error("--compress %s: %s", o->compress, hs_error_message());
-    int err = hs_algo_check_compressor(o->algo.kind, c);
+    err = hs_algo_check_compressor(o->algo.kind, c);
     hs_compressor_free(c);
     if (err < 0) return hs_cli_usage_error("%s", hs_error_message());
     /* The algorithm and the topology are checked together before any data is loaded: a file

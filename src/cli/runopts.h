@@ -19,6 +19,7 @@ typedef struct hs_runopts {
     int augment;
     long subset, test_subset;
     const char *hidden;
+    int hidden_set;    /* --hidden given: refused unless the model is the plain mlp */
     const char *model; /* --model; NULL: the MLP of --hidden */
     /* training */
     double epochs;
@@ -106,6 +107,9 @@ float hs_runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t wh
 /* Checks combinations and fills derived values (the compressor in algo, gamma_c). Prints the
  * problem and returns -HS_EXIT_USAGE. */
 int hs_runopts_finish(hs_runopts *o);
+/* -HS_EXIT_USAGE (printed) when --hidden was given for a model other than the plain mlp (model
+ * NULL is the mlp); hearsay train shares it. */
+int hs_runopts_check_hidden(const char *model, int hidden_set);
 
 /* Loads the training and test sets the options describe (an image set as hs_data_load finds it,
  * or synthetic, with the subsets) and prints the normalisation unless quiet. Prints the problem

@@ -166,7 +166,9 @@ int hs_cmd_sim(int argc, char **argv) {
     }
     if ((err = hs_sim_new(&sim, be, &sc, train)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
-        exit_code = err == HS_EINVAL ? HS_EXIT_USAGE : HS_EXIT_FAIL;
+        /* HS_ENOTSUP: the model needs a layer the --device lacks, a request that cannot be
+         * met like a bad flag (hearsay train and run say the same). */
+        exit_code = err == HS_EINVAL || err == HS_ENOTSUP ? HS_EXIT_USAGE : HS_EXIT_FAIL;
         goto out;
     }
     if (a.ro.metrics && (err = hs_metrics_open(&metrics, a.ro.metrics, 0)) < 0) {

@@ -162,11 +162,11 @@ static int save_params(const char *path, hs_model *m) {
 }
 
 /* One step's gradient on the batcher's next batch, gathered on the host; returns its size. */
-static int step_host(hs_batcher *b, hs_model *m, hs_step_stats *st) {
+static int step_host(hs_batcher *b, hs_model *m, hs_xent_acc *acc) {
     const float *bx;
     const int32_t *by;
     int bs = hs_batcher_next(b, &bx, &by);
-    int err = hs_model_grad(m, bx, by, bs, st);
+    int err = hs__model_grad_acc(m, bx, by, bs, acc);
     return err < 0 ? err : bs;
 }
 
@@ -178,7 +178,6 @@ int hs_cmd_train(int argc, char **argv) {
     a.threads = 1;
     a.seed = 1;
     a.log_every = 100;
-    a.hidden = "256,128";
     a.device = HS_DEVICE_CPU;
     hs_optim_cfg_default(&a.opt);
     a.opt.weight_decay = 1e-4f;
@@ -191,6 +190,7 @@ int hs_cmd_train(int argc, char **argv) {
     if (rc < 0) return -rc;
     if (a.synthetic && a.data)
         return -hs_cli_usage_error("--synthetic and --data exclude each other");
+    if ((rc = hs_runopts_check_hidden(a.model, a.hidden != NULL)) < 0) return -rc;
     if (a.synthetic && a.augment)
         return -hs_cli_usage_error("--augment: the synthetic set has no spatial structure "
                                    "(crops and flips need images)");
@@ -207,6 +207,7 @@ int hs_cmd_train(int argc, char **argv) {
     hs_optim *opt = NULL;
     hs_batcher *batcher = NULL;
     hs__devshard *dev = NULL;
+    hs__lossacc *lacc = NULL;
     hs_metrics_file *metrics = NULL;
     int tty = isatty(STDOUT_FILENO) && !a.quiet;
 
@@ -255,7 +256,8 @@ int hs_cmd_train(int argc, char **argv) {
     if (!batcher ||
         (err = hs_model_new_spec(&model, be, &mspec, a.batch)) < 0 ||
         (err = hs_model_init(model, a.seed)) < 0 ||
-        (err = hs__devshard_new(&dev, be, train, model, a.batch)) < 0) {
+        (err = hs__devshard_new(&dev, be, train, model, a.batch)) < 0 ||
+        (err = hs__lossacc_new(&lacc, be)) < 0) {
         fprintf(stderr, "hearsay train: %s\n", hs_error_message());
         if (err == HS_ENOTSUP || err == HS_EINVAL) exit_code = HS_EXIT_USAGE;
         goto out;
@@ -287,8 +289,11 @@ int hs_cmd_train(int argc, char **argv) {
     fflush(stdout);
 
     float *x = hs_model_params(model), *g = hs_model_grads(model);
-    double t_train = 0, t_last_print = 0, loss_acc = 0;
-    long loss_n = 0, samples = 0, step = 0;
+    double t_train = 0, t_last_print = 0;
+    long samples = 0, step = 0;
+    long loss_base = 0; /* steps before the first one the running loss covers */
+    hs_xent_acc *lbuf = hs__lossacc_buf(lacc), ltot;
+    memset(&ltot, 0, sizeof(ltot));
     double test_loss = NAN, test_acc = NAN;
     int stopped = 0;
     while (step < total) {
@@ -297,10 +302,9 @@ int hs_cmd_train(int argc, char **argv) {
             break;
         }
         double t0 = hs_cli_now();
-        hs_step_stats st;
         float lr;
-        int bs = err = dev ? hs__devshard_grad(dev, batcher, model, &st)
-                           : step_host(batcher, model, &st);
+        int bs = err = dev ? hs__devshard_grad(dev, batcher, model, lbuf)
+                           : step_host(batcher, model, lbuf);
         if (err < 0 || (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
             fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
             goto out;
@@ -309,15 +313,26 @@ int hs_cmd_train(int argc, char **argv) {
         t_train += t1 - t0;
         samples += bs;
         step++;
-        if (!isfinite(st.loss)) {
-            fprintf(stderr, "hearsay train: loss is %g at step %ld: training diverged "
-                            "(lower --lr)\n", st.loss, step);
-            goto out;
-        }
-        loss_acc += st.loss;
-        loss_n++;
         int epoch_end = step % spe == 0;
         int do_eval = !a.no_eval && (a.eval_every > 0 ? step % a.eval_every == 0 : epoch_end);
+        int write_now = metrics && (do_eval || step % a.log_every == 0 || epoch_end);
+        int print_now = tty ? (t1 - t_last_print > 0.25 || do_eval)
+                            : (!a.quiet && (step % a.log_every == 0 || do_eval));
+        /* The running loss restarts with each epoch and evaluation. It is read where a value
+         * is needed (a line to print or write, its restart, the last step), on a device only
+         * there: the steps between are queued without waiting for their losses. */
+        int restart = epoch_end || do_eval;
+        if (hs__lossacc_eager(lacc) || write_now || print_now || restart || step == total) {
+            if ((err = hs__lossacc_read(lacc, loss_base, step, restart, &ltot)) < 0) {
+                if (err == HS_EDIVERGED)
+                    fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n",
+                            hs_error_message());
+                else
+                    fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
+                goto out;
+            }
+            if (restart) loss_base = step;
+        }
         if (do_eval) {
             if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
                 fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
@@ -329,7 +344,7 @@ int hs_cmd_train(int argc, char **argv) {
         hs_metrics_init(&rec);
         hs_metrics_set(&rec, HS_MF_STEP, (double)step);
         hs_metrics_set(&rec, HS_MF_EPOCH, (double)step / spe);
-        hs_metrics_set(&rec, HS_MF_LOSS, loss_acc / loss_n);
+        hs_metrics_set(&rec, HS_MF_LOSS, ltot.loss / (double)ltot.calls);
         hs_metrics_set(&rec, HS_MF_LR, lr);
         hs_metrics_set(&rec, HS_MF_SAMPLES_PER_S, t_train > 0 ? samples / t_train : 0);
         hs_metrics_set(&rec, HS_MF_TRAIN_TIME, t_train);
@@ -337,13 +352,10 @@ int hs_cmd_train(int argc, char **argv) {
             hs_metrics_set(&rec, HS_MF_TEST_LOSS, test_loss);
             hs_metrics_set(&rec, HS_MF_TEST_ACC, test_acc);
         }
-        if (metrics && (do_eval || step % a.log_every == 0 || epoch_end) &&
-            (err = hs_metrics_write(metrics, &rec)) < 0) {
+        if (write_now && (err = hs_metrics_write(metrics, &rec)) < 0) {
             fprintf(stderr, "hearsay train: %s\n", hs_error_message());
             goto out;
         }
-        int print_now = tty ? (t1 - t_last_print > 0.25 || do_eval)
-                            : (!a.quiet && (step % a.log_every == 0 || do_eval));
         if (print_now) {
             char accs[32] = "";
             if (!isnan(test_acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * test_acc);
@@ -353,10 +365,6 @@ int hs_cmd_train(int argc, char **argv) {
             if (tty && do_eval) printf("\n");
             fflush(stdout);
             t_last_print = t1;
-        }
-        if (epoch_end || do_eval) {
-            loss_acc = 0;
-            loss_n = 0;
         }
     }
     if (tty) printf("\n");
@@ -386,6 +394,7 @@ int hs_cmd_train(int argc, char **argv) {
 out:
     hs_metrics_close(metrics);
     hs__devshard_free(dev);
+    hs__lossacc_free(lacc);
     hs_batcher_free(batcher);
     hs_optim_free(opt);
     hs_model_free(model);

@@ -5,9 +5,12 @@
  *
  * Threading: a backend is used by one thread at a time (tensor.h), but not always the thread
  * that opened it, so every op first makes the backend's device current on the calling thread.
- * Ordering: all work goes to one stream in the backend's state. Copies, dot and softmax_xent
- * (which return values to the host) wait for that stream; the other ops return once enqueued,
- * and any error of theirs surfaces at the next op that waits. */
+ * Ordering: all work goes to one stream in the backend's state. Copies, dot, softmax_xent and
+ * xent_read (which return values to the host) wait for that stream; the other ops return once
+ * enqueued, and any error of theirs surfaces at the next op that waits. A training step
+ * therefore waits for nothing: its loss goes to softmax_xent_acc's device totals, which the
+ * trainer reads (one small copy into page-locked memory, one wait) only at a progress line,
+ * an evaluation or a round's end, where x or a value is copied back anyway. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -36,6 +39,7 @@ typedef struct cuda_state {
     cudaStream_t stream;
     cublasHandle_t blas;
     hs_cuda_result *result; /* device: what a reduction hands back to the host */
+    hs_xent_acc *acc_host;  /* page-locked: where xent_read lands the loss totals */
     void *scratch;          /* device: reduction partials, grown on demand */
     size_t scratch_bytes;
 } cuda_state;
@@ -398,17 +402,11 @@ fail:
 
 /* Unlike cpu.c, which stops at the first bad label, a bad label here is found after every row
  * ran: the error is the same, but rows other than the bad ones already have their gradient. */
-static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
-                           float *dlogits, float grad_scale, double *loss_sum, int *correct) {
-    cuda_state *s = state(be);
+/* Queues the softmax cross-entropy of m >= 1 rows into s->result. */
+static int queue_xent(cuda_state *s, float *logits, const int32_t *labels, int m, int k,
+                      float *dlogits, float grad_scale) {
     int err = 0;
-    hs_cuda_result r;
     void *scr;
-    if (m <= 0) {
-        if (loss_sum) *loss_sum = 0.0;
-        if (correct) *correct = 0;
-        return 0;
-    }
     /* The kernel's index arithmetic stays in int below 2^30 classes. */
     if (k <= 0 || k > (1 << 30))
         return report(HS_EINVAL, "softmax_xent: %d classes (expected 1..%d)", k, 1 << 30);
@@ -416,7 +414,24 @@ static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels,
     if ((err = scratch_get(s, hs__cuda_xent_scratch(m), &scr)) < 0) return err;
     HS_CUDA_TRY(hs__cuda_softmax_xent(s->stream, logits, labels, m, k, dlogits, grad_scale, scr,
                                       s->result));
-    if ((err = fetch_result(s, &r)) < 0) return err;
+    return 0;
+fail:
+    return err;
+}
+
+static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels, int m, int k,
+                           float *dlogits, float grad_scale, double *loss_sum, int *correct) {
+    cuda_state *s = state(be);
+    int err = 0;
+    hs_cuda_result r;
+    if (m <= 0) {
+        if (loss_sum) *loss_sum = 0.0;
+        if (correct) *correct = 0;
+        return 0;
+    }
+    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0 ||
+        (err = fetch_result(s, &r)) < 0)
+        return err;
     if (r.first_bad >= 0) {
         int32_t y = 0;
         HS_CUDA_TRY(cudaMemcpyAsync(&y, labels + r.first_bad, sizeof(y), cudaMemcpyDeviceToHost,
@@ -427,6 +442,35 @@ static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels,
     }
     if (loss_sum) *loss_sum = r.sum;
     if (correct) *correct = r.count;
+    return 0;
+fail:
+    return err;
+}
+
+/* softmax_xent without the wait: the result stays on the device and is added to acc there. A
+ * bad label is recorded in acc (and reported by the next xent_read); its rows get no gradient,
+ * as in cu_softmax_xent. */
+static int cu_softmax_xent_acc(hs_backend *be, float *logits, const int32_t *labels, int m,
+                               int k, float *dlogits, float grad_scale, hs_xent_acc *acc) {
+    cuda_state *s = state(be);
+    int err = 0;
+    if (m <= 0) return 0;
+    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0) return err;
+    HS_CUDA_TRY(hs__cuda_xent_accumulate(s->stream, s->result, labels, m, k, acc));
+    return 0;
+fail:
+    return err;
+}
+
+static int cu_xent_read(hs_backend *be, hs_xent_acc *acc, hs_xent_acc *out, int reset) {
+    cuda_state *s = state(be);
+    int err = 0;
+    HS_CUDA_TRY(set_device(s));
+    HS_CUDA_TRY(cudaMemcpyAsync(s->acc_host, acc, sizeof(*acc), cudaMemcpyDeviceToHost,
+                                s->stream));
+    if (reset) HS_CUDA_TRY(cudaMemsetAsync(acc, 0, sizeof(*acc), s->stream));
+    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
+    *out = *s->acc_host;
     return 0;
 fail:
     return err;
@@ -465,6 +509,7 @@ static void state_free(cuda_state *s) {
     if (s->blas) cublasDestroy(s->blas);
     if (s->scratch) cudaFree(s->scratch);
     if (s->result) cudaFree(s->result);
+    if (s->acc_host) cudaFreeHost(s->acc_host);
     if (s->stream) cudaStreamDestroy(s->stream);
     free(s);
 }
@@ -586,7 +631,9 @@ static const hs_backend_ops cuda_ops = {
     cu_bias_grad,    /* bias_grad */
     cu_relu,         /* relu */
     cu_relu_grad,    /* relu_grad */
-    cu_softmax_xent, /* softmax_xent */
+    cu_softmax_xent,     /* softmax_xent */
+    cu_softmax_xent_acc, /* softmax_xent_acc */
+    cu_xent_read,        /* xent_read */
     cu_sgd_step,     /* sgd_step */
     cu_destroy,      /* destroy */
     cu_adamw_step,          /* adamw_step */
@@ -642,6 +689,7 @@ int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_hos
      * with ours; our copies are ordered on this stream instead. */
     HS_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if ((err = device_malloc((void **)&s->result, sizeof(*s->result))) < 0) goto fail;
+    HS_CUDA_TRY(cudaMallocHost((void **)&s->acc_host, sizeof(*s->acc_host)));
     HS_CUBLAS_TRY(cublasCreate(&s->blas));
     HS_CUBLAS_TRY(cublasSetStream(s->blas, s->stream));
     /* FP32 GEMM stays FP32: the default math mode never uses TF32 unless asked, and saying so

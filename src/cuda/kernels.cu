@@ -402,6 +402,33 @@ cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t 
     return cudaGetLastError();
 }
 
+static __global__ void xent_acc_kernel(const hs_cuda_result *r, const int32_t *labels, int m,
+                                       int k, hs_xent_acc *acc) {
+    int64_t call = acc->calls + 1;
+    acc->calls = call;
+    if (r->first_bad >= 0 && !acc->bad_call) {
+        acc->bad_call = call;
+        acc->bad_row = r->first_bad;
+        acc->bad_label = labels[r->first_bad];
+        acc->bad_classes = k;
+    }
+    double mean = r->sum / (double)m;
+    if (!isfinite(mean) && !acc->nonfinite_call) {
+        acc->nonfinite_call = call;
+        acc->nonfinite_loss = mean;
+    }
+    acc->loss += mean;
+    acc->correct += r->count;
+    acc->rows += m;
+}
+
+cudaError_t hs__cuda_xent_accumulate(cudaStream_t st, const hs_cuda_result *r,
+                                     const int32_t *labels, int m, int k, hs_xent_acc *acc) {
+    if (m <= 0) return cudaErrorInvalidValue; /* the caller handles it */
+    xent_acc_kernel<<<1, 1, 0, st>>>(r, labels, m, k, acc);
+    return cudaGetLastError();
+}
+
 cudaError_t hs__cuda_probe(void) {
     cudaFuncAttributes attr;
     return cudaFuncGetAttributes(&attr, fill_kernel);

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hearsay/tensor.h"
+
 /* What a reduction returns to the host, in one small device buffer. */
 struct hs_cuda_result {
     double sum;    /* dot product, or the summed softmax cross-entropy loss */
@@ -66,6 +68,13 @@ size_t hs__cuda_xent_scratch(int m);
 cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t *labels, int m,
                                   int k, float *dlogits, float scale, void *scratch,
                                   hs_cuda_result *out);
+
+/* Adds the softmax_xent result r (of m >= 1 rows of k classes with these labels) to the
+ * running totals acc (hearsay/tensor.h), on the device: the call's mean loss r->sum / m in
+ * double, as the host added per-step means, and the first bad label and the first non-finite
+ * mean with the call that had them. One thread; nothing returns to the host. */
+cudaError_t hs__cuda_xent_accumulate(cudaStream_t st, const hs_cuda_result *r,
+                                     const int32_t *labels, int m, int k, hs_xent_acc *acc);
 
 /* cudaSuccess when the current device can run this module's kernels (an image for its
  * architecture was compiled in); otherwise the error that every launch would give. */

@@ -502,8 +502,10 @@ static int backward(hs_model *m, float *g, int bs) {
     return err;
 }
 
-/* Forward, loss and backward on the batch in act[0] with labels yin (backend memory). */
-static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *st) {
+/* Forward, loss and backward on the batch in act[0] with labels yin (backend memory). With
+ * acc, the loss goes into that backend buffer (softmax_xent_acc) and st is not filled. */
+static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *st,
+                       hs_xent_acc *acc) {
     int err = forward(m, bs);
     if (err < 0) return err;
     int L = m->spec.n_layers;
@@ -511,9 +513,13 @@ static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *s
     int correct = 0;
     /* The logits' gradient overwrites them in place. */
     float *logits = m->act[L];
-    if ((err = m->be->ops->softmax_xent(m->be, logits, yin, bs, m->spec.classes, logits,
-                                        1.0f / (float)bs, &loss, &correct)) < 0)
-        return err;
+    if (acc)
+        err = m->be->ops->softmax_xent_acc(m->be, logits, yin, bs, m->spec.classes, logits,
+                                           1.0f / (float)bs, acc);
+    else
+        err = m->be->ops->softmax_xent(m->be, logits, yin, bs, m->spec.classes, logits,
+                                       1.0f / (float)bs, &loss, &correct);
+    if (err < 0) return err;
     if ((err = backward(m, logits, bs)) < 0) return err;
     if (st) {
         st->loss = loss / bs;
@@ -527,16 +533,23 @@ int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step
     const int32_t *yin;
     int err = stage_batch(m, x, y, bs, &yin);
     if (err < 0) return err;
-    return grad_staged(m, yin, bs, st);
+    return grad_staged(m, yin, bs, st, NULL);
+}
+
+int hs__model_grad_acc(hs_model *m, const float *x, const int32_t *y, int bs, hs_xent_acc *acc) {
+    const int32_t *yin;
+    int err = stage_batch(m, x, y, bs, &yin);
+    if (err < 0) return err;
+    return grad_staged(m, yin, bs, NULL, acc);
 }
 
 int hs__model_grad_dev(hs_model *m, const float *x, const int32_t *y, int bs,
-                       hs_step_stats *st) {
+                       hs_xent_acc *acc) {
     if (bs <= 0 || bs > m->max_batch)
         return hs__err(HS_EINVAL, "model: batch of %d examples (this model takes 1..%d)", bs,
                        m->max_batch);
     m->act[0] = (float *)(uintptr_t)x; /* read only: no layer writes its input */
-    return grad_staged(m, y, bs, st);
+    return grad_staged(m, y, bs, NULL, acc);
 }
 
 int hs__model_input_nhwc(const hs_model *m) { return m->transpose_in; }

@@ -153,6 +153,34 @@ static int cpu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels
     return 0;
 }
 
+/* The per-step values cost nothing here: a bad label is returned at once, as softmax_xent
+ * does, and the totals are summed in the order the trainer summed per-step losses before. */
+static int cpu_softmax_xent_acc(hs_backend *be, float *logits, const int32_t *labels, int m,
+                                int k, float *dlogits, float grad_scale, hs_xent_acc *acc) {
+    double loss = 0;
+    int ok = 0;
+    if (m <= 0) return 0;
+    int err = cpu_softmax_xent(be, logits, labels, m, k, dlogits, grad_scale, &loss, &ok);
+    if (err < 0) return err;
+    double mean = loss / m;
+    acc->calls++;
+    if (!isfinite(mean) && !acc->nonfinite_call) {
+        acc->nonfinite_call = acc->calls;
+        acc->nonfinite_loss = mean;
+    }
+    acc->loss += mean;
+    acc->correct += ok;
+    acc->rows += m;
+    return 0;
+}
+
+static int cpu_xent_read(hs_backend *be, hs_xent_acc *acc, hs_xent_acc *out, int reset) {
+    (void)be;
+    *out = *acc;
+    if (reset) memset(acc, 0, sizeof(*acc));
+    return 0;
+}
+
 HS_VECTOR_CLONES
 static int cpu_sgd_step(hs_backend *be, float *x, const float *g, float *v, size_t n,
                         const hs_sgd_hparams *h) {
@@ -221,6 +249,8 @@ static const hs_backend_ops cpu_ops = {
     .relu = cpu_relu,
     .relu_grad = cpu_relu_grad,
     .softmax_xent = cpu_softmax_xent,
+    .softmax_xent_acc = cpu_softmax_xent_acc,
+    .xent_read = cpu_xent_read,
     .sgd_step = cpu_sgd_step,
     .destroy = cpu_destroy,
     .adamw_step = cpu_adamw_step,

@@ -3,7 +3,8 @@
  * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
  * uploaded after each mixing step and downloaded after the local steps, through page-locked
  * memory where the backend has it, and the shard stays on the device (model/devshard.h) so
- * that the local steps copy nothing else. One thread. */
+ * that the local steps copy nothing else; their losses are summed there too and read once, at
+ * the round's end. One thread. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ struct hs_trainer {
     hs_optim *opt;
     hs_batcher *batch;
     hs__devshard *dev; /* the shard in backend memory, or NULL: batches from the host */
+    hs__lossacc *loss; /* the local steps' loss, read at the round's end (or every step) */
     hs_algo *algo;
     size_t d;
     /* The optimizer always steps the model's parameters, which hold the evaluation point:
@@ -44,6 +46,7 @@ void hs_trainer_free(hs_trainer *t) {
     else if (t->own_host) free(t->x_host);
     hs_algo_free(t->algo);
     hs__devshard_free(t->dev);
+    hs__lossacc_free(t->loss);
     hs_batcher_free(t->batch);
     hs_optim_free(t->opt);
     hs_model_free(t->model);
@@ -75,7 +78,8 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     if ((err = hs_optim_new(&t->opt, be, t->d, &cfg->optim)) < 0 ||
         (err = hs_batcher_new(&t->batch, shard, cfg->batch, cfg->seed, cfg->stream, 0)) < 0 ||
         (err = hs_batcher_set_augment(t->batch, cfg->augment)) < 0 ||
-        (err = hs__devshard_new(&t->dev, be, shard, t->model, cfg->batch)) < 0)
+        (err = hs__devshard_new(&t->dev, be, shard, t->model, cfg->batch)) < 0 ||
+        (err = hs__lossacc_new(&t->loss, be)) < 0)
         goto fail;
     t->split_eval = hs_algo_kind_split_eval(acfg->kind);
     float *params = hs_model_params(t->model);
@@ -149,35 +153,46 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The round's local steps queue their losses into t->loss; the host waits for them once, at
+ * the round's end, where x comes back anyway (on a host backend, after every step: free, and
+ * a divergence stops at its own step). A non-finite loss is HS_EDIVERGED naming its step. */
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     (void)r;
-    double t0 = now_s(), loss = 0;
+    double t0 = now_s();
     int samples = 0, err;
     float lr = 0;
     if ((err = stage_params(t)) < 0) return err;
     float *params = hs_model_params(t->model);
-    for (int h = 0; h < t->cfg.local_steps; h++) {
-        hs_step_stats ss;
+    hs_xent_acc *buf = hs__lossacc_buf(t->loss), tot;
+    long base = t->steps;
+    for (int h = 0; h < t->cfg.local_steps && err == 0; h++) {
         int bs;
         if (t->dev) {
-            if ((bs = err = hs__devshard_grad(t->dev, t->batch, t->model, &ss)) < 0) return err;
+            bs = err = hs__devshard_grad(t->dev, t->batch, t->model, buf);
         } else {
             const float *bx;
             const int32_t *by;
             bs = hs_batcher_next(t->batch, &bx, &by);
-            if ((err = hs_model_grad(t->model, bx, by, bs, &ss)) < 0) return err;
+            err = hs__model_grad_acc(t->model, bx, by, bs, buf);
         }
-        if ((err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
-            return err;
+        if (err < 0 ||
+            (err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
+            break;
         t->steps++;
-        if (!isfinite(ss.loss))
-            return hs__err(HS_EDIVERGED, "the training loss is %g at step %ld", ss.loss, t->steps);
-        loss += ss.loss;
+        if (hs__lossacc_eager(t->loss))
+            err = hs__lossacc_read(t->loss, base, t->steps, 0, &tot);
         samples += bs;
     }
-    if ((err = unstage_params(t)) < 0) return err;
+    if (err < 0) {
+        /* The next round starts from empty totals, whatever this one left in them. */
+        hs__lossacc_clear(t->loss);
+        return err;
+    }
+    if ((err = hs__lossacc_read(t->loss, base, t->steps, 1, &tot)) < 0 ||
+        (err = unstage_params(t)) < 0)
+        return err;
     if (st) {
-        st->loss = loss / t->cfg.local_steps;
+        st->loss = tot.loss / t->cfg.local_steps;
         st->samples = samples;
         st->lr = lr;
         st->compute_s = now_s() - t0;

@@ -152,6 +152,26 @@ model-errors)
     expect_usage_error "model file $tmp/none.json: cannot open" sim -n 2 --synthetic \
         --model "$tmp/none.json"
     expect_usage_error "--model vgg: unknown model" run --insecure --synthetic --model vgg
+    # --hidden shapes only the plain mlp: with any other model it is refused, not dropped,
+    # by every command (launch before it starts a peer), from a flag or a config file.
+    hid="--hidden applies to --model mlp only"
+    expect_usage_error "$hid, not --model cnn-small" train --synthetic --model cnn-small --hidden 64
+    expect_usage_error "$hid, not --model mlp:784-32-10" train --synthetic --model mlp:784-32-10 \
+        --hidden 64
+    expect_usage_error "$hid, not --model $tmp/m.json" sim -n 2 --synthetic --hidden 64 \
+        --model "$tmp/m.json"
+    expect_usage_error "$hid, not --model resnet20" run --insecure --synthetic --model resnet20 \
+        --hidden 64,32
+    expect_usage_error "$hid, not --model cnn-small" launch -n 2 --runs-dir "$tmp/runs" \
+        --synthetic --model cnn-small --hidden 64
+    [[ ! -e $tmp/runs ]] || fail "launch created $tmp/runs before refusing --hidden"
+    printf '{"model": "cnn-small", "hidden": "64"}' >"$tmp/hid.json"
+    expect_usage_error "$hid, not --model cnn-small" sim -n 2 --synthetic --config "$tmp/hid.json"
+    # The plain mlp still takes it (64 + 32 hidden units: 784*64+64 + 64*32+32 + 32*10+10).
+    timeout 120 "$hs" train --synthetic --subset 500 --test-subset 100 --max-steps 2 \
+        --model mlp --hidden 64,32 >"$tmp/out" 2>&1 || fail "train --model mlp --hidden: $(tail -3 "$tmp/out")"
+    grep -q '^hearsay train: mlp:784-64-32-10, 52650 parameters' "$tmp/out" ||
+        fail "--model mlp --hidden 64,32: $(head -1 "$tmp/out")"
     # A JSON model trains through train and sim.
     printf '{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}, {"type": "linear"}]}' \
         >"$tmp/m.json"

@@ -83,6 +83,8 @@ static void compare(int conv_first, int augment) {
     assert_int_equal(hs__devshard_new(&sh, dev, ds, md, batch), 0);
     assert_non_null(sh);
     size_t d = hs_model_nparams(mh);
+    hs_xent_acc *acc;
+    assert_int_equal(dev->ops->alloc(dev, sizeof(*acc), (void **)&acc), 0);
     for (int step = 0; step < 14; step++) {
         if (step == 10) {
             /* A resume lands mid-epoch in an epoch the shard has not loaded. */
@@ -92,13 +94,18 @@ static void compare(int conv_first, int augment) {
         const float *bx;
         const int32_t *by;
         int bs = hs_batcher_next(bh, &bx, &by);
-        hs_step_stats a, b;
+        hs_step_stats a;
+        hs_xent_acc b;
         assert_int_equal(hs_model_grad(mh, bx, by, bs, &a), 0);
-        assert_int_equal(hs__devshard_grad(sh, bd, md, &b), bs);
+        assert_int_equal(hs__devshard_grad(sh, bd, md, acc), bs);
+        assert_int_equal(dev->ops->xent_read(dev, acc, &b, 1), 0);
         assert_true(a.loss == b.loss);
         assert_int_equal(a.correct, b.correct);
+        assert_int_equal(b.calls, 1);
+        assert_int_equal(b.rows, bs);
         assert_memory_equal(hs_model_grads(mh), hs_model_grads(md), sizeof(float) * d);
     }
+    hs_be_free(dev, acc);
     hs__devshard_free(sh);
     hs_batcher_free(bh);
     hs_batcher_free(bd);
