@@ -619,6 +619,18 @@ static void lane_run(void *arg, int k) {
     }
 }
 
+/* Pool lane k's slice of the gradient sum: every element still adds lane 1, 2, ... to lane 0's
+ * in that order, so the bits do not depend on how the vector is sliced. */
+static void lane_sum(void *arg, int k) {
+    const hs_model *m = ((lane_job *)arg)->m;
+    const size_t n = m->nparams, T = (size_t)hs__pool_lanes(m->pool);
+    const size_t lo = n * (size_t)k / T, hi = n * ((size_t)k + 1) / T;
+    for (int l = 1; l < m->lanes && m->part[l].n; l++) {
+        const float *gl = m->lane[l]->grads;
+        for (size_t i = lo; i < hi; i++) m->grads[i] += gl[i];
+    }
+}
+
 /* One pass over a checked batch: whole on one lane, or split into contiguous parts (the first
  * bs % lanes parts one example longer) whose gradients are summed in lane order. */
 static int run_pass(hs_model *m, const pass *ps, hs_step_stats *st) {
@@ -646,10 +658,7 @@ static int run_pass(hs_model *m, const pass *ps, hs_step_stats *st) {
             correct += m->part[k].correct;
         }
         /* Lane 0 always has an example, and wrote this model's gradients. */
-        for (int k = 1; ps->train && k < m->lanes && m->part[k].n; k++) {
-            const float *gk = m->lane[k]->grads;
-            for (size_t i = 0; i < m->nparams; i++) m->grads[i] += gk[i];
-        }
+        if (ps->train) hs__pool_run(m->pool, lane_sum, &j);
     }
     if (st) {
         st->loss = loss / ps->bs;
