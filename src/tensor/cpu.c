@@ -264,9 +264,8 @@ int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg) {
     if (be->threads > 0) openblas_set_num_threads(1);
     const char *conf = openblas_get_config();
     if (be->threads > 1)
-        snprintf(be->description, sizeof(be->description),
-                 "cpu (%s, %d threads: batch in %d lanes, 1 BLAS thread each)",
-                 conf ? conf : "OpenBLAS", be->threads, be->threads);
+        snprintf(be->description, sizeof(be->description), "cpu (%s, %d threads in batch lanes)",
+                 conf ? conf : "OpenBLAS", be->threads);
     else
         snprintf(be->description, sizeof(be->description), "cpu (%s, %d threads)",
                  conf ? conf : "OpenBLAS", openblas_get_num_threads());
