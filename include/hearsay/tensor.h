@@ -6,7 +6,11 @@
  * is ordinary host memory and `host_memory` is set, so callers may skip copies.
  *
  * Layout: every matrix is row-major and dense; vectors are contiguous floats.
- * Threading: a backend object is used by one thread at a time (the training thread).
+ * Threading: a backend object is used by one thread at a time (the training thread). The CPU
+ * backend with threads > 1 owns a pool of threads - 1 workers (joined by hs_backend_close) on
+ * which a model splits each batch into `threads` lanes that call the ops at once on disjoint
+ * buffers, so the CPU ops keep no state of their own; OpenBLAS then runs one thread per call
+ * (its thread count is process-wide: every CPU backend with a thread count sets it to 1).
  * Errors: functions return 0 or a negative HS_E* with hs_error_message() set. */
 #ifndef HEARSAY_TENSOR_H
 #define HEARSAY_TENSOR_H
@@ -208,14 +212,14 @@ struct hs_backend {
     const hs_backend_ops *ops;
     hs_device device;
     int host_memory; /* backend memory is host memory: a pointer may be used by the CPU */
-    int threads;     /* CPU threads for BLAS and element-wise work */
+    int threads;     /* CPU: lanes a model splits a batch into (0 or 1: none) */
     void *priv;      /* the backend's own state */
     void *module;    /* dlopen handle of a loaded backend module, or NULL */
     char description[128]; /* "cpu (OpenBLAS 0.3.21, 2 threads)", "cuda (NVIDIA H100, sm_90)" */
 };
 
 typedef struct hs_backend_cfg {
-    int threads;   /* <= 0: leave the BLAS library's default */
+    int threads;   /* CPU: > 1 splits batches into lanes; <= 0 leaves OpenBLAS its default */
     int device_id; /* CUDA device ordinal */
 } hs_backend_cfg;
 

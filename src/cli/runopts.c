@@ -58,7 +58,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"warmup", RO_WARMUP, "N", "linear warm-up steps (default: 0 for mlp, a tenth of the steps "
                                "for other models)"},
     {"seed", RO_SEED, "N", "seed of initialisation, sharding, batches, compression (default: 1)"},
-    {"threads", RO_THREADS, "N", "CPU threads for BLAS (default: 1)"},
+    {"threads", RO_THREADS, "N", "CPU threads; above 1, each batch is split into N parts "
+                               "computed at once (default: 1)"},
     {"device", RO_DEVICE, "D", "cpu, cuda or cuda:N, the CUDA device numbered N (default: cpu)"},
     {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE ({id}: the peer id, for run)"},
     {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},

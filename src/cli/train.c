@@ -70,7 +70,8 @@ static const hs_cli_opt train_opts[] = {
     {"model", O_MODEL, "M", "mlp, mlp:W-W-..-W, cnn-small, resnet20 or FILE.json (default: mlp)"},
     {"hidden", O_HIDDEN, "W,W", "hidden layer widths of --model mlp (default: 256,128)"},
     {"seed", O_SEED, "N", "seed of initialisation and shuffling (default: 1)"},
-    {"threads", O_THREADS, "N", "CPU threads for BLAS (default: 1)"},
+    {"threads", O_THREADS, "N", "CPU threads; above 1, each batch is split into N parts "
+                              "computed at once (default: 1)"},
     {"device", O_DEVICE, "D", "cpu, cuda or cuda:N, the CUDA device numbered N (default: cpu)"},
     {"metrics", O_METRICS, "FILE", "write JSON-lines metrics to FILE"},
     {"eval-every", O_EVAL_EVERY, "N", "evaluate every N steps (default: at each epoch's end)"},

@@ -404,22 +404,13 @@ cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t 
 
 static __global__ void xent_acc_kernel(const hs_cuda_result *r, const int32_t *labels, int m,
                                        int k, hs_xent_acc *acc) {
-    int64_t call = acc->calls + 1;
-    acc->calls = call;
+    int64_t call = hs_ew_xent_acc_add(acc, r->sum / (double)m, r->count, m);
     if (r->first_bad >= 0 && !acc->bad_call) {
         acc->bad_call = call;
         acc->bad_row = r->first_bad;
         acc->bad_label = labels[r->first_bad];
         acc->bad_classes = k;
     }
-    double mean = r->sum / (double)m;
-    if (!isfinite(mean) && !acc->nonfinite_call) {
-        acc->nonfinite_call = call;
-        acc->nonfinite_loss = mean;
-    }
-    acc->loss += mean;
-    acc->correct += r->count;
-    acc->rows += m;
 }
 
 cudaError_t hs__cuda_xent_accumulate(cudaStream_t st, const hs_cuda_result *r,

@@ -3,16 +3,25 @@
  * reverse with two ping-pong gradient buffers plus one for a residual shortcut's branch. Every
  * op goes through the backend table, so the same code runs on any backend that has the ops.
  * For an MLP the ops and their order are exactly those of the original MLP code, so results
- * are bit-identical. Single-threaded per model. */
+ * are bit-identical.
+ * Lanes: on the CPU backend with --threads T > 1 a batch splits into T contiguous parts, each
+ * run (forward, loss, backward) by a lane of the backend's pool on sub-models of its own that
+ * read this model's parameters and write their own activations and gradients; the gradients
+ * are then summed in lane order, so a result depends on T but never on the threads' timing.
+ * The caller's thread runs lane 0 on this model itself. A model is used by one thread at a
+ * time. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error_internal.h"
+#include "core/pool.h"
 #include "core/rng.h"
 #include "model/devshard.h"
 #include "model/model_internal.h"
+#include "tensor/backend_internal.h"
+#include "tensor/ew.h"
 
 struct hs_model {
     hs_backend *be;
@@ -28,19 +37,38 @@ struct hs_model {
     float *act[HS_MODEL_MAX_LAYERS + 1];   /* act[0] the input, act[i + 1] layer i's output */
     int32_t *arg[HS_MODEL_MAX_LAYERS];     /* maxpool: where each maximum came from */
     float *mean[HS_MODEL_MAX_LAYERS], *rstd[HS_MODEL_MAX_LAYERS]; /* groupnorm statistics */
-    float *d[2], *skip;                    /* gradient buffers, max_batch * max features */
+    float *d[2], *skip;                    /* gradient buffers, a lane batch * max features */
     float *col;                            /* im2col rows, shared by every conv2d */
     float *lcol[HS_MODEL_MAX_LAYERS];      /* a conv2d's own rows, kept for its backward */
     float *input;                          /* backend copy of the input (not host memory) */
     float *host_x;                         /* host scratch for the NHWC input */
     int32_t *labels;                       /* device labels (unused on host backends) */
     int32_t *host_labels;                  /* host scratch for evaluate() */
+    /* Lanes (see the top): lane[k] for k in 1..lanes-1; lane 0 is this model. A lane's params
+     * are its parent's (borrowed, not freed). */
+    int lanes;
+    int borrowed_params;
+    hs_model **lane;
+    struct lane_part *part; /* one per lane: its slice of the current batch and its result */
+    hs__pool *pool;
 };
+
+/* Lane k's share of a batch and what it reported. */
+typedef struct lane_part {
+    int off, n;
+    int err;
+    double loss;
+    int correct;
+    char msg[256];
+} lane_part;
 
 void hs_model_free(hs_model *m) {
     if (!m) return;
     hs_backend *be = m->be;
-    hs_be_free(be, m->params);
+    for (int k = 1; m->lane && k < m->lanes; k++) hs_model_free(m->lane[k]);
+    free(m->lane);
+    free(m->part);
+    if (!m->borrowed_params) hs_be_free(be, m->params);
     hs_be_free(be, m->grads);
     for (int i = 0; i < HS_MODEL_MAX_LAYERS; i++) {
         hs_be_free(be, m->buf[i]);
@@ -139,14 +167,16 @@ static void plan_buffers(hs_model *m, int *own) {
     }
 }
 
-int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec, int max_batch) {
-    if (max_batch <= 0 || max_batch > 65536)
-        return hs__err(HS_EINVAL, "model: batch size %d (expected 1..65536)", max_batch);
+/* A model taking up to max_batch examples whose per-example buffers hold lane_batch of them
+ * (a lane's share); params borrows a parent's parameter vector when non-NULL. */
+static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int max_batch,
+                 int lane_batch, float *params) {
     hs_model *m = calloc(1, sizeof(*m));
     if (!m) return hs__err(HS_ENOMEM, "model: out of memory");
     m->be = be;
     m->spec = *spec;
     m->max_batch = max_batch;
+    m->lanes = 1;
     int err;
     if ((err = hs__model_spec_resolve(spec, m->sh, &m->nparams)) < 0) goto fail;
     const int L = spec->n_layers;
@@ -166,9 +196,9 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
             keep += cs;
             if (be->host_memory) {
                 int step = col_chunk(m, i);
-                cs *= (size_t)(step < max_batch ? step : max_batch);
+                cs *= (size_t)(step < lane_batch ? step : lane_batch);
             } else {
-                cs *= (size_t)max_batch;
+                cs *= (size_t)lane_batch;
             }
             if (cs > maxcol) maxcol = cs;
         }
@@ -186,8 +216,10 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
                       spec->layer[0].kind != HS_LAYER_CONV2D;
     int own[HS_MODEL_MAX_LAYERS];
     plan_buffers(m, own);
-    size_t mb = (size_t)max_batch;
-    if ((err = hs_be_alloc_f(be, m->nparams, &m->params)) < 0 ||
+    size_t mb = (size_t)lane_batch;
+    m->borrowed_params = params != NULL;
+    m->params = params;
+    if ((!params && (err = hs_be_alloc_f(be, m->nparams, &m->params)) < 0) ||
         (err = hs_be_alloc_f(be, m->nparams, &m->grads)) < 0)
         goto fail;
     for (int i = 0; i < L; i++) {
@@ -229,7 +261,7 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
     if (!be->host_memory &&
         (err = be->ops->alloc(be, sizeof(int32_t) * mb, (void **)&m->labels)) < 0)
         goto fail;
-    if (!(m->host_labels = malloc(sizeof(int32_t) * mb))) {
+    if (!params && !(m->host_labels = malloc(sizeof(int32_t) * (size_t)max_batch))) {
         err = hs__err(HS_ENOMEM, "model: out of memory");
         goto fail;
     }
@@ -238,6 +270,34 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
 fail:
     hs_model_free(m);
     return err;
+}
+
+int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec, int max_batch) {
+    if (max_batch <= 0 || max_batch > 65536)
+        return hs__err(HS_EINVAL, "model: batch size %d (expected 1..65536)", max_batch);
+    hs__pool *pool = hs__cpu_pool(be);
+    int lanes = pool ? hs__pool_lanes(pool) : 1;
+    if (lanes > max_batch) lanes = max_batch; /* a lane past the batch never has an example */
+    const int lb = (max_batch + lanes - 1) / lanes;
+    hs_model *m = NULL;
+    int err = build(&m, be, spec, max_batch, lb, NULL);
+    if (err < 0 || lanes == 1) goto done;
+    m->pool = pool;
+    m->lanes = lanes;
+    if (!(m->lane = calloc((size_t)lanes, sizeof(*m->lane))) ||
+        !(m->part = calloc((size_t)lanes, sizeof(*m->part)))) {
+        err = hs__err(HS_ENOMEM, "model: out of memory");
+        goto done;
+    }
+    for (int k = 1; k < lanes && err >= 0; k++)
+        err = build(&m->lane[k], be, spec, lb, lb, m->params);
+done:
+    if (err < 0) {
+        hs_model_free(m);
+        return err;
+    }
+    *out = m;
+    return 0;
 }
 
 int hs_model_init(hs_model *m, uint64_t seed) {
@@ -267,17 +327,23 @@ hs_backend *hs_model_backend(const hs_model *m) { return m->be; }
 float *hs_model_params(hs_model *m) { return m->params; }
 float *hs_model_grads(hs_model *m) { return m->grads; }
 
-/* Places the batch where the backend can read it, NHWC where the model wants it; returns the
- * label pointer. */
-static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
-                       const int32_t **yin) {
+/* Refuses a batch this model cannot take, before it is split into lanes (so that a message
+ * names an example by its place in the whole batch). */
+static int check_batch(const hs_model *m, const int32_t *y, int bs) {
     if (bs <= 0 || bs > m->max_batch)
         return hs__err(HS_EINVAL, "model: batch of %d examples (this model takes 1..%d)", bs,
                        m->max_batch);
-    for (int i = 0; i < bs; i++)
+    for (int i = 0; y && i < bs; i++)
         if (y[i] < 0 || y[i] >= m->spec.classes)
             return hs__err(HS_EINVAL, "model: label %d of example %d is not in [0, %d)", y[i], i,
                            m->spec.classes);
+    return 0;
+}
+
+/* Places a checked batch where the backend can read it, NHWC where the model wants it;
+ * returns the label pointer. */
+static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
+                       const int32_t **yin) {
     const int c = m->spec.in_c, hw = m->spec.in_h * m->spec.in_w;
     const size_t in_f = (size_t)c * hw;
     if (m->transpose_in) {
@@ -502,76 +568,148 @@ static int backward(hs_model *m, float *g, int bs) {
     return err;
 }
 
-/* Forward, loss and backward on the batch in act[0] with labels yin (backend memory). With
- * acc, the loss goes into that backend buffer (softmax_xent_acc) and st is not filled. */
-static int grad_staged(hs_model *m, const int32_t *yin, int bs, hs_step_stats *st,
-                       hs_xent_acc *acc) {
-    int err = forward(m, bs);
-    if (err < 0) return err;
-    int L = m->spec.n_layers;
-    double loss = 0;
-    int correct = 0;
+/* What one pass over a batch does: from host rows in the caller's layout (staged first) or
+ * from rows already in backend memory in the model's layout (the device shard's); with or
+ * without the backward pass. */
+typedef struct pass {
+    const float *x;
+    const int32_t *y;
+    int bs;        /* the whole batch: the loss gradient is scaled by 1 / bs */
+    int staged;    /* x and y are backend memory laid out for the model */
+    int train;     /* backward too */
+    hs_xent_acc *acc; /* when set, the loss goes into this backend buffer, not to the caller */
+} pass;
+
+/* Forward, loss and (when training) backward on n examples of the pass from example off;
+ * returns the summed loss and the correct count of those examples. */
+static int run_part(hs_model *m, const pass *ps, int off, int n, double *loss, int *correct) {
+    const size_t in_f = feat(m->spec.in_c, m->spec.in_h, m->spec.in_w);
+    const float *x = ps->x + (size_t)off * in_f;
+    const int32_t *yin = ps->y + off;
+    int err = 0;
+    if (ps->staged) m->act[0] = (float *)(uintptr_t)x; /* read only: no layer writes it */
+    else err = stage_batch(m, x, yin, n, &yin);
+    if (err < 0 || (err = forward(m, n)) < 0) return err;
     /* The logits' gradient overwrites them in place. */
-    float *logits = m->act[L];
-    if (acc)
-        err = m->be->ops->softmax_xent_acc(m->be, logits, yin, bs, m->spec.classes, logits,
-                                           1.0f / (float)bs, acc);
+    float *logits = m->act[m->spec.n_layers];
+    float scale = ps->train ? 1.0f / (float)ps->bs : 0.0f;
+    float *dlogits = ps->train ? logits : NULL;
+    if (ps->acc)
+        err = m->be->ops->softmax_xent_acc(m->be, logits, yin, n, m->spec.classes, dlogits,
+                                           scale, ps->acc);
     else
-        err = m->be->ops->softmax_xent(m->be, logits, yin, bs, m->spec.classes, logits,
-                                       1.0f / (float)bs, &loss, &correct);
+        err = m->be->ops->softmax_xent(m->be, logits, yin, n, m->spec.classes, dlogits, scale,
+                                       loss, correct);
     if (err < 0) return err;
-    if ((err = backward(m, logits, bs)) < 0) return err;
+    return ps->train ? backward(m, logits, n) : 0;
+}
+
+typedef struct lane_job {
+    hs_model *m; /* the parent */
+    const pass *ps;
+} lane_job;
+
+/* Lane k's share: its slice of the batch on its own sub-model, the error with its message
+ * kept for the caller (a worker's message is on the worker's thread). */
+static void lane_run(void *arg, int k) {
+    lane_job *j = arg;
+    if (k >= j->m->lanes) return; /* the pool has more lanes than this model's batch */
+    lane_part *pt = &j->m->part[k];
+    pt->err = 0;
+    pt->loss = 0;
+    pt->correct = 0;
+    if (!pt->n) return;
+    int err = run_part(k ? j->m->lane[k] : j->m, j->ps, pt->off, pt->n, &pt->loss, &pt->correct);
+    if (err < 0) {
+        pt->err = err;
+        snprintf(pt->msg, sizeof(pt->msg), "%s", hs_error_message());
+    }
+}
+
+/* Pool lane k's slice of the gradient sum: every element still adds lane 1, 2, ... to lane 0's
+ * in that order, so the bits do not depend on how the vector is sliced. */
+static void lane_sum(void *arg, int k) {
+    const hs_model *m = ((lane_job *)arg)->m;
+    const size_t n = m->nparams, T = (size_t)hs__pool_lanes(m->pool);
+    const size_t lo = n * (size_t)k / T, hi = n * ((size_t)k + 1) / T;
+    for (int l = 1; l < m->lanes && m->part[l].n; l++) {
+        const float *gl = m->lane[l]->grads;
+        for (size_t i = lo; i < hi; i++) m->grads[i] += gl[i];
+    }
+}
+
+/* One pass over a checked batch: whole on one lane, or split into contiguous parts (the first
+ * bs % lanes parts one example longer) whose gradients are summed in lane order. */
+static int run_pass(hs_model *m, const pass *ps, hs_step_stats *st) {
+    double loss = 0;
+    int correct = 0, err;
+    if (m->lanes == 1 || ps->bs == 1) {
+        if ((err = run_part(m, ps, 0, ps->bs, &loss, &correct)) < 0) return err;
+    } else {
+        const int base = ps->bs / m->lanes, rem = ps->bs % m->lanes;
+        for (int k = 0, off = 0; k < m->lanes; k++) {
+            m->part[k].off = off;
+            m->part[k].n = base + (k < rem);
+            off += m->part[k].n;
+        }
+        /* The lanes return their losses; the step is added to acc once, below. */
+        pass lp = *ps;
+        lp.acc = NULL;
+        lane_job j = {m, &lp};
+        hs__pool_run(m->pool, lane_run, &j);
+        for (int k = 0; k < m->lanes; k++) {
+            const lane_part *pt = &m->part[k];
+            if (pt->err < 0)
+                return hs__err(pt->err, "lane %d of %d (examples %d..%d of %d): %s", k,
+                               m->lanes, pt->off, pt->off + pt->n - 1, ps->bs, pt->msg);
+        }
+        for (int k = 0; k < m->lanes && m->part[k].n; k++) {
+            loss += m->part[k].loss;
+            correct += m->part[k].correct;
+        }
+        /* Lane 0 always has an example, and wrote this model's gradients. */
+        if (ps->train) hs__pool_run(m->pool, lane_sum, &j);
+        /* Lanes run on host backends only, so acc is host memory. */
+        if (ps->acc) hs_ew_xent_acc_add(ps->acc, loss / ps->bs, correct, ps->bs);
+    }
     if (st) {
-        st->loss = loss / bs;
+        st->loss = loss / ps->bs;
         st->correct = correct;
-        st->count = bs;
+        st->count = ps->bs;
     }
     return 0;
 }
 
 int hs_model_grad(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
-    const int32_t *yin;
-    int err = stage_batch(m, x, y, bs, &yin);
+    int err = check_batch(m, y, bs);
     if (err < 0) return err;
-    return grad_staged(m, yin, bs, st, NULL);
+    pass ps = {x, y, bs, 0, 1, NULL};
+    return run_pass(m, &ps, st);
 }
 
 int hs__model_grad_acc(hs_model *m, const float *x, const int32_t *y, int bs, hs_xent_acc *acc) {
-    const int32_t *yin;
-    int err = stage_batch(m, x, y, bs, &yin);
+    int err = check_batch(m, y, bs);
     if (err < 0) return err;
-    return grad_staged(m, yin, bs, NULL, acc);
+    pass ps = {x, y, bs, 0, 1, acc};
+    return run_pass(m, &ps, NULL);
 }
 
 int hs__model_grad_dev(hs_model *m, const float *x, const int32_t *y, int bs,
                        hs_xent_acc *acc) {
-    if (bs <= 0 || bs > m->max_batch)
-        return hs__err(HS_EINVAL, "model: batch of %d examples (this model takes 1..%d)", bs,
-                       m->max_batch);
-    m->act[0] = (float *)(uintptr_t)x; /* read only: no layer writes its input */
-    return grad_staged(m, y, bs, NULL, acc);
+    int err = check_batch(m, NULL, bs);
+    if (err < 0) return err;
+    pass ps = {x, y, bs, 1, 1, acc};
+    return run_pass(m, &ps, NULL);
 }
 
 int hs__model_input_nhwc(const hs_model *m) { return m->transpose_in; }
 
 int hs_model_eval_batch(hs_model *m, const float *x, const int32_t *y, int bs, hs_step_stats *st) {
-    const int32_t *yin;
-    int err = stage_batch(m, x, y, bs, &yin);
+    int err = check_batch(m, y, bs);
     if (err < 0) return err;
-    if ((err = forward(m, bs)) < 0) return err;
-    double loss = 0;
-    int correct = 0;
-    if ((err = m->be->ops->softmax_xent(m->be, m->act[m->spec.n_layers], yin, bs,
-                                        m->spec.classes, NULL, 0.0f, &loss, &correct)) < 0)
-        return err;
-    if (st) {
-        st->loss = loss / bs;
-        st->correct = correct;
-        st->count = bs;
-    }
-    return 0;
+    pass ps = {x, y, bs, 0, 0, NULL};
+    return run_pass(m, &ps, st);
 }
-
 int hs_model_evaluate(hs_model *m, const hs_dataset *ds, double *loss, double *accuracy) {
     const hs_model_spec *s = &m->spec;
     int dim = s->in_c * s->in_h * s->in_w;

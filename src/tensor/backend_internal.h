@@ -9,6 +9,11 @@
 /* Fills *be with the CPU backend. */
 int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg);
 
+/* The CPU backend's lanes (--threads above 1), on which a model splits a batch; NULL for one
+ * thread, for another backend, or when host_memory was cleared (tests that pose as a device). */
+struct hs__pool;
+struct hs__pool *hs__cpu_pool(const hs_backend *be);
+
 /* The CPU backend's convolutional-layer ops (cpu_conv.c), as documented in hs_backend_ops. */
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col);
 int hs__cpu_col2im(hs_backend *be, const float *col, const hs_conv_geom *g, int n, float *dx);

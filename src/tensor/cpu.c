@@ -1,14 +1,18 @@
-#include <stdio.h>
 /* The CPU backend: OpenBLAS for GEMM, plain loops over src/tensor/ew.h for the rest. It is the
- * reference every other backend is compared with. Backend memory is host memory. */
+ * reference every other backend is compared with. Backend memory is host memory. With more
+ * than one thread it owns a pool of lanes (core/pool.h) on which a model splits its batch, and
+ * OpenBLAS runs single-threaded inside each lane; every op here is stateless, so lanes call
+ * them at once on disjoint buffers. */
 #include <cblas.h>
+#include <stdio.h>
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error_internal.h"
-#include "tensor/backend_internal.h"
 #include "core/hd.h"
+#include "core/pool.h"
+#include "tensor/backend_internal.h"
 #include "tensor/ew.h"
 
 static int cpu_alloc(hs_backend *be, size_t bytes, void **out) {
@@ -162,15 +166,7 @@ static int cpu_softmax_xent_acc(hs_backend *be, float *logits, const int32_t *la
     if (m <= 0) return 0;
     int err = cpu_softmax_xent(be, logits, labels, m, k, dlogits, grad_scale, &loss, &ok);
     if (err < 0) return err;
-    double mean = loss / m;
-    acc->calls++;
-    if (!isfinite(mean) && !acc->nonfinite_call) {
-        acc->nonfinite_call = acc->calls;
-        acc->nonfinite_loss = mean;
-    }
-    acc->loss += mean;
-    acc->correct += ok;
-    acc->rows += m;
+    hs_ew_xent_acc_add(acc, loss / m, ok, m);
     return 0;
 }
 
@@ -228,7 +224,10 @@ static int cpu_gather(hs_backend *be, const float *src, const uint8_t *labels, c
     return 0;
 }
 
-static void cpu_destroy(hs_backend *be) { (void)be; }
+static void cpu_destroy(hs_backend *be) {
+    hs__pool_free(be->priv);
+    be->priv = NULL;
+}
 
 static const hs_backend_ops cpu_ops = {
     .name = "cpu",
@@ -267,14 +266,30 @@ static const hs_backend_ops cpu_ops = {
     .gather = cpu_gather,
 };
 
+hs__pool *hs__cpu_pool(const hs_backend *be) {
+    return be->ops == &cpu_ops && be->host_memory ? be->priv : NULL;
+}
+
 int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg) {
     be->ops = &cpu_ops;
     be->device = HS_DEVICE_CPU;
     be->host_memory = 1;
     be->threads = cfg && cfg->threads > 0 ? cfg->threads : 0;
-    if (be->threads > 0) openblas_set_num_threads(be->threads);
+    /* Batch lanes rather than BLAS threads: a convolution's GEMMs over a few examples are too
+     * small for OpenBLAS to split, while a whole forward and backward pass per lane keeps every
+     * thread busy. OpenBLAS's count is process-wide; every backend of this process with a
+     * thread count asks for 1, so they agree. */
+    if (be->threads > 1) {
+        int err = hs__pool_new((hs__pool **)&be->priv, be->threads);
+        if (err < 0) return hs__err_prefix(err, "cpu backend, --threads %d: ", be->threads);
+    }
+    if (be->threads > 0) openblas_set_num_threads(1);
     const char *conf = openblas_get_config();
-    snprintf(be->description, sizeof(be->description), "cpu (%s, %d threads)",
-             conf ? conf : "OpenBLAS", openblas_get_num_threads());
+    if (be->threads > 1)
+        snprintf(be->description, sizeof(be->description), "cpu (%s, %d threads in batch lanes)",
+                 conf ? conf : "OpenBLAS", be->threads);
+    else
+        snprintf(be->description, sizeof(be->description), "cpu (%s, %d threads)",
+                 conf ? conf : "OpenBLAS", openblas_get_num_threads());
     return 0;
 }

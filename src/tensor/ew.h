@@ -13,6 +13,24 @@
 #include "core/hd.h"
 #include "hearsay/tensor.h"
 
+/* Adds one softmax_xent_acc call (its mean loss, correct count and rows) to the running
+ * totals, remembering the first non-finite mean; returns the call's number. The CPU op, the
+ * CUDA kernel and the CPU's batch lanes (which add their combined step at once) keep the same
+ * books through it. */
+HS_HD static int64_t hs_ew_xent_acc_add(hs_xent_acc *acc, double mean, int64_t correct,
+                                        int64_t rows) {
+    int64_t call = acc->calls + 1;
+    acc->calls = call;
+    if (!isfinite(mean) && !acc->nonfinite_call) {
+        acc->nonfinite_call = call;
+        acc->nonfinite_loss = mean;
+    }
+    acc->loss += mean;
+    acc->correct += correct;
+    acc->rows += rows;
+    return call;
+}
+
 HS_HD static float hs_ew_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 /* Gradient through ReLU given its output y. */

@@ -129,14 +129,16 @@ sgp-straggler-net)
 sim-equals-net)
     # The same seeded synchronous run in the simulator and over the network runtime (4 TLS
     # processes) ends with bit-identical parameters on every peer after 20 rounds, quasi-global
-    # momentum included.
+    # momentum included, and with batches split into 2 lanes (--threads 2: the simulator's peers
+    # share one backend's pool, each network peer has its own).
     printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
-    for algo in "choco topk:0.01 local" "dpsgd none local" "beer topk:0.1 local" "choco topk:0.01 qg"; do
+    for algo in "choco topk:0.01 local" "dpsgd none local" "beer topk:0.1 local" "choco topk:0.01 qg" \
+        "choco topk:0.01 local 2"; do
         set -- $algo
-        t="$1-$3"
+        t="$1-$3-${4:-1}"
         common=(--algo "$1" --compress "$2" --synthetic --subset 4000 --rounds 20 --seed 5 --quiet
-                --momentum-kind "$3")
+                --momentum-kind "$3" --threads "${4:-1}")
         mkdir -p "$tmp/sim-$t"
         timeout 120 "$hs" sim -n 4 "${common[@]}" --save-dir "$tmp/sim-$t" >/dev/null 2>&1 || fail "sim failed"
         net=()
