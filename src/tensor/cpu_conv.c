@@ -13,17 +13,31 @@
 #include "tensor/backend_internal.h"
 #include "tensor/ew.h"
 
-/* Short copies and sums inline: a patch row is often only a few floats (one channel, 3 wide),
- * where a libc call costs more than the copy. */
+/* Short copies and sums inline: a patch row is often only a few floats (one channel, 3 wide, or
+ * 3 x 16 channels), where a libc call costs more than the copy. GCC turns copy and zero-fill
+ * loops back into memcpy/memset calls unless told not to (NO_LIBCALLS, on the functions these
+ * inline into: they do no floating-point arithmetic that other options would change). */
+#define NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 static inline void copyf(float *restrict d, const float *restrict s, int n) {
-    for (int i = 0; i < n; i++) d[i] = s[i];
+    int i = 0;
+    for (; i + 16 <= n; i += 16) memcpy(d + i, s + i, 16 * sizeof(float));
+    for (; i + 4 <= n; i += 4) memcpy(d + i, s + i, 4 * sizeof(float));
+    for (; i < n; i++) memcpy(d + i, s + i, sizeof(float));
+}
+
+static inline void zerof(float *d, int n) {
+    static const float zero[16];
+    int i = 0;
+    for (; i + 16 <= n; i += 16) memcpy(d + i, zero, 16 * sizeof(float));
+    for (; i + 4 <= n; i += 4) memcpy(d + i, zero, 4 * sizeof(float));
+    for (; i < n; i++) d[i] = 0.0f;
 }
 
 static inline void addf(float *restrict d, const float *restrict s, int n) {
     for (int i = 0; i < n; i++) d[i] += s[i];
 }
 
-HS_VECTOR_CLONES
+HS_VECTOR_CLONES NO_LIBCALLS
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col) {
     (void)be;
     const int c = g->c, h = g->h, w = g->w, k = g->k;
@@ -37,7 +51,7 @@ int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n,
                 for (int kh = 0; kh < k; kh++, row += (size_t)k * c) {
                     int hi = i * g->stride - g->pad + kh;
                     if (hi < 0 || hi >= h) {
-                        memset(row, 0, sizeof(float) * (size_t)k * c);
+                        zerof(row, k * c);
                         continue;
                     }
                     if (!g->chw_input && w0 >= 0 && w0 + k <= w) {
@@ -49,7 +63,7 @@ int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n,
                         int wi = w0 + kw;
                         float *r = row + (size_t)kw * c;
                         if (wi < 0 || wi >= w) {
-                            for (int ch = 0; ch < c; ch++) r[ch] = 0.0f;
+                            zerof(r, c);
                         } else if (!g->chw_input) {
                             copyf(r, xb + ((size_t)hi * w + wi) * c, c);
                         } else {
