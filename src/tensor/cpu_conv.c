@@ -237,8 +237,9 @@ GN_ALWAYS_INLINE void gn_stats(const float *xb, int hw, int c, int groups, int c
     for (int gi = 0; gi < groups; gi++) rb[gi] = (float)(1.0 / sqrt(acc[gi] / cnt + eps));
 }
 
-/* gn_stats with cpg a compile-time constant where it is a usual one. */
-static void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, float eps,
+/* gn_stats with cpg a compile-time constant where it is a usual one. Inlined, so that the
+ * group sums compile inside each ISA clone of the callers rather than once for the baseline. */
+GN_ALWAYS_INLINE void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, float eps,
                          double *acc, float *mb, float *rb) {
     switch (cpg) {
     case 1: gn_stats(xb, hw, c, groups, 1, eps, acc, mb, rb); break;
@@ -249,7 +250,7 @@ static void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, fl
     }
 }
 
-static void gn_dot_any(const float *u, const float *w, int groups, int cpg, double *acc,
+GN_ALWAYS_INLINE void gn_dot_any(const float *u, const float *w, int groups, int cpg, double *acc,
                        double *acc2) {
     switch (cpg) {
     case 1: gn_group_dot(u, w, groups, 1, acc, acc2); break;
