@@ -175,6 +175,15 @@ typedef struct hs_backend_ops {
      * staging copy; host_free accepts NULL. NULL entries: ordinary malloc'd memory serves. */
     int (*host_alloc)(hs_backend *be, size_t bytes, void **out);
     void (*host_free)(hs_backend *be, void *p);
+
+    /* ---------------------------------------------------------- optional: convolution lowering
+     * rows[(n * (oh + k - 1) * ow) x (k * c)] for a stride-1 g: row (b, r, j) holds the kernel
+     * row x[b, r - pad, j - pad + kw, :] for kw < k, ordered (kw, channel), zero outside the
+     * image. Kernel row kh of im2col's row (b, i, j) is row (b, i + kh, j), so a stride-1
+     * convolution is k GEMMs over blocks of these rows shifted by ow (K = k c each), from k
+     * times fewer floats than im2col writes. NULL: the model lowers with im2col alone. */
+    int (*im2row)(hs_backend *be, const float *x, const struct hs_conv_geom *g, int n,
+                  float *rows);
 } hs_backend_ops;
 
 struct hs_backend {

@@ -31,6 +31,7 @@ struct hs_model {
     float *d[2], *skip;                    /* gradient buffers, max_batch * max features */
     float *col;                            /* im2col rows, shared by every conv2d */
     float *lcol[HS_MODEL_MAX_LAYERS];      /* a conv2d's own rows, kept for its backward */
+    float *wflip;                          /* host: a conv2d's flipped kernel (row_lowered) */
     float *input;                          /* backend copy of the input (not host memory) */
     float *host_x;                         /* host scratch for the NHWC input */
     int32_t *labels;                       /* device labels (unused on host backends) */
@@ -53,6 +54,7 @@ void hs_model_free(hs_model *m) {
     hs_be_free(be, m->d[1]);
     hs_be_free(be, m->skip);
     hs_be_free(be, m->col);
+    hs_be_free(be, m->wflip);
     hs_be_free(be, m->input);
     hs_be_free(be, m->labels);
     free(m->host_x);
@@ -96,6 +98,27 @@ static int needs_col(const hs_model *m, int i) {
     return l->kind == HS_LAYER_CONV2D && !(is_conv_1x1(l) && !(i == 0 && m->spec.in_c > 1));
 }
 
+/* Whether conv layer i runs on this host backend as k GEMMs over im2row's kernel rows
+ * (conv_forward_chunked): stride 1 and an NHWC input. Its input gradient is then the
+ * convolution of dY with the flipped kernel and padding k - 1 - pad (>= 0: the spec keeps pad
+ * below k), k more GEMMs that write dx directly, in place of dcol = dY W (K = out, the shape
+ * OpenBLAS is slowest at) and col2im's zeroing and scatter. */
+static int row_lowered(const hs_model *m, int i) {
+    const hs_layer_spec *l = &m->spec.layer[i];
+    return m->be->host_memory && m->be->ops->im2row && needs_col(m, i) && l->stride == 1 &&
+           !(i == 0 && m->spec.in_c > 1);
+}
+
+/* Floats of lowered rows per example of conv layer i on a host backend: im2col's, or for a
+ * row-lowered layer the larger of im2row's rows of its input and of dY. */
+static size_t col_floats(const hs_model *m, int i) {
+    const hs__layer_shape *s = &m->sh[i];
+    const int k = m->spec.layer[i].kernel;
+    if (!row_lowered(m, i)) return feat(s->oh * s->ow, k * k, s->ic);
+    size_t fx = feat(s->oh + k - 1, s->ow, k * s->ic), fd = feat(s->ih + k - 1, s->iw, k * s->oc);
+    return fx > fd ? fx : fd;
+}
+
 /* Bytes of im2col rows a host backend builds at a time: small enough that the GEMM that
  * consumes them reads them from the cache (the rows of a whole batch, 778 MB for resnet20 at
  * batch 128, would go through memory twice per pass). */
@@ -103,9 +126,7 @@ static int needs_col(const hs_model *m, int i) {
 
 /* Examples per chunk of conv layer i's rows: at least one. */
 static int col_chunk(const hs_model *m, int i) {
-    const hs__layer_shape *s = &m->sh[i];
-    const int k = m->spec.layer[i].kernel;
-    size_t per = feat(s->oh * s->ow, k * k, s->ic) * sizeof(float);
+    size_t per = col_floats(m, i) * sizeof(float);
     return per >= COL_CHUNK_BYTES ? 1 : (int)(COL_CHUNK_BYTES / per);
 }
 
@@ -151,7 +172,7 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
     if ((err = hs__model_spec_resolve(spec, m->sh, &m->nparams)) < 0) goto fail;
     const int L = spec->n_layers;
     /* maxcol: the floats of the largest rows buffer (a chunk of them on a host backend). */
-    size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0;
+    size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0, maxw = 0;
     m->first_param = L;
     int spatial = 0;
     for (int i = 0; i < L; i++) {
@@ -164,9 +185,10 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
         if (needs_col(m, i)) {
             size_t cs = feat(s->oh * s->ow, l->kernel * l->kernel, s->ic);
             keep += cs;
+            if (row_lowered(m, i) && s->nw > maxw) maxw = s->nw;
             if (be->host_memory) {
                 int step = col_chunk(m, i);
-                cs *= (size_t)(step < max_batch ? step : max_batch);
+                cs = col_floats(m, i) * (size_t)(step < max_batch ? step : max_batch);
             } else {
                 cs *= (size_t)max_batch;
             }
@@ -218,7 +240,8 @@ int hs_model_new_spec(hs_model **out, hs_backend *be, const hs_model_spec *spec,
     if ((err = hs_be_alloc_f(be, mb * maxf, &m->d[0])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->d[1])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->skip)) < 0 ||
-        (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0))
+        (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0) ||
+        (maxw && (err = hs_be_alloc_f(be, maxw, &m->wflip)) < 0))
         goto fail;
     size_t in_f = feat(spec->in_c, spec->in_h, spec->in_w);
     if (!be->host_memory && (err = hs_be_alloc_f(be, mb * in_f, &m->input)) < 0) goto fail;
@@ -301,53 +324,108 @@ static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
     return 0;
 }
 
-/* Y = im2col(A) W^T for conv layer i on a host backend, chunk by chunk. Each output element
- * is the same dot product over K as in one GEMM over the batch. */
+/* y_b = sum over kh of rows_b[kh ow ..] w_kh^T for one example of a row-lowered convolution:
+ * rows_b holds (oh + k - 1) ow rows of k c floats (im2row), w_kh is kernel row kh of the
+ * out x (k k c) weights (row stride ldw), y_b is oh ow x out. */
+static int conv_rows_gemm(hs_backend *be, const float *rows_b, const float *w, int ldw, int k,
+                          int kc, int oh, int ow, int out, float *y_b) {
+    int err = 0;
+    for (int kh = 0; kh < k && !err; kh++)
+        err = be->ops->gemm(be, 0, 1, oh * ow, out, kc, 1.0f, rows_b + (size_t)kh * ow * kc, kc,
+                            w + (size_t)kh * kc, ldw, kh ? 1.0f : 0.0f, y_b, out);
+    return err;
+}
+
+/* Y = A * W for conv layer i on a host backend, a chunk of examples at a time: im2col rows
+ * and one GEMM (each output element the same dot product over K as in one GEMM over the
+ * batch), or for a row-lowered layer im2row rows and k GEMMs per example. */
 static int conv_forward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
                                 float *y, int bs) {
     hs_backend *be = m->be;
     const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
-    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
-    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
+    const int K = k * k * s->ic, by_rows = row_lowered(m, i);
+    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, k * s->ic);
+    const float *W = m->params + s->w_off;
     const int step = col_chunk(m, i);
     int err = 0;
     for (int b = 0; b < bs && !err; b += step) {
         int nb = bs - b < step ? bs - b : step;
-        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-        if (!err)
-            err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K,
-                                m->params + s->w_off, K, 0.0f, y + (size_t)b * rows * out, out);
+        float *yb = y + (size_t)b * rows * out;
+        if (!by_rows) {
+            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+            if (!err)
+                err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K, W, K, 0.0f, yb,
+                                    out);
+            continue;
+        }
+        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            err = conv_rows_gemm(be, m->col + e * rx, W, K, k, k * s->ic, s->oh, s->ow, out,
+                                 yb + (size_t)e * rows * out);
     }
     return err;
 }
 
+/* wt[ci][kh][kw][co] = w[co][k-1-kh][k-1-kw][ci]: the kernel that maps dY to dx by a stride-1
+ * convolution with padding k - 1 - pad (host memory). */
+static void flip_kernel(const float *w, int out, int k, int in, float *wt) {
+    for (int co = 0; co < out; co++)
+        for (int kh = 0; kh < k; kh++)
+            for (int kw = 0; kw < k; kw++) {
+                const float *src = w + (((size_t)co * k + (k - 1 - kh)) * k + (k - 1 - kw)) * in;
+                for (int ci = 0; ci < in; ci++)
+                    wt[(((size_t)ci * k + kh) * k + kw) * out + co] = src[ci];
+            }
+}
+
 /* The weight gradient and (if need_dx) the input gradient of conv layer i on a host backend,
- * chunk by chunk: the chunk's rows are built, feed dW += dY_chunk^T col (accumulated over the
- * chunks in batch order), then are overwritten by dcol = dY_chunk W and scattered into dx by
- * col2im while still in the cache. */
+ * a chunk of examples at a time, accumulating dW over the chunks in batch order.
+ * im2col layers: the chunk's rows feed dW += dY_chunk^T col, then are overwritten by
+ * dcol = dY_chunk W and scattered into dx by col2im while still in the cache.
+ * Row-lowered layers: per example and kernel row kh, dW_kh += dY_b^T rows_b[kh ow ..]; then
+ * dx_b is the row-lowered convolution of dY_b with the flipped kernel. */
 static int conv_backward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
                                  const float *g, int bs, int need_dx, float *dx) {
     hs_backend *be = m->be;
     const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
-    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
-    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
+    const int K = k * k * s->ic, kc = k * s->ic, by_rows = row_lowered(m, i);
+    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, kc);
+    const size_t rd = feat(s->ih + k - 1, s->iw, k * out);
     const float *W = m->params + s->w_off;
     float *dW = m->grads + s->w_off;
     const int step = col_chunk(m, i);
+    /* dY as the input of a convolution back to the input's shape. */
+    hs_conv_geom gd = {out, s->oh, s->ow, k, 1, k - 1 - gm->pad, s->ih, s->iw, 0};
+    if (by_rows && need_dx) flip_kernel(W, out, k, s->ic, m->wflip);
     int err = 0;
     for (int b = 0; b < bs && !err; b += step) {
         int nb = bs - b < step ? bs - b : step;
         const float *gb = g + (size_t)b * rows * out;
-        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-        if (!err)
-            err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
-                                b ? 1.0f : 0.0f, dW, K);
-        if (!err && need_dx)
-            err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f, m->col,
-                                K);
-        if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dx + (size_t)b * in_f);
+        float *dxb = dx + (size_t)b * in_f;
+        if (!by_rows) {
+            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+            if (!err)
+                err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
+                                    b ? 1.0f : 0.0f, dW, K);
+            if (!err && need_dx)
+                err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f,
+                                    m->col, K);
+            if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dxb);
+            continue;
+        }
+        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            for (int kh = 0; kh < k && !err; kh++)
+                err = be->ops->gemm(be, 1, 0, out, kc, rows, 1.0f, gb + (size_t)e * rows * out,
+                                    out, m->col + e * rx + (size_t)kh * s->ow * kc, kc,
+                                    b + e ? 1.0f : 0.0f, dW + (size_t)kh * kc, K);
+        if (err || !need_dx) continue;
+        err = be->ops->im2row(be, gb, &gd, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            err = conv_rows_gemm(be, m->col + e * rd, m->wflip, k * k * out, k, k * out, s->ih,
+                                 s->iw, s->ic, dxb + (size_t)e * in_f);
     }
     return err;
 }

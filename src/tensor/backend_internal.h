@@ -11,6 +11,7 @@ int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg);
 
 /* The CPU backend's convolutional-layer ops (cpu_conv.c), as documented in hs_backend_ops. */
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col);
+int hs__cpu_im2row(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *rows);
 int hs__cpu_col2im(hs_backend *be, const float *col, const hs_conv_geom *g, int n, float *dx);
 int hs__cpu_maxpool(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *y,
                     int32_t *arg);

@@ -235,6 +235,7 @@ static const hs_backend_ops cpu_ops = {
     .shortcut_add = hs__cpu_shortcut_add,
     .shortcut_grad = hs__cpu_shortcut_grad,
     .gather = cpu_gather,
+    .im2row = hs__cpu_im2row,
 };
 
 int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg) {

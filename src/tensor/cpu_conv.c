@@ -37,42 +37,62 @@ static inline void addf(float *restrict d, const float *restrict s, int n) {
     for (int i = 0; i < n; i++) d[i] += s[i];
 }
 
+/* One kernel row of a patch: the k * c floats of input row hi at columns w0 .. w0 + k - 1
+ * (k * c consecutive floats of NHWC x when inside the image), zero outside it. */
+static inline void kernel_row(float *restrict row, const float *restrict xb, const hs_conv_geom *g,
+                              int hi, int w0) {
+    const int c = g->c, h = g->h, w = g->w, k = g->k;
+    if (hi < 0 || hi >= h) {
+        zerof(row, k * c);
+        return;
+    }
+    if (!g->chw_input && w0 >= 0 && w0 + k <= w) {
+        copyf(row, xb + ((size_t)hi * w + w0) * c, k * c);
+        return;
+    }
+    for (int kw = 0; kw < k; kw++) {
+        int wi = w0 + kw;
+        float *r = row + (size_t)kw * c;
+        if (wi < 0 || wi >= w) {
+            zerof(r, c);
+        } else if (!g->chw_input) {
+            copyf(r, xb + ((size_t)hi * w + wi) * c, c);
+        } else {
+            for (int ch = 0; ch < c; ch++) r[ch] = xb[((size_t)ch * h + hi) * w + wi];
+        }
+    }
+}
+
 HS_VECTOR_CLONES NO_LIBCALLS
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col) {
     (void)be;
-    const int c = g->c, h = g->h, w = g->w, k = g->k;
-    const size_t kc = (size_t)k * k * c;
+    const int k = g->k;
+    const size_t kc = (size_t)k * k * g->c;
     for (int b = 0; b < n; b++) {
-        const float *xb = x + (size_t)b * c * h * w;
+        const float *xb = x + (size_t)b * g->c * g->h * g->w;
         for (int i = 0; i < g->oh; i++)
             for (int j = 0; j < g->ow; j++) {
                 float *row = col + (((size_t)b * g->oh + i) * g->ow + j) * kc;
-                const int w0 = j * g->stride - g->pad;
-                for (int kh = 0; kh < k; kh++, row += (size_t)k * c) {
-                    int hi = i * g->stride - g->pad + kh;
-                    if (hi < 0 || hi >= h) {
-                        zerof(row, k * c);
-                        continue;
-                    }
-                    if (!g->chw_input && w0 >= 0 && w0 + k <= w) {
-                        /* NHWC: the k positions of a kernel row are k * c consecutive floats. */
-                        copyf(row, xb + ((size_t)hi * w + w0) * c, k * c);
-                        continue;
-                    }
-                    for (int kw = 0; kw < k; kw++) {
-                        int wi = w0 + kw;
-                        float *r = row + (size_t)kw * c;
-                        if (wi < 0 || wi >= w) {
-                            zerof(r, c);
-                        } else if (!g->chw_input) {
-                            copyf(r, xb + ((size_t)hi * w + wi) * c, c);
-                        } else {
-                            for (int ch = 0; ch < c; ch++)
-                                r[ch] = xb[((size_t)ch * h + hi) * w + wi];
-                        }
-                    }
-                }
+                for (int kh = 0; kh < k; kh++, row += (size_t)k * g->c)
+                    kernel_row(row, xb, g, i * g->stride - g->pad + kh, j * g->stride - g->pad);
             }
+    }
+    return 0;
+}
+
+HS_VECTOR_CLONES NO_LIBCALLS
+int hs__cpu_im2row(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *rows) {
+    (void)be;
+    if (g->stride != 1)
+        return hs__err(HS_EINVAL, "im2row: stride %d (only stride-1 convolutions)", g->stride);
+    const int rh = g->oh + g->k - 1;
+    const size_t kc = (size_t)g->k * g->c;
+    for (int b = 0; b < n; b++) {
+        const float *xb = x + (size_t)b * g->c * g->h * g->w;
+        for (int r = 0; r < rh; r++)
+            for (int j = 0; j < g->ow; j++)
+                kernel_row(rows + (((size_t)b * rh + r) * g->ow + j) * kc, xb, g, r - g->pad,
+                           j - g->pad);
     }
     return 0;
 }
