@@ -430,6 +430,19 @@ static int conv_backward_chunked(hs_model *m, int i, const hs_conv_geom *gm, con
     return err;
 }
 
+/* Whether layer i is a ReLU in place on the output of layer i - 1 that layer i - 1 rectifies
+ * itself with a fused op (groupnorm_relu, shortcut_sum): its forward is then nothing, and its
+ * backward reads the same rectified tensor. */
+static int relu_fused(const hs_model *m, int i) {
+    if (i <= 0 || i >= m->spec.n_layers || m->spec.layer[i].kind != HS_LAYER_RELU ||
+        m->owner[i + 1] != m->owner[i] || m->owner[i] != i - 1)
+        return 0;
+    const hs_backend_ops *o = m->be->ops;
+    hs_layer_kind k = m->spec.layer[i - 1].kind;
+    return (k == HS_LAYER_GROUPNORM && o->groupnorm_relu) ||
+           (k == HS_LAYER_RESIDUAL_ADD && o->shortcut_sum);
+}
+
 static int forward(hs_model *m, int bs) {
     hs_backend *be = m->be;
     const hs_backend_ops *o = be->ops;
@@ -475,16 +488,23 @@ static int forward(hs_model *m, int bs) {
             break;
         }
         case HS_LAYER_AVGPOOL: err = o->avgpool(be, a, bs, s->ih * s->iw, s->ic, y); break;
-        case HS_LAYER_RELU: err = o->relu(be, y, a, (size_t)bs * out_f); break;
+        case HS_LAYER_RELU:
+            if (!relu_fused(m, i)) err = o->relu(be, y, a, (size_t)bs * out_f);
+            break;
         case HS_LAYER_GROUPNORM:
-            err = o->groupnorm(be, a, bs, s->ih * s->iw, s->ic, l->groups, HS_GROUPNORM_EPS,
-                               P + s->w_off, P + s->b_off, y, m->mean[i], m->rstd[i]);
+            err = (relu_fused(m, i + 1) ? o->groupnorm_relu : o->groupnorm)(
+                be, a, bs, s->ih * s->iw, s->ic, l->groups, HS_GROUPNORM_EPS, P + s->w_off,
+                P + s->b_off, y, m->mean[i], m->rstd[i]);
             break;
         case HS_LAYER_FLATTEN:
         case HS_LAYER_RESIDUAL: break;
         case HS_LAYER_RESIDUAL_ADD: {
             const hs__layer_shape *r = &m->sh[s->res_from];
             hs_shortcut_geom sg = {r->ic, r->ih, r->iw, s->oc, s->oh, s->ow, s->res_stride};
+            if (o->shortcut_sum) {
+                err = o->shortcut_sum(be, y, a, m->act[s->res_from], &sg, bs, relu_fused(m, i + 1));
+                break;
+            }
             err = hs_be_copy_f(be, y, a, (size_t)bs * out_f);
             if (!err) err = o->shortcut_add(be, y, m->act[s->res_from], &sg, bs);
             break;

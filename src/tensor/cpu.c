@@ -236,6 +236,8 @@ static const hs_backend_ops cpu_ops = {
     .shortcut_grad = hs__cpu_shortcut_grad,
     .gather = cpu_gather,
     .im2row = hs__cpu_im2row,
+    .groupnorm_relu = hs__cpu_groupnorm_relu,
+    .shortcut_sum = hs__cpu_shortcut_sum,
 };
 
 int hs__cpu_backend_open(hs_backend *be, const hs_backend_cfg *cfg) {

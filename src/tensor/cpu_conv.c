@@ -287,10 +287,10 @@ static void gn_spread(const float *g, int groups, int cpg, float *c) {
         for (int k = 0; k < cpg; k++) c[gi * cpg + k] = g[gi];
 }
 
-HS_VECTOR_CLONES
-int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
-                      const float *gamma, const float *beta, float *y, float *mean, float *rstd) {
-    (void)be;
+/* groupnorm, then max(., 0) on each output when relu (the ReLU that follows, in one pass). */
+GN_ALWAYS_INLINE int gn_forward(const float *x, int n, int hw, int c, int groups, float eps,
+                                const float *gamma, const float *beta, float *y, float *mean,
+                                float *rstd, int relu) {
     const int cpg = c / groups;
     double *acc = malloc(sizeof(double) * (size_t)groups);
     float *mc = malloc(sizeof(float) * (size_t)2 * c);
@@ -310,13 +310,32 @@ int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int 
         for (int p = 0; p < hw; p++) {
             const float *restrict xp = xb + (size_t)p * c;
             float *restrict yp = yb + (size_t)p * c;
-            for (int ch = 0; ch < c; ch++)
-                yp[ch] = hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]);
+            if (relu)
+                for (int ch = 0; ch < c; ch++)
+                    yp[ch] = hs_ew_relu(hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]));
+            else
+                for (int ch = 0; ch < c; ch++)
+                    yp[ch] = hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]);
         }
     }
     free(acc);
     free(mc);
     return 0;
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
+                      const float *gamma, const float *beta, float *y, float *mean, float *rstd) {
+    (void)be;
+    return gn_forward(x, n, hw, c, groups, eps, gamma, beta, y, mean, rstd, 0);
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_groupnorm_relu(hs_backend *be, const float *x, int n, int hw, int c, int groups,
+                           float eps, const float *gamma, const float *beta, float *y,
+                           float *mean, float *rstd) {
+    (void)be;
+    return gn_forward(x, n, hw, c, groups, eps, gamma, beta, y, mean, rstd, 1);
 }
 
 HS_VECTOR_CLONES
@@ -389,6 +408,33 @@ int hs__cpu_shortcut_add(hs_backend *be, float *y, const float *x, const hs_shor
                     x + (((size_t)b * s->h + (size_t)i * s->stride) * s->w +
                          (size_t)j * s->stride) * s->c;
                 for (int ch = 0; ch < s->c; ch++) yo[ch] += xi[ch];
+            }
+    return 0;
+}
+
+/* One output pixel of shortcut_sum: yo = ao + xi over the first c channels, ao beyond. */
+static inline void sum_pixel(float *yo, const float *ao, const float *restrict xi, int c, int oc,
+                             int relu) {
+    if (relu) {
+        for (int ch = 0; ch < c; ch++) yo[ch] = hs_ew_relu(ao[ch] + xi[ch]);
+        for (int ch = c; ch < oc; ch++) yo[ch] = hs_ew_relu(ao[ch]);
+    } else {
+        for (int ch = 0; ch < c; ch++) yo[ch] = ao[ch] + xi[ch];
+        for (int ch = c; ch < oc; ch++) yo[ch] = ao[ch];
+    }
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_shortcut_sum(hs_backend *be, float *y, const float *a, const float *x,
+                         const hs_shortcut_geom *s, int n, int relu) {
+    (void)be;
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < s->oh; i++)
+            for (int j = 0; j < s->ow; j++) {
+                size_t o = (((size_t)b * s->oh + i) * s->ow + j) * s->oc;
+                const float *xi = x + (((size_t)b * s->h + (size_t)i * s->stride) * s->w +
+                                       (size_t)j * s->stride) * s->c;
+                sum_pixel(y + o, a + o, xi, s->c, s->oc, relu);
             }
     return 0;
 }

@@ -25,6 +25,21 @@ static hs_backend *open_cpu(int threads) {
     return be;
 }
 
+/* Optional ops the CPU backend is opened without by open_stripped, as a backend that predates
+ * them: the model then takes the paths it takes on such a backend. */
+enum { STRIP_IM2ROW = 1, STRIP_FUSED = 2 };
+static int strip;
+
+/* open_cpu with the ops in `strip` removed; tab (the table used) must outlive the backend. */
+static hs_backend *open_stripped(int threads, hs_backend_ops *tab) {
+    hs_backend *be = open_cpu(threads);
+    *tab = *be->ops;
+    if (strip & STRIP_IM2ROW) tab->im2row = NULL;
+    if (strip & STRIP_FUSED) tab->groupnorm_relu = NULL, tab->shortcut_sum = NULL;
+    be->ops = tab;
+    return be;
+}
+
 /* ---------------------------------------------------------------- double reference */
 
 /* The mean softmax cross-entropy of the batch under parameters p, in double throughout. */
@@ -147,10 +162,6 @@ static double ref_loss(const hs_model_spec *s, const hs__layer_shape *sh, const 
 
 /* ---------------------------------------------------------------- gradient check */
 
-/* When set, gradcheck runs on a CPU backend whose table lacks im2row, as a backend that
- * predates it: every convolution is then lowered with im2col alone. */
-static int no_im2row;
-
 /* Checks `per` parameters of every parameter tensor (first, last, and seeded picks) of the
  * model s: the analytic float gradient against the central difference of the double reference
  * with step 1e-5. Pass: relative error below 1e-3, or absolute below 1e-6 where the gradient
@@ -159,11 +170,8 @@ static void gradcheck(const hs_model_spec *s, int bs, int per, uint64_t seed) {
     hs__layer_shape sh[HS_MODEL_MAX_LAYERS];
     size_t np = 0;
     assert_int_equal(hs__model_spec_resolve(s, sh, &np), 0);
-    hs_backend *be = open_cpu(1);
-    const hs_backend_ops *real = be->ops;
-    hs_backend_ops partial = *real;
-    partial.im2row = NULL;
-    if (no_im2row) be->ops = &partial;
+    hs_backend_ops tab;
+    hs_backend *be = open_stripped(1, &tab);
     hs_model *m;
     assert_int_equal(hs_model_new_spec(&m, be, s, bs), 0);
     assert_int_equal(hs_model_init(m, seed), 0);
@@ -225,7 +233,6 @@ static void gradcheck(const hs_model_spec *s, int bs, int per, uint64_t seed) {
     assert_true(checked > 0);
     free(x), free(y), free(pd);
     hs_model_free(m);
-    be->ops = real;
     hs_backend_close(be);
 }
 
@@ -304,13 +311,14 @@ static void test_gradcheck_layers(void **state) {
     s = MAKE("conv2d-rows-chunked", 3, 32, 32, 3, CONV(16, 3, 1, 1, 0), RELU,
              CONV(8, 3, 1, 1, 1), RELU, CONV(16, 3, 1, 1, 0), AVG, LIN(3));
     gradcheck(&s, 5, 4, 10);
-    /* The same models on a backend without im2row: every convolution through im2col. */
-    no_im2row = 1;
+    /* The same model on a backend without im2row (every convolution through im2col) nor the
+     * fused ops. */
+    strip = STRIP_IM2ROW | STRIP_FUSED;
     s = MAKE("conv2d-rows/im2col", 2, 7, 6, 3, CONV(3, 3, 1, 1, 1), RELU, CONV(5, 3, 1, 1, 1),
              RELU, CONV(6, 3, 1, 0, 0), GN(2), CONV(4, 5, 1, 2, 1), RELU, CONV(4, 1, 1, 0, 0),
              CONV(3, 3, 2, 1, 1), FLAT, LIN(3));
     gradcheck(&s, 3, 6, 9);
-    no_im2row = 0;
+    strip = 0;
 }
 
 /* im2row's row (b, i + kh, j) is kernel row kh of im2col's row (b, i, j), bit for bit, for
@@ -371,7 +379,8 @@ static void test_gradcheck_named(void **state) {
 
 /* Trains 3 SGD steps with momentum from seed and returns the parameters (malloc'd). */
 static float *train_steps(const hs_model_spec *s, int threads, uint64_t seed, size_t *np) {
-    hs_backend *be = open_cpu(threads);
+    hs_backend_ops tab;
+    hs_backend *be = open_stripped(threads, &tab);
     hs_model *m;
     hs_optim *o;
     const int bs = 8;
@@ -428,12 +437,37 @@ static void test_determinism(void **state) {
         }
 }
 
+/* The fused ops (a ReLU folded into the GroupNorm or the residual add before it) give the
+ * bits of the two passes they replace: resnet20 (adds that pad channels, then a ReLU), and a
+ * model that also has a residual layer between a GroupNorm or an add and its ReLU (kept
+ * tensors: nothing fuses there). */
+static void test_fused_bits(void **state) {
+    (void)state;
+    hs_model_spec specs[2];
+    assert_int_equal(hs_model_spec_parse(&specs[0], "resnet20", NULL, 3, 8, 8, 5), 0);
+    specs[1] = MAKE("fuse-edges", 2, 6, 6, 3, CONV(4, 3, 1, 1, 1), GN(2), RES, RELU,
+                    CONV(6, 3, 2, 1, 0), GN(3), ADD, RES, RELU, CONV(6, 3, 1, 1, 0), GN(2), RELU,
+                    ADD, RELU, AVG, LIN(3));
+    for (int k = 0; k < 2; k++) {
+        size_t n1, n2;
+        float *a = train_steps(&specs[k], 1, 7, &n1);
+        strip = STRIP_FUSED;
+        float *b = train_steps(&specs[k], 1, 7, &n2);
+        strip = 0;
+        assert_int_equal(n1, n2);
+        if (memcmp(a, b, sizeof(float) * n1))
+            fail_msg("model %s: parameters with and without the fused ops differ", specs[k].name);
+        free(a), free(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_layers),
         cmocka_unit_test(test_im2row),
         cmocka_unit_test(test_gradcheck_named),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_fused_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
