@@ -206,6 +206,27 @@ typedef struct hs_backend_ops {
      * staging copy; host_free accepts NULL. NULL entries: ordinary malloc'd memory serves. */
     int (*host_alloc)(hs_backend *be, size_t bytes, void **out);
     void (*host_free)(hs_backend *be, void *p);
+
+    /* ---------------------------------------------------------- optional: convolution lowering
+     * rows[(n * (oh + k - 1) * ow) x (k * c)] for a stride-1 g: row (b, r, j) holds the kernel
+     * row x[b, r - pad, j - pad + kw, :] for kw < k, ordered (kw, channel), zero outside the
+     * image. Kernel row kh of im2col's row (b, i, j) is row (b, i + kh, j), so a stride-1
+     * convolution is k GEMMs over blocks of these rows shifted by ow (K = k c each), from k
+     * times fewer floats than im2col writes. NULL: the model lowers with im2col alone. */
+    int (*im2row)(hs_backend *be, const float *x, const struct hs_conv_geom *g, int n,
+                  float *rows);
+
+    /* ---------------------------------------------------------- optional: fused layers
+     * One pass where the model would make two over the same activations; NULL: it makes two.
+     * groupnorm_relu: groupnorm, then max(., 0) on every output (the ReLU after it). */
+    int (*groupnorm_relu)(hs_backend *be, const float *x, int n, int hw, int c, int groups,
+                          float eps, const float *gamma, const float *beta, float *y,
+                          float *mean, float *rstd);
+    /* y = a + the shortcut of x as shortcut_add adds it (a, y: s->oh x s->ow x s->oc), then
+     * max(., 0) when relu; y may alias a. The same bits as copying a to y, shortcut_add and
+     * relu. */
+    int (*shortcut_sum)(hs_backend *be, float *y, const float *a, const float *x,
+                        const struct hs_shortcut_geom *s, int n, int relu);
 } hs_backend_ops;
 
 struct hs_backend {

@@ -650,6 +650,9 @@ static const hs_backend_ops cuda_ops = {
     cu_gather,              /* gather */
     cu_host_alloc,          /* host_alloc */
     cu_host_free,           /* host_free */
+    NULL,                   /* im2row: the model lowers with im2col */
+    NULL,                   /* groupnorm_relu: two passes */
+    NULL,                   /* shortcut_sum: two passes */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {

@@ -40,6 +40,7 @@ struct hs_model {
     float *d[2], *skip;                    /* gradient buffers, a lane batch * max features */
     float *col;                            /* im2col rows, shared by every conv2d */
     float *lcol[HS_MODEL_MAX_LAYERS];      /* a conv2d's own rows, kept for its backward */
+    float *wflip;                          /* host: a conv2d's kernel laid out for row_lowered */
     float *input;                          /* backend copy of the input (not host memory) */
     float *host_x;                         /* host scratch for the NHWC input */
     int32_t *labels;                       /* device labels (unused on host backends) */
@@ -81,6 +82,7 @@ void hs_model_free(hs_model *m) {
     hs_be_free(be, m->d[1]);
     hs_be_free(be, m->skip);
     hs_be_free(be, m->col);
+    hs_be_free(be, m->wflip);
     hs_be_free(be, m->input);
     hs_be_free(be, m->labels);
     free(m->host_x);
@@ -124,6 +126,27 @@ static int needs_col(const hs_model *m, int i) {
     return l->kind == HS_LAYER_CONV2D && !(is_conv_1x1(l) && !(i == 0 && m->spec.in_c > 1));
 }
 
+/* Whether conv layer i runs on this host backend as k GEMMs over im2row's kernel rows
+ * (conv_forward_chunked): stride 1 and an NHWC input. Its input gradient is then the
+ * convolution of dY with the flipped kernel and padding k - 1 - pad (>= 0: the spec keeps pad
+ * below k), k more GEMMs that write dx directly, in place of dcol = dY W (K = out, the shape
+ * OpenBLAS is slowest at) and col2im's zeroing and scatter. */
+static int row_lowered(const hs_model *m, int i) {
+    const hs_layer_spec *l = &m->spec.layer[i];
+    return m->be->host_memory && m->be->ops->im2row && needs_col(m, i) && l->stride == 1 &&
+           !(i == 0 && m->spec.in_c > 1);
+}
+
+/* Floats of lowered rows per example of conv layer i on a host backend: im2col's, or for a
+ * row-lowered layer the larger of im2row's rows of its input and of dY. */
+static size_t col_floats(const hs_model *m, int i) {
+    const hs__layer_shape *s = &m->sh[i];
+    const int k = m->spec.layer[i].kernel;
+    if (!row_lowered(m, i)) return feat(s->oh * s->ow, k * k, s->ic);
+    size_t fx = feat(s->oh + k - 1, s->ow, k * s->ic), fd = feat(s->ih + k - 1, s->iw, k * s->oc);
+    return fx > fd ? fx : fd;
+}
+
 /* Bytes of im2col rows a host backend builds at a time: small enough that the GEMM that
  * consumes them reads them from the cache (the rows of a whole batch, 778 MB for resnet20 at
  * batch 128, would go through memory twice per pass). */
@@ -131,9 +154,7 @@ static int needs_col(const hs_model *m, int i) {
 
 /* Examples per chunk of conv layer i's rows: at least one. */
 static int col_chunk(const hs_model *m, int i) {
-    const hs__layer_shape *s = &m->sh[i];
-    const int k = m->spec.layer[i].kernel;
-    size_t per = feat(s->oh * s->ow, k * k, s->ic) * sizeof(float);
+    size_t per = col_floats(m, i) * sizeof(float);
     return per >= COL_CHUNK_BYTES ? 1 : (int)(COL_CHUNK_BYTES / per);
 }
 
@@ -181,7 +202,7 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
     if ((err = hs__model_spec_resolve(spec, m->sh, &m->nparams)) < 0) goto fail;
     const int L = spec->n_layers;
     /* maxcol: the floats of the largest rows buffer (a chunk of them on a host backend). */
-    size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0;
+    size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0, maxw = 0;
     m->first_param = L;
     int spatial = 0;
     for (int i = 0; i < L; i++) {
@@ -194,9 +215,10 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
         if (needs_col(m, i)) {
             size_t cs = feat(s->oh * s->ow, l->kernel * l->kernel, s->ic);
             keep += cs;
+            if (row_lowered(m, i) && s->nw > maxw) maxw = s->nw;
             if (be->host_memory) {
                 int step = col_chunk(m, i);
-                cs *= (size_t)(step < lane_batch ? step : lane_batch);
+                cs = col_floats(m, i) * (size_t)(step < lane_batch ? step : lane_batch);
             } else {
                 cs *= (size_t)lane_batch;
             }
@@ -250,7 +272,8 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
     if ((err = hs_be_alloc_f(be, mb * maxf, &m->d[0])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->d[1])) < 0 ||
         (err = hs_be_alloc_f(be, mb * maxf, &m->skip)) < 0 ||
-        (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0))
+        (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0) ||
+        (maxw && (err = hs_be_alloc_f(be, maxw, &m->wflip)) < 0))
         goto fail;
     size_t in_f = feat(spec->in_c, spec->in_h, spec->in_w);
     if (!be->host_memory && (err = hs_be_alloc_f(be, mb * in_f, &m->input)) < 0) goto fail;
@@ -367,55 +390,128 @@ static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
     return 0;
 }
 
-/* Y = im2col(A) W^T for conv layer i on a host backend, chunk by chunk. Each output element
- * is the same dot product over K as in one GEMM over the batch. */
+/* y_b = sum over kh of rows_b[kh ow ..] wt_kh for one example of a row-lowered convolution:
+ * rows_b holds (oh + k - 1) ow rows of kc floats (im2row), wt is the (k kc) x out kernel with
+ * kernel row kh in rows kh kc .., y_b is oh ow x out. Not transposed, so that OpenBLAS takes
+ * its small-matrix kernel for these shapes (about 110 GFLOPS here against 40 to 90 for
+ * rows_b w_kh^T, measured alone). */
+static int conv_rows_gemm(hs_backend *be, const float *rows_b, const float *wt, int k, int kc,
+                          int oh, int ow, int out, float *y_b) {
+    int err = 0;
+    for (int kh = 0; kh < k && !err; kh++)
+        err = be->ops->gemm(be, 0, 0, oh * ow, out, kc, 1.0f, rows_b + (size_t)kh * ow * kc, kc,
+                            wt + (size_t)kh * kc * out, out, kh ? 1.0f : 0.0f, y_b, out);
+    return err;
+}
+
+/* Y = A * W for conv layer i on a host backend, a chunk of examples at a time: im2col rows
+ * and one GEMM (each output element the same dot product over K as in one GEMM over the
+ * batch), or for a row-lowered layer im2row rows and k GEMMs per example against the
+ * transposed kernel (conv_rows_gemm). */
 static int conv_forward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
                                 float *y, int bs) {
     hs_backend *be = m->be;
     const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
-    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
-    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
+    const int K = k * k * s->ic, by_rows = row_lowered(m, i);
+    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, k * s->ic);
+    const float *W = m->params + s->w_off;
     const int step = col_chunk(m, i);
+    if (by_rows) /* wt[t][co] = W[co][t] (host memory) */
+        for (int co = 0; co < out; co++)
+            for (int t = 0; t < K; t++) m->wflip[(size_t)t * out + co] = W[(size_t)co * K + t];
     int err = 0;
     for (int b = 0; b < bs && !err; b += step) {
         int nb = bs - b < step ? bs - b : step;
-        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-        if (!err)
-            err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K,
-                                m->params + s->w_off, K, 0.0f, y + (size_t)b * rows * out, out);
+        float *yb = y + (size_t)b * rows * out;
+        if (!by_rows) {
+            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+            if (!err)
+                err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K, W, K, 0.0f, yb,
+                                    out);
+            continue;
+        }
+        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            err = conv_rows_gemm(be, m->col + e * rx, m->wflip, k, k * s->ic, s->oh, s->ow, out,
+                                 yb + (size_t)e * rows * out);
     }
     return err;
 }
 
+/* wt[kh][kw][co][ci] = w[co][k-1-kh][k-1-kw][ci]: the (k k out) x in kernel that maps dY to dx
+ * by a stride-1 convolution with padding k - 1 - pad (host memory). */
+static void flip_kernel(const float *w, int out, int k, int in, float *wt) {
+    for (int kh = 0; kh < k; kh++)
+        for (int kw = 0; kw < k; kw++)
+            for (int co = 0; co < out; co++)
+                memcpy(wt + (((size_t)kh * k + kw) * out + co) * in,
+                       w + (((size_t)co * k + (k - 1 - kh)) * k + (k - 1 - kw)) * in,
+                       sizeof(float) * (size_t)in);
+}
+
 /* The weight gradient and (if need_dx) the input gradient of conv layer i on a host backend,
- * chunk by chunk: the chunk's rows are built, feed dW += dY_chunk^T col (accumulated over the
- * chunks in batch order), then are overwritten by dcol = dY_chunk W and scattered into dx by
- * col2im while still in the cache. */
+ * a chunk of examples at a time, accumulating dW over the chunks in batch order.
+ * im2col layers: the chunk's rows feed dW += dY_chunk^T col, then are overwritten by
+ * dcol = dY_chunk W and scattered into dx by col2im while still in the cache.
+ * Row-lowered layers: per example and kernel row kh, dW_kh += dY_b^T rows_b[kh ow ..]; then
+ * dx_b is the row-lowered convolution of dY_b with the flipped kernel. */
 static int conv_backward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
                                  const float *g, int bs, int need_dx, float *dx) {
     hs_backend *be = m->be;
     const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow;
-    const int K = m->spec.layer[i].kernel * m->spec.layer[i].kernel * s->ic;
-    const size_t in_f = feat(s->ic, s->ih, s->iw);
+    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
+    const int K = k * k * s->ic, kc = k * s->ic, by_rows = row_lowered(m, i);
+    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, kc);
+    const size_t rd = feat(s->ih + k - 1, s->iw, k * out);
     const float *W = m->params + s->w_off;
     float *dW = m->grads + s->w_off;
     const int step = col_chunk(m, i);
+    /* dY as the input of a convolution back to the input's shape. */
+    hs_conv_geom gd = {out, s->oh, s->ow, k, 1, k - 1 - gm->pad, s->ih, s->iw, 0};
+    if (by_rows && need_dx) flip_kernel(W, out, k, s->ic, m->wflip);
     int err = 0;
     for (int b = 0; b < bs && !err; b += step) {
         int nb = bs - b < step ? bs - b : step;
         const float *gb = g + (size_t)b * rows * out;
-        err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-        if (!err)
-            err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
-                                b ? 1.0f : 0.0f, dW, K);
-        if (!err && need_dx)
-            err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f, m->col,
-                                K);
-        if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dx + (size_t)b * in_f);
+        float *dxb = dx + (size_t)b * in_f;
+        if (!by_rows) {
+            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
+            if (!err)
+                err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
+                                    b ? 1.0f : 0.0f, dW, K);
+            if (!err && need_dx)
+                err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f,
+                                    m->col, K);
+            if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dxb);
+            continue;
+        }
+        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            for (int kh = 0; kh < k && !err; kh++)
+                err = be->ops->gemm(be, 1, 0, out, kc, rows, 1.0f, gb + (size_t)e * rows * out,
+                                    out, m->col + e * rx + (size_t)kh * s->ow * kc, kc,
+                                    b + e ? 1.0f : 0.0f, dW + (size_t)kh * kc, K);
+        if (err || !need_dx) continue;
+        err = be->ops->im2row(be, gb, &gd, nb, m->col);
+        for (int e = 0; e < nb && !err; e++)
+            err = conv_rows_gemm(be, m->col + e * rd, m->wflip, k, k * out, s->ih, s->iw, s->ic,
+                                 dxb + (size_t)e * in_f);
     }
     return err;
+}
+
+/* Whether layer i is a ReLU in place on the output of layer i - 1 that layer i - 1 rectifies
+ * itself with a fused op (groupnorm_relu, shortcut_sum): its forward is then nothing, and its
+ * backward reads the same rectified tensor. */
+static int relu_fused(const hs_model *m, int i) {
+    if (i <= 0 || i >= m->spec.n_layers || m->spec.layer[i].kind != HS_LAYER_RELU ||
+        m->owner[i + 1] != m->owner[i] || m->owner[i] != i - 1)
+        return 0;
+    const hs_backend_ops *o = m->be->ops;
+    hs_layer_kind k = m->spec.layer[i - 1].kind;
+    return (k == HS_LAYER_GROUPNORM && o->groupnorm_relu) ||
+           (k == HS_LAYER_RESIDUAL_ADD && o->shortcut_sum);
 }
 
 static int forward(hs_model *m, int bs) {
@@ -463,16 +559,23 @@ static int forward(hs_model *m, int bs) {
             break;
         }
         case HS_LAYER_AVGPOOL: err = o->avgpool(be, a, bs, s->ih * s->iw, s->ic, y); break;
-        case HS_LAYER_RELU: err = o->relu(be, y, a, (size_t)bs * out_f); break;
+        case HS_LAYER_RELU:
+            if (!relu_fused(m, i)) err = o->relu(be, y, a, (size_t)bs * out_f);
+            break;
         case HS_LAYER_GROUPNORM:
-            err = o->groupnorm(be, a, bs, s->ih * s->iw, s->ic, l->groups, HS_GROUPNORM_EPS,
-                               P + s->w_off, P + s->b_off, y, m->mean[i], m->rstd[i]);
+            err = (relu_fused(m, i + 1) ? o->groupnorm_relu : o->groupnorm)(
+                be, a, bs, s->ih * s->iw, s->ic, l->groups, HS_GROUPNORM_EPS, P + s->w_off,
+                P + s->b_off, y, m->mean[i], m->rstd[i]);
             break;
         case HS_LAYER_FLATTEN:
         case HS_LAYER_RESIDUAL: break;
         case HS_LAYER_RESIDUAL_ADD: {
             const hs__layer_shape *r = &m->sh[s->res_from];
             hs_shortcut_geom sg = {r->ic, r->ih, r->iw, s->oc, s->oh, s->ow, s->res_stride};
+            if (o->shortcut_sum) {
+                err = o->shortcut_sum(be, y, a, m->act[s->res_from], &sg, bs, relu_fused(m, i + 1));
+                break;
+            }
             err = hs_be_copy_f(be, y, a, (size_t)bs * out_f);
             if (!err) err = o->shortcut_add(be, y, m->act[s->res_from], &sg, bs);
             break;

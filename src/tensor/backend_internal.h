@@ -16,6 +16,7 @@ struct hs__pool *hs__cpu_pool(const hs_backend *be);
 
 /* The CPU backend's convolutional-layer ops (cpu_conv.c), as documented in hs_backend_ops. */
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col);
+int hs__cpu_im2row(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *rows);
 int hs__cpu_col2im(hs_backend *be, const float *col, const hs_conv_geom *g, int n, float *dx);
 int hs__cpu_maxpool(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *y,
                     int32_t *arg);
@@ -25,11 +26,16 @@ int hs__cpu_avgpool(hs_backend *be, const float *x, int n, int hw, int c, float 
 int hs__cpu_avgpool_grad(hs_backend *be, const float *dy, int n, int hw, int c, float *dx);
 int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
                       const float *gamma, const float *beta, float *y, float *mean, float *rstd);
+int hs__cpu_groupnorm_relu(hs_backend *be, const float *x, int n, int hw, int c, int groups,
+                           float eps, const float *gamma, const float *beta, float *y,
+                           float *mean, float *rstd);
 int hs__cpu_groupnorm_grad(hs_backend *be, const float *dy, const float *x, int n, int hw, int c,
                            int groups, const float *gamma, const float *mean, const float *rstd,
                            float *dx, float *dgamma, float *dbeta);
 int hs__cpu_shortcut_add(hs_backend *be, float *y, const float *x, const hs_shortcut_geom *s,
                          int n);
+int hs__cpu_shortcut_sum(hs_backend *be, float *y, const float *a, const float *x,
+                         const hs_shortcut_geom *s, int n, int relu);
 int hs__cpu_shortcut_grad(hs_backend *be, float *dx, const float *dy, const hs_shortcut_geom *s,
                           int n);
 

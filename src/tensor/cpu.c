@@ -264,6 +264,9 @@ static const hs_backend_ops cpu_ops = {
     .shortcut_add = hs__cpu_shortcut_add,
     .shortcut_grad = hs__cpu_shortcut_grad,
     .gather = cpu_gather,
+    .im2row = hs__cpu_im2row,
+    .groupnorm_relu = hs__cpu_groupnorm_relu,
+    .shortcut_sum = hs__cpu_shortcut_sum,
 };
 
 hs__pool *hs__cpu_pool(const hs_backend *be) {

@@ -13,52 +13,86 @@
 #include "tensor/backend_internal.h"
 #include "tensor/ew.h"
 
-/* Short copies and sums inline: a patch row is often only a few floats (one channel, 3 wide),
- * where a libc call costs more than the copy. */
+/* Short copies and sums inline: a patch row is often only a few floats (one channel, 3 wide, or
+ * 3 x 16 channels), where a libc call costs more than the copy. GCC turns copy and zero-fill
+ * loops back into memcpy/memset calls unless told not to (NO_LIBCALLS, on the functions these
+ * inline into: they do no floating-point arithmetic that other options would change). */
+#define NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 static inline void copyf(float *restrict d, const float *restrict s, int n) {
-    for (int i = 0; i < n; i++) d[i] = s[i];
+    int i = 0;
+    for (; i + 16 <= n; i += 16) memcpy(d + i, s + i, 16 * sizeof(float));
+    for (; i + 4 <= n; i += 4) memcpy(d + i, s + i, 4 * sizeof(float));
+    for (; i < n; i++) memcpy(d + i, s + i, sizeof(float));
+}
+
+static inline void zerof(float *d, int n) {
+    static const float zero[16];
+    int i = 0;
+    for (; i + 16 <= n; i += 16) memcpy(d + i, zero, 16 * sizeof(float));
+    for (; i + 4 <= n; i += 4) memcpy(d + i, zero, 4 * sizeof(float));
+    for (; i < n; i++) d[i] = 0.0f;
 }
 
 static inline void addf(float *restrict d, const float *restrict s, int n) {
     for (int i = 0; i < n; i++) d[i] += s[i];
 }
 
-HS_VECTOR_CLONES
+/* One kernel row of a patch: the k * c floats of input row hi at columns w0 .. w0 + k - 1
+ * (k * c consecutive floats of NHWC x when inside the image), zero outside it. */
+static inline void kernel_row(float *restrict row, const float *restrict xb, const hs_conv_geom *g,
+                              int hi, int w0) {
+    const int c = g->c, h = g->h, w = g->w, k = g->k;
+    if (hi < 0 || hi >= h) {
+        zerof(row, k * c);
+        return;
+    }
+    if (!g->chw_input && w0 >= 0 && w0 + k <= w) {
+        copyf(row, xb + ((size_t)hi * w + w0) * c, k * c);
+        return;
+    }
+    for (int kw = 0; kw < k; kw++) {
+        int wi = w0 + kw;
+        float *r = row + (size_t)kw * c;
+        if (wi < 0 || wi >= w) {
+            zerof(r, c);
+        } else if (!g->chw_input) {
+            copyf(r, xb + ((size_t)hi * w + wi) * c, c);
+        } else {
+            for (int ch = 0; ch < c; ch++) r[ch] = xb[((size_t)ch * h + hi) * w + wi];
+        }
+    }
+}
+
+HS_VECTOR_CLONES NO_LIBCALLS
 int hs__cpu_im2col(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *col) {
     (void)be;
-    const int c = g->c, h = g->h, w = g->w, k = g->k;
-    const size_t kc = (size_t)k * k * c;
+    const int k = g->k;
+    const size_t kc = (size_t)k * k * g->c;
     for (int b = 0; b < n; b++) {
-        const float *xb = x + (size_t)b * c * h * w;
+        const float *xb = x + (size_t)b * g->c * g->h * g->w;
         for (int i = 0; i < g->oh; i++)
             for (int j = 0; j < g->ow; j++) {
                 float *row = col + (((size_t)b * g->oh + i) * g->ow + j) * kc;
-                const int w0 = j * g->stride - g->pad;
-                for (int kh = 0; kh < k; kh++, row += (size_t)k * c) {
-                    int hi = i * g->stride - g->pad + kh;
-                    if (hi < 0 || hi >= h) {
-                        memset(row, 0, sizeof(float) * (size_t)k * c);
-                        continue;
-                    }
-                    if (!g->chw_input && w0 >= 0 && w0 + k <= w) {
-                        /* NHWC: the k positions of a kernel row are k * c consecutive floats. */
-                        copyf(row, xb + ((size_t)hi * w + w0) * c, k * c);
-                        continue;
-                    }
-                    for (int kw = 0; kw < k; kw++) {
-                        int wi = w0 + kw;
-                        float *r = row + (size_t)kw * c;
-                        if (wi < 0 || wi >= w) {
-                            for (int ch = 0; ch < c; ch++) r[ch] = 0.0f;
-                        } else if (!g->chw_input) {
-                            copyf(r, xb + ((size_t)hi * w + wi) * c, c);
-                        } else {
-                            for (int ch = 0; ch < c; ch++)
-                                r[ch] = xb[((size_t)ch * h + hi) * w + wi];
-                        }
-                    }
-                }
+                for (int kh = 0; kh < k; kh++, row += (size_t)k * g->c)
+                    kernel_row(row, xb, g, i * g->stride - g->pad + kh, j * g->stride - g->pad);
             }
+    }
+    return 0;
+}
+
+HS_VECTOR_CLONES NO_LIBCALLS
+int hs__cpu_im2row(hs_backend *be, const float *x, const hs_conv_geom *g, int n, float *rows) {
+    (void)be;
+    if (g->stride != 1)
+        return hs__err(HS_EINVAL, "im2row: stride %d (only stride-1 convolutions)", g->stride);
+    const int rh = g->oh + g->k - 1;
+    const size_t kc = (size_t)g->k * g->c;
+    for (int b = 0; b < n; b++) {
+        const float *xb = x + (size_t)b * g->c * g->h * g->w;
+        for (int r = 0; r < rh; r++)
+            for (int j = 0; j < g->ow; j++)
+                kernel_row(rows + (((size_t)b * rh + r) * g->ow + j) * kc, xb, g, r - g->pad,
+                           j - g->pad);
     }
     return 0;
 }
@@ -223,8 +257,9 @@ GN_ALWAYS_INLINE void gn_stats(const float *xb, int hw, int c, int groups, int c
     for (int gi = 0; gi < groups; gi++) rb[gi] = (float)(1.0 / sqrt(acc[gi] / cnt + eps));
 }
 
-/* gn_stats with cpg a compile-time constant where it is a usual one. */
-static void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, float eps,
+/* gn_stats with cpg a compile-time constant where it is a usual one. Inlined, so that the
+ * group sums compile inside each ISA clone of the callers rather than once for the baseline. */
+GN_ALWAYS_INLINE void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, float eps,
                          double *acc, float *mb, float *rb) {
     switch (cpg) {
     case 1: gn_stats(xb, hw, c, groups, 1, eps, acc, mb, rb); break;
@@ -235,7 +270,7 @@ static void gn_stats_any(const float *xb, int hw, int c, int groups, int cpg, fl
     }
 }
 
-static void gn_dot_any(const float *u, const float *w, int groups, int cpg, double *acc,
+GN_ALWAYS_INLINE void gn_dot_any(const float *u, const float *w, int groups, int cpg, double *acc,
                        double *acc2) {
     switch (cpg) {
     case 1: gn_group_dot(u, w, groups, 1, acc, acc2); break;
@@ -252,10 +287,10 @@ static void gn_spread(const float *g, int groups, int cpg, float *c) {
         for (int k = 0; k < cpg; k++) c[gi * cpg + k] = g[gi];
 }
 
-HS_VECTOR_CLONES
-int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
-                      const float *gamma, const float *beta, float *y, float *mean, float *rstd) {
-    (void)be;
+/* groupnorm, then max(., 0) on each output when relu (the ReLU that follows, in one pass). */
+GN_ALWAYS_INLINE int gn_forward(const float *x, int n, int hw, int c, int groups, float eps,
+                                const float *gamma, const float *beta, float *y, float *mean,
+                                float *rstd, int relu) {
     const int cpg = c / groups;
     double *acc = malloc(sizeof(double) * (size_t)groups);
     float *mc = malloc(sizeof(float) * (size_t)2 * c);
@@ -275,13 +310,32 @@ int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int 
         for (int p = 0; p < hw; p++) {
             const float *restrict xp = xb + (size_t)p * c;
             float *restrict yp = yb + (size_t)p * c;
-            for (int ch = 0; ch < c; ch++)
-                yp[ch] = hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]);
+            if (relu)
+                for (int ch = 0; ch < c; ch++)
+                    yp[ch] = hs_ew_relu(hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]));
+            else
+                for (int ch = 0; ch < c; ch++)
+                    yp[ch] = hs_ew_gn(xp[ch], mc[ch], rc[ch], gamma[ch], beta[ch]);
         }
     }
     free(acc);
     free(mc);
     return 0;
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_groupnorm(hs_backend *be, const float *x, int n, int hw, int c, int groups, float eps,
+                      const float *gamma, const float *beta, float *y, float *mean, float *rstd) {
+    (void)be;
+    return gn_forward(x, n, hw, c, groups, eps, gamma, beta, y, mean, rstd, 0);
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_groupnorm_relu(hs_backend *be, const float *x, int n, int hw, int c, int groups,
+                           float eps, const float *gamma, const float *beta, float *y,
+                           float *mean, float *rstd) {
+    (void)be;
+    return gn_forward(x, n, hw, c, groups, eps, gamma, beta, y, mean, rstd, 1);
 }
 
 HS_VECTOR_CLONES
@@ -354,6 +408,33 @@ int hs__cpu_shortcut_add(hs_backend *be, float *y, const float *x, const hs_shor
                     x + (((size_t)b * s->h + (size_t)i * s->stride) * s->w +
                          (size_t)j * s->stride) * s->c;
                 for (int ch = 0; ch < s->c; ch++) yo[ch] += xi[ch];
+            }
+    return 0;
+}
+
+/* One output pixel of shortcut_sum: yo = ao + xi over the first c channels, ao beyond. */
+static inline void sum_pixel(float *yo, const float *ao, const float *restrict xi, int c, int oc,
+                             int relu) {
+    if (relu) {
+        for (int ch = 0; ch < c; ch++) yo[ch] = hs_ew_relu(ao[ch] + xi[ch]);
+        for (int ch = c; ch < oc; ch++) yo[ch] = hs_ew_relu(ao[ch]);
+    } else {
+        for (int ch = 0; ch < c; ch++) yo[ch] = ao[ch] + xi[ch];
+        for (int ch = c; ch < oc; ch++) yo[ch] = ao[ch];
+    }
+}
+
+HS_VECTOR_CLONES
+int hs__cpu_shortcut_sum(hs_backend *be, float *y, const float *a, const float *x,
+                         const hs_shortcut_geom *s, int n, int relu) {
+    (void)be;
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < s->oh; i++)
+            for (int j = 0; j < s->ow; j++) {
+                size_t o = (((size_t)b * s->oh + i) * s->ow + j) * s->oc;
+                const float *xi = x + (((size_t)b * s->h + (size_t)i * s->stride) * s->w +
+                                       (size_t)j * s->stride) * s->c;
+                sum_pixel(y + o, a + o, xi, s->c, s->oc, relu);
             }
     return 0;
 }

@@ -25,6 +25,21 @@ static hs_backend *open_cpu(int threads) {
     return be;
 }
 
+/* Optional ops the CPU backend is opened without by open_stripped, as a backend that predates
+ * them: the model then takes the paths it takes on such a backend. */
+enum { STRIP_IM2ROW = 1, STRIP_FUSED = 2 };
+static int strip;
+
+/* open_cpu with the ops in `strip` removed; tab (the table used) must outlive the backend. */
+static hs_backend *open_stripped(int threads, hs_backend_ops *tab) {
+    hs_backend *be = open_cpu(threads);
+    *tab = *be->ops;
+    if (strip & STRIP_IM2ROW) tab->im2row = NULL;
+    if (strip & STRIP_FUSED) tab->groupnorm_relu = NULL, tab->shortcut_sum = NULL;
+    be->ops = tab;
+    return be;
+}
+
 /* ---------------------------------------------------------------- double reference */
 
 /* The mean softmax cross-entropy of the batch under parameters p, in double throughout. */
@@ -155,7 +170,8 @@ static void gradcheck(const hs_model_spec *s, int bs, int per, uint64_t seed) {
     hs__layer_shape sh[HS_MODEL_MAX_LAYERS];
     size_t np = 0;
     assert_int_equal(hs__model_spec_resolve(s, sh, &np), 0);
-    hs_backend *be = open_cpu(1);
+    hs_backend_ops tab;
+    hs_backend *be = open_stripped(1, &tab);
     hs_model *m;
     assert_int_equal(hs_model_new_spec(&m, be, s, bs), 0);
     assert_int_equal(hs_model_init(m, seed), 0);
@@ -282,6 +298,69 @@ static void test_gradcheck_layers(void **state) {
     s = MAKE("conv2d-chunked", 3, 32, 32, 3, CONV(16, 3, 1, 1, 0), GN(4), RELU,
              CONV(16, 3, 1, 1, 1), RELU, AVG, LIN(3));
     gradcheck(&s, 5, 4, 8);
+    /* Stride-1 convolutions the CPU runs as k GEMMs over im2row's kernel rows, with the input
+     * gradient as a convolution of dY with the flipped kernel: pad 1 and pad 0 with more
+     * output than input channels, a 5x5 with pad 2 and fewer; then a 1x1 (no rows) and a
+     * strided layer (im2col), after the first layer's NCHW input (im2col). */
+    s = MAKE("conv2d-rows", 2, 7, 6, 3, CONV(3, 3, 1, 1, 1), RELU, CONV(5, 3, 1, 1, 1), RELU,
+             CONV(6, 3, 1, 0, 0), GN(2), CONV(4, 5, 1, 2, 1), RELU, CONV(4, 1, 1, 0, 0),
+             CONV(3, 3, 2, 1, 1), FLAT, LIN(3));
+    gradcheck(&s, 3, 6, 9);
+    /* Kernel rows built a few examples at a time: 16 -> 8 channels at 32x32 (dY's rows are
+     * the shorter; 2 examples a chunk), 5 examples in chunks of 2, 2 and 1. */
+    s = MAKE("conv2d-rows-chunked", 3, 32, 32, 3, CONV(16, 3, 1, 1, 0), RELU,
+             CONV(8, 3, 1, 1, 1), RELU, CONV(16, 3, 1, 1, 0), AVG, LIN(3));
+    gradcheck(&s, 5, 4, 10);
+    /* The same model on a backend without im2row (every convolution through im2col) nor the
+     * fused ops. */
+    strip = STRIP_IM2ROW | STRIP_FUSED;
+    s = MAKE("conv2d-rows/im2col", 2, 7, 6, 3, CONV(3, 3, 1, 1, 1), RELU, CONV(5, 3, 1, 1, 1),
+             RELU, CONV(6, 3, 1, 0, 0), GN(2), CONV(4, 5, 1, 2, 1), RELU, CONV(4, 1, 1, 0, 0),
+             CONV(3, 3, 2, 1, 1), FLAT, LIN(3));
+    gradcheck(&s, 3, 6, 9);
+    strip = 0;
+}
+
+/* im2row's row (b, i + kh, j) is kernel row kh of im2col's row (b, i, j), bit for bit, for
+ * stride-1 geometries with and without padding, NHWC and NCHW input. */
+static void test_im2row(void **state) {
+    (void)state;
+    hs_backend *be = open_cpu(1);
+    const hs_conv_geom gs[] = {{16, 6, 5, 3, 1, 1, 4, 3, 0}, {3, 7, 6, 3, 1, 1, 7, 6, 1},
+                               {5, 6, 7, 5, 1, 2, 6, 7, 0}, {4, 5, 5, 3, 1, 0, 3, 3, 0},
+                               {7, 4, 6, 2, 1, 1, 5, 7, 0}};
+    const int n = 2;
+    for (size_t t = 0; t < sizeof(gs) / sizeof(gs[0]); t++) {
+        hs_conv_geom g = gs[t];
+        g.oh = g.h + 2 * g.pad - g.k + 1, g.ow = g.w + 2 * g.pad - g.k + 1;
+        const int rh = g.oh + g.k - 1, kc = g.k * g.c;
+        size_t xf = (size_t)n * g.c * g.h * g.w, cf = (size_t)n * g.oh * g.ow * g.k * kc;
+        size_t rf = (size_t)n * rh * g.ow * kc;
+        float *x = malloc(sizeof(float) * xf), *col = malloc(sizeof(float) * cf);
+        float *rows = malloc(sizeof(float) * rf);
+        assert_non_null(x), assert_non_null(col), assert_non_null(rows);
+        for (size_t i = 0; i < xf; i++) x[i] = (float)i + 1.0f;
+        for (size_t i = 0; i < rf; i++) rows[i] = -1.0f; /* every entry must be written */
+        assert_int_equal(be->ops->im2col(be, x, &g, n, col), 0);
+        assert_int_equal(be->ops->im2row(be, x, &g, n, rows), 0);
+        for (int b = 0; b < n; b++)
+            for (int i = 0; i < g.oh; i++)
+                for (int j = 0; j < g.ow; j++)
+                    for (int kh = 0; kh < g.k; kh++) {
+                        const float *c = col + (((size_t)b * g.oh + i) * g.ow + j) * g.k * kc +
+                                         (size_t)kh * kc;
+                        const float *r = rows + (((size_t)b * rh + i + kh) * g.ow + j) * kc;
+                        if (memcmp(c, r, sizeof(float) * (size_t)kc))
+                            fail_msg("geometry %zu: example %d (%d, %d) kernel row %d differs", t,
+                                     b, i, j, kh);
+                    }
+        for (size_t i = 0; i < rf; i++) assert_true(rows[i] >= 0.0f);
+        free(x), free(col), free(rows);
+    }
+    hs_conv_geom g2 = {4, 6, 6, 3, 2, 1, 3, 3, 0};
+    float dummy[4];
+    assert_int_equal(be->ops->im2row(be, dummy, &g2, 1, dummy), HS_EINVAL);
+    hs_backend_close(be);
 }
 
 static void test_gradcheck_named(void **state) {
@@ -300,7 +379,8 @@ static void test_gradcheck_named(void **state) {
 
 /* Trains 3 SGD steps with momentum from seed and returns the parameters (malloc'd). */
 static float *train_steps(const hs_model_spec *s, int threads, uint64_t seed, size_t *np) {
-    hs_backend *be = open_cpu(threads);
+    hs_backend_ops tab;
+    hs_backend *be = open_stripped(threads, &tab);
     hs_model *m;
     hs_optim *o;
     const int bs = 8;
@@ -357,11 +437,37 @@ static void test_determinism(void **state) {
         }
 }
 
+/* The fused ops (a ReLU folded into the GroupNorm or the residual add before it) give the
+ * bits of the two passes they replace: resnet20 (adds that pad channels, then a ReLU), and a
+ * model that also has a residual layer between a GroupNorm or an add and its ReLU (kept
+ * tensors: nothing fuses there). */
+static void test_fused_bits(void **state) {
+    (void)state;
+    hs_model_spec specs[2];
+    assert_int_equal(hs_model_spec_parse(&specs[0], "resnet20", NULL, 3, 8, 8, 5), 0);
+    specs[1] = MAKE("fuse-edges", 2, 6, 6, 3, CONV(4, 3, 1, 1, 1), GN(2), RES, RELU,
+                    CONV(6, 3, 2, 1, 0), GN(3), ADD, RES, RELU, CONV(6, 3, 1, 1, 0), GN(2), RELU,
+                    ADD, RELU, AVG, LIN(3));
+    for (int k = 0; k < 2; k++) {
+        size_t n1, n2;
+        float *a = train_steps(&specs[k], 1, 7, &n1);
+        strip = STRIP_FUSED;
+        float *b = train_steps(&specs[k], 1, 7, &n2);
+        strip = 0;
+        assert_int_equal(n1, n2);
+        if (memcmp(a, b, sizeof(float) * n1))
+            fail_msg("model %s: parameters with and without the fused ops differ", specs[k].name);
+        free(a), free(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_layers),
+        cmocka_unit_test(test_im2row),
         cmocka_unit_test(test_gradcheck_named),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_fused_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
