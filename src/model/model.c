@@ -19,49 +19,9 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "model/devshard.h"
-#include "model/model_internal.h"
+#include "model/model_state.h"
 #include "tensor/backend_internal.h"
 #include "tensor/ew.h"
-
-struct hs_model {
-    hs_backend *be;
-    hs_model_spec spec;
-    hs__layer_shape sh[HS_MODEL_MAX_LAYERS];
-    int max_batch;
-    size_t nparams;
-    int first_param;   /* index of the first layer with parameters */
-    int transpose_in;  /* the input goes NCHW -> NHWC on the host before the first layer */
-    float *params, *grads;                 /* backend memory */
-    float *buf[HS_MODEL_MAX_LAYERS];       /* a layer's own output, NULL when it aliases */
-    int owner[HS_MODEL_MAX_LAYERS + 1];    /* act[i] is buf[owner[i]], or the input if -1 */
-    float *act[HS_MODEL_MAX_LAYERS + 1];   /* act[0] the input, act[i + 1] layer i's output */
-    int32_t *arg[HS_MODEL_MAX_LAYERS];     /* maxpool: where each maximum came from */
-    float *mean[HS_MODEL_MAX_LAYERS], *rstd[HS_MODEL_MAX_LAYERS]; /* groupnorm statistics */
-    float *d[2], *skip;                    /* gradient buffers, a lane batch * max features */
-    float *col;                            /* im2col rows, shared by every conv2d */
-    float *lcol[HS_MODEL_MAX_LAYERS];      /* a conv2d's own rows, kept for its backward */
-    float *wflip;                          /* host: a conv2d's kernel laid out for row_lowered */
-    float *input;                          /* backend copy of the input (not host memory) */
-    float *host_x;                         /* host scratch for the NHWC input */
-    int32_t *labels;                       /* device labels (unused on host backends) */
-    int32_t *host_labels;                  /* host scratch for evaluate() */
-    /* Lanes (see the top): lane[k] for k in 1..lanes-1; lane 0 is this model. A lane's params
-     * are its parent's (borrowed, not freed). */
-    int lanes;
-    int borrowed_params;
-    hs_model **lane;
-    struct lane_part *part; /* one per lane: its slice of the current batch and its result */
-    hs__pool *pool;
-};
-
-/* Lane k's share of a batch and what it reported. */
-typedef struct lane_part {
-    int off, n;
-    int err;
-    double loss;
-    int correct;
-    char msg[256];
-} lane_part;
 
 void hs_model_free(hs_model *m) {
     if (!m) return;
@@ -110,53 +70,9 @@ static int check_ops(const hs_backend *be, hs_layer_kind k) {
     return 0;
 }
 
-static size_t feat(int c, int h, int w) { return (size_t)c * h * w; }
-
-static int is_conv_1x1(const hs_layer_spec *l) {
-    return l->kernel == 1 && l->stride == 1 && l->pad == 0;
-}
-
 /* Memory for keeping every convolution's im2col rows from forward to backward (saving the
  * second im2col); above it, the rows are built again in the backward pass. */
 #define KEEP_COL_BYTES ((size_t)256 << 20)
-
-/* Whether conv layer i reads im2col rows (not a 1x1 convolution straight off NHWC). */
-static int needs_col(const hs_model *m, int i) {
-    const hs_layer_spec *l = &m->spec.layer[i];
-    return l->kind == HS_LAYER_CONV2D && !(is_conv_1x1(l) && !(i == 0 && m->spec.in_c > 1));
-}
-
-/* Whether conv layer i runs on this host backend as k GEMMs over im2row's kernel rows
- * (conv_forward_chunked): stride 1 and an NHWC input. Its input gradient is then the
- * convolution of dY with the flipped kernel and padding k - 1 - pad (>= 0: the spec keeps pad
- * below k), k more GEMMs that write dx directly, in place of dcol = dY W (K = out, the shape
- * OpenBLAS is slowest at) and col2im's zeroing and scatter. */
-static int row_lowered(const hs_model *m, int i) {
-    const hs_layer_spec *l = &m->spec.layer[i];
-    return m->be->host_memory && m->be->ops->im2row && needs_col(m, i) && l->stride == 1 &&
-           !(i == 0 && m->spec.in_c > 1);
-}
-
-/* Floats of lowered rows per example of conv layer i on a host backend: im2col's, or for a
- * row-lowered layer the larger of im2row's rows of its input and of dY. */
-static size_t col_floats(const hs_model *m, int i) {
-    const hs__layer_shape *s = &m->sh[i];
-    const int k = m->spec.layer[i].kernel;
-    if (!row_lowered(m, i)) return feat(s->oh * s->ow, k * k, s->ic);
-    size_t fx = feat(s->oh + k - 1, s->ow, k * s->ic), fd = feat(s->ih + k - 1, s->iw, k * s->oc);
-    return fx > fd ? fx : fd;
-}
-
-/* Bytes of im2col rows a host backend builds at a time: small enough that the GEMM that
- * consumes them reads them from the cache (the rows of a whole batch, 778 MB for resnet20 at
- * batch 128, would go through memory twice per pass). */
-#define COL_CHUNK_BYTES ((size_t)512 << 10)
-
-/* Examples per chunk of conv layer i's rows: at least one. */
-static int col_chunk(const hs_model *m, int i) {
-    size_t per = col_floats(m, i) * sizeof(float);
-    return per >= COL_CHUNK_BYTES ? 1 : (int)(COL_CHUNK_BYTES / per);
-}
 
 static hs_conv_geom geom(const hs_layer_spec *l, const hs__layer_shape *s) {
     hs_conv_geom g = {s->ic, s->ih, s->iw, l->kernel, l->stride, l->pad, s->oh, s->ow, 0};
@@ -202,7 +118,7 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
     if ((err = hs__model_spec_resolve(spec, m->sh, &m->nparams)) < 0) goto fail;
     const int L = spec->n_layers;
     /* maxcol: the floats of the largest rows buffer (a chunk of them on a host backend). */
-    size_t maxf = feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0, maxw = 0;
+    size_t maxf = hs__feat(spec->in_c, spec->in_h, spec->in_w), maxcol = 0, keep = 0, maxw = 0;
     m->first_param = L;
     int spatial = 0;
     for (int i = 0; i < L; i++) {
@@ -210,15 +126,15 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
         const hs__layer_shape *s = &m->sh[i];
         if ((err = check_ops(be, l->kind)) < 0) goto fail;
         if (s->nw + s->nb && m->first_param == L) m->first_param = i;
-        size_t of = feat(s->oc, s->oh, s->ow);
+        size_t of = hs__feat(s->oc, s->oh, s->ow);
         if (of > maxf) maxf = of;
-        if (needs_col(m, i)) {
-            size_t cs = feat(s->oh * s->ow, l->kernel * l->kernel, s->ic);
+        if (hs__conv_needs_col(m, i)) {
+            size_t cs = hs__feat(s->oh * s->ow, l->kernel * l->kernel, s->ic);
             keep += cs;
-            if (row_lowered(m, i) && s->nw > maxw) maxw = s->nw;
+            if (hs__conv_row_lowered(m, i) && s->nw > maxw) maxw = s->nw;
             if (be->host_memory) {
-                int step = col_chunk(m, i);
-                cs = col_floats(m, i) * (size_t)(step < lane_batch ? step : lane_batch);
+                int step = hs__conv_col_chunk(m, i);
+                cs = hs__conv_col_floats(m, i) * (size_t)(step < lane_batch ? step : lane_batch);
             } else {
                 cs *= (size_t)lane_batch;
             }
@@ -247,10 +163,10 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
     for (int i = 0; i < L; i++) {
         const hs__layer_shape *s = &m->sh[i];
         const hs_layer_spec *l = &spec->layer[i];
-        if (own[i] && (err = hs_be_alloc_f(be, mb * feat(s->oc, s->oh, s->ow), &m->buf[i])) < 0)
+        if (own[i] && (err = hs_be_alloc_f(be, mb * hs__feat(s->oc, s->oh, s->ow), &m->buf[i])) < 0)
             goto fail;
         if (l->kind == HS_LAYER_MAXPOOL &&
-            (err = be->ops->alloc(be, sizeof(int32_t) * mb * feat(s->oc, s->oh, s->ow),
+            (err = be->ops->alloc(be, sizeof(int32_t) * mb * hs__feat(s->oc, s->oh, s->ow),
                                   (void **)&m->arg[i])) < 0)
             goto fail;
         if (l->kind == HS_LAYER_GROUPNORM &&
@@ -263,8 +179,8 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
     for (int i = 0; keep_cols && i < L; i++) {
         const hs__layer_shape *s = &m->sh[i];
         const hs_layer_spec *l = &spec->layer[i];
-        if (needs_col(m, i) &&
-            (err = hs_be_alloc_f(be, mb * feat(s->oh * s->ow, l->kernel * l->kernel, s->ic),
+        if (hs__conv_needs_col(m, i) &&
+            (err = hs_be_alloc_f(be, mb * hs__feat(s->oh * s->ow, l->kernel * l->kernel, s->ic),
                                  &m->lcol[i])) < 0)
             goto fail;
     }
@@ -275,7 +191,7 @@ static int build(hs_model **out, hs_backend *be, const hs_model_spec *spec, int 
         (maxcol && (err = hs_be_alloc_f(be, maxcol, &m->col)) < 0) ||
         (maxw && (err = hs_be_alloc_f(be, maxw, &m->wflip)) < 0))
         goto fail;
-    size_t in_f = feat(spec->in_c, spec->in_h, spec->in_w);
+    size_t in_f = hs__feat(spec->in_c, spec->in_h, spec->in_w);
     if (!be->host_memory && (err = hs_be_alloc_f(be, mb * in_f, &m->input)) < 0) goto fail;
     if (m->transpose_in && !(m->host_x = malloc(sizeof(float) * mb * in_f))) {
         err = hs__err(HS_ENOMEM, "model: out of memory");
@@ -390,117 +306,6 @@ static int stage_batch(hs_model *m, const float *x, const int32_t *y, int bs,
     return 0;
 }
 
-/* y_b = sum over kh of rows_b[kh ow ..] wt_kh for one example of a row-lowered convolution:
- * rows_b holds (oh + k - 1) ow rows of kc floats (im2row), wt is the (k kc) x out kernel with
- * kernel row kh in rows kh kc .., y_b is oh ow x out. Not transposed, so that OpenBLAS takes
- * its small-matrix kernel for these shapes (about 110 GFLOPS here against 40 to 90 for
- * rows_b w_kh^T, measured alone). */
-static int conv_rows_gemm(hs_backend *be, const float *rows_b, const float *wt, int k, int kc,
-                          int oh, int ow, int out, float *y_b) {
-    int err = 0;
-    for (int kh = 0; kh < k && !err; kh++)
-        err = be->ops->gemm(be, 0, 0, oh * ow, out, kc, 1.0f, rows_b + (size_t)kh * ow * kc, kc,
-                            wt + (size_t)kh * kc * out, out, kh ? 1.0f : 0.0f, y_b, out);
-    return err;
-}
-
-/* Y = A * W for conv layer i on a host backend, a chunk of examples at a time: im2col rows
- * and one GEMM (each output element the same dot product over K as in one GEMM over the
- * batch), or for a row-lowered layer im2row rows and k GEMMs per example against the
- * transposed kernel (conv_rows_gemm). */
-static int conv_forward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
-                                float *y, int bs) {
-    hs_backend *be = m->be;
-    const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
-    const int K = k * k * s->ic, by_rows = row_lowered(m, i);
-    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, k * s->ic);
-    const float *W = m->params + s->w_off;
-    const int step = col_chunk(m, i);
-    if (by_rows) /* wt[t][co] = W[co][t] (host memory) */
-        for (int co = 0; co < out; co++)
-            for (int t = 0; t < K; t++) m->wflip[(size_t)t * out + co] = W[(size_t)co * K + t];
-    int err = 0;
-    for (int b = 0; b < bs && !err; b += step) {
-        int nb = bs - b < step ? bs - b : step;
-        float *yb = y + (size_t)b * rows * out;
-        if (!by_rows) {
-            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-            if (!err)
-                err = be->ops->gemm(be, 0, 1, nb * rows, out, K, 1.0f, m->col, K, W, K, 0.0f, yb,
-                                    out);
-            continue;
-        }
-        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
-        for (int e = 0; e < nb && !err; e++)
-            err = conv_rows_gemm(be, m->col + e * rx, m->wflip, k, k * s->ic, s->oh, s->ow, out,
-                                 yb + (size_t)e * rows * out);
-    }
-    return err;
-}
-
-/* wt[kh][kw][co][ci] = w[co][k-1-kh][k-1-kw][ci]: the (k k out) x in kernel that maps dY to dx
- * by a stride-1 convolution with padding k - 1 - pad (host memory). */
-static void flip_kernel(const float *w, int out, int k, int in, float *wt) {
-    for (int kh = 0; kh < k; kh++)
-        for (int kw = 0; kw < k; kw++)
-            for (int co = 0; co < out; co++)
-                memcpy(wt + (((size_t)kh * k + kw) * out + co) * in,
-                       w + (((size_t)co * k + (k - 1 - kh)) * k + (k - 1 - kw)) * in,
-                       sizeof(float) * (size_t)in);
-}
-
-/* The weight gradient and (if need_dx) the input gradient of conv layer i on a host backend,
- * a chunk of examples at a time, accumulating dW over the chunks in batch order.
- * im2col layers: the chunk's rows feed dW += dY_chunk^T col, then are overwritten by
- * dcol = dY_chunk W and scattered into dx by col2im while still in the cache.
- * Row-lowered layers: per example and kernel row kh, dW_kh += dY_b^T rows_b[kh ow ..]; then
- * dx_b is the row-lowered convolution of dY_b with the flipped kernel. */
-static int conv_backward_chunked(hs_model *m, int i, const hs_conv_geom *gm, const float *a,
-                                 const float *g, int bs, int need_dx, float *dx) {
-    hs_backend *be = m->be;
-    const hs__layer_shape *s = &m->sh[i];
-    const int out = m->spec.layer[i].out, rows = s->oh * s->ow, k = gm->k;
-    const int K = k * k * s->ic, kc = k * s->ic, by_rows = row_lowered(m, i);
-    const size_t in_f = feat(s->ic, s->ih, s->iw), rx = feat(s->oh + k - 1, s->ow, kc);
-    const size_t rd = feat(s->ih + k - 1, s->iw, k * out);
-    const float *W = m->params + s->w_off;
-    float *dW = m->grads + s->w_off;
-    const int step = col_chunk(m, i);
-    /* dY as the input of a convolution back to the input's shape. */
-    hs_conv_geom gd = {out, s->oh, s->ow, k, 1, k - 1 - gm->pad, s->ih, s->iw, 0};
-    if (by_rows && need_dx) flip_kernel(W, out, k, s->ic, m->wflip);
-    int err = 0;
-    for (int b = 0; b < bs && !err; b += step) {
-        int nb = bs - b < step ? bs - b : step;
-        const float *gb = g + (size_t)b * rows * out;
-        float *dxb = dx + (size_t)b * in_f;
-        if (!by_rows) {
-            err = be->ops->im2col(be, a + (size_t)b * in_f, gm, nb, m->col);
-            if (!err)
-                err = be->ops->gemm(be, 1, 0, out, K, nb * rows, 1.0f, gb, out, m->col, K,
-                                    b ? 1.0f : 0.0f, dW, K);
-            if (!err && need_dx)
-                err = be->ops->gemm(be, 0, 0, nb * rows, K, out, 1.0f, gb, out, W, K, 0.0f,
-                                    m->col, K);
-            if (!err && need_dx) err = be->ops->col2im(be, m->col, gm, nb, dxb);
-            continue;
-        }
-        err = be->ops->im2row(be, a + (size_t)b * in_f, gm, nb, m->col);
-        for (int e = 0; e < nb && !err; e++)
-            for (int kh = 0; kh < k && !err; kh++)
-                err = be->ops->gemm(be, 1, 0, out, kc, rows, 1.0f, gb + (size_t)e * rows * out,
-                                    out, m->col + e * rx + (size_t)kh * s->ow * kc, kc,
-                                    b + e ? 1.0f : 0.0f, dW + (size_t)kh * kc, K);
-        if (err || !need_dx) continue;
-        err = be->ops->im2row(be, gb, &gd, nb, m->col);
-        for (int e = 0; e < nb && !err; e++)
-            err = conv_rows_gemm(be, m->col + e * rd, m->wflip, k, k * out, s->ih, s->iw, s->ic,
-                                 dxb + (size_t)e * in_f);
-    }
-    return err;
-}
-
 /* Whether layer i is a ReLU in place on the output of layer i - 1 that layer i - 1 rectifies
  * itself with a fused op (groupnorm_relu, shortcut_sum): its forward is then nothing, and its
  * backward reads the same rectified tensor. */
@@ -525,7 +330,7 @@ static int forward(hs_model *m, int bs) {
         float *a = m->act[i];
         float *y = m->owner[i + 1] < 0 ? a : m->buf[m->owner[i + 1]];
         m->act[i + 1] = y;
-        size_t in_f = feat(s->ic, s->ih, s->iw), out_f = feat(s->oc, s->oh, s->ow);
+        size_t in_f = hs__feat(s->ic, s->ih, s->iw), out_f = hs__feat(s->oc, s->oh, s->ow);
         switch (l->kind) {
         case HS_LAYER_LINEAR:
             err = o->gemm(be, 0, 1, bs, l->out, (int)in_f, 1.0f, a, (int)in_f, P + s->w_off,
@@ -537,12 +342,12 @@ static int forward(hs_model *m, int bs) {
             g.chw_input = i == 0 && m->spec.in_c > 1;
             int M = bs * s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
             const float *col = a;
-            if (needs_col(m, i) && be->host_memory) {
-                err = conv_forward_chunked(m, i, &g, a, y, bs);
+            if (hs__conv_needs_col(m, i) && be->host_memory) {
+                err = hs__conv_forward_host(m, i, &g, a, y, bs);
                 if (!err && s->nb) err = o->bias_add(be, y, P + s->b_off, M, l->out);
                 break;
             }
-            if (needs_col(m, i)) {
+            if (hs__conv_needs_col(m, i)) {
                 float *c = m->lcol[i] ? m->lcol[i] : m->col;
                 err = o->im2col(be, a, &g, bs, c);
                 col = c;
@@ -596,7 +401,7 @@ static int backward(hs_model *m, float *g, int bs) {
         const int need_dx = i > m->first_param;
         float *a = m->act[i];
         float *dx = g == m->d[0] ? m->d[1] : m->d[0];
-        size_t in_f = feat(s->ic, s->ih, s->iw), out_f = feat(s->oc, s->oh, s->ow);
+        size_t in_f = hs__feat(s->ic, s->ih, s->iw), out_f = hs__feat(s->oc, s->oh, s->ow);
         switch (l->kind) {
         case HS_LAYER_LINEAR:
             /* dW = dY^T A;  db = column sums of dY;  dA = dY W. */
@@ -612,9 +417,9 @@ static int backward(hs_model *m, float *g, int bs) {
             hs_conv_geom gm = geom(l, s);
             gm.chw_input = i == 0 && m->spec.in_c > 1;
             int M = bs * s->oh * s->ow, K = l->kernel * l->kernel * s->ic;
-            int direct = !needs_col(m, i);
+            int direct = !hs__conv_needs_col(m, i);
             if (!direct && be->host_memory) {
-                err = conv_backward_chunked(m, i, &gm, a, g, bs, need_dx, dx);
+                err = hs__conv_backward_host(m, i, &gm, a, g, bs, need_dx, dx);
                 if (!err && s->nb) err = o->bias_grad(be, G + s->b_off, g, M, l->out);
                 g = dx;
                 break;
@@ -686,7 +491,7 @@ typedef struct pass {
 /* Forward, loss and (when training) backward on n examples of the pass from example off;
  * returns the summed loss and the correct count of those examples. */
 static int run_part(hs_model *m, const pass *ps, int off, int n, double *loss, int *correct) {
-    const size_t in_f = feat(m->spec.in_c, m->spec.in_h, m->spec.in_w);
+    const size_t in_f = hs__feat(m->spec.in_c, m->spec.in_h, m->spec.in_w);
     const float *x = ps->x + (size_t)off * in_f;
     const int32_t *yin = ps->y + off;
     int err = 0;
