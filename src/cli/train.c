@@ -18,6 +18,7 @@
 #include "hearsay/metrics.h"
 #include "hs_config.h"
 #include "model/devshard.h"
+#include "model/lossacc.h"
 
 enum {
     O_DATA = 256,

@@ -16,6 +16,7 @@
 #include "core/error_internal.h"
 #include "hearsay/trainer.h"
 #include "model/devshard.h"
+#include "model/lossacc.h"
 
 struct hs_trainer {
     hs_backend *be;

@@ -24,6 +24,7 @@
 #include "hearsay/model.h"
 #include "hearsay/tensor.h"
 #include "model/devshard.h"
+#include "model/lossacc.h"
 
 #include "../cuda_open.h"
 
