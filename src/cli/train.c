@@ -164,6 +164,16 @@ static int save_params(const char *path, hs_model *m) {
 }
 
 /* One step's gradient on the batcher's next batch, gathered on the host; returns its size. */
+/* Reads the running loss (hs__lossacc_read), saying on stderr what stopped the run. */
+static int read_loss(hs__lossacc *lacc, long base, long step, int reset, hs_xent_acc *tot) {
+    int err = hs__lossacc_read(lacc, base, step, reset, tot);
+    if (err == HS_EDIVERGED)
+        fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n", hs_error_message());
+    else if (err < 0)
+        fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
+    return err;
+}
+
 static int step_host(hs_batcher *b, hs_model *m, hs_xent_acc *acc) {
     const float *bx;
     const int32_t *by;
@@ -325,14 +335,7 @@ int hs_cmd_train(int argc, char **argv) {
          * there: the steps between are queued without waiting for their losses. */
         int restart = epoch_end || do_eval;
         if (hs__lossacc_eager(lacc) || write_now || print_now || restart || step == total) {
-            if ((err = hs__lossacc_read(lacc, loss_base, step, restart, &ltot)) < 0) {
-                if (err == HS_EDIVERGED)
-                    fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n",
-                            hs_error_message());
-                else
-                    fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
-                goto out;
-            }
+            if ((err = read_loss(lacc, loss_base, step, restart, &ltot)) < 0) goto out;
             if (restart) loss_base = step;
         }
         if (do_eval) {
@@ -370,6 +373,9 @@ int hs_cmd_train(int argc, char **argv) {
         }
     }
     if (tty) printf("\n");
+    /* Steps a device queued since the last read are checked before an interrupted run
+     * evaluates or saves what they left. */
+    if (stopped && (err = read_loss(lacc, loss_base, step, 1, &ltot)) < 0) goto out;
     /* The final line always reports a fresh evaluation of the final parameters. */
     if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
         fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
