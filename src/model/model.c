@@ -378,7 +378,8 @@ static int forward(hs_model *m, int bs) {
             const hs__layer_shape *r = &m->sh[s->res_from];
             hs_shortcut_geom sg = {r->ic, r->ih, r->iw, s->oc, s->oh, s->ow, s->res_stride};
             if (o->shortcut_sum) {
-                err = o->shortcut_sum(be, y, a, m->act[s->res_from], &sg, bs, relu_fused(m, i + 1));
+                err = o->shortcut_sum(be, y, a, m->act[s->res_from], &sg, bs,
+                                      relu_fused(m, i + 1));
                 break;
             }
             err = hs_be_copy_f(be, y, a, (size_t)bs * out_f);

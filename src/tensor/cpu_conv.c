@@ -397,20 +397,6 @@ int hs__cpu_groupnorm_grad(hs_backend *be, const float *dy, const float *x, int 
     return 0;
 }
 
-int hs__cpu_shortcut_add(hs_backend *be, float *y, const float *x, const hs_shortcut_geom *s,
-                         int n) {
-    (void)be;
-    for (int b = 0; b < n; b++)
-        for (int i = 0; i < s->oh; i++)
-            for (int j = 0; j < s->ow; j++) {
-                float *yo = y + (((size_t)b * s->oh + i) * s->ow + j) * s->oc;
-                const float *xi =
-                    x + (((size_t)b * s->h + (size_t)i * s->stride) * s->w +
-                         (size_t)j * s->stride) * s->c;
-                for (int ch = 0; ch < s->c; ch++) yo[ch] += xi[ch];
-            }
-    return 0;
-}
 
 /* One output pixel of shortcut_sum: yo = ao + xi over the first c channels, ao beyond. */
 static inline void sum_pixel(float *yo, const float *ao, const float *restrict xi, int c, int oc,
@@ -437,6 +423,12 @@ int hs__cpu_shortcut_sum(hs_backend *be, float *y, const float *a, const float *
                 sum_pixel(y + o, a + o, xi, s->c, s->oc, relu);
             }
     return 0;
+}
+
+/* y += the shortcut of x: shortcut_sum with y as its own a (the same additions). */
+int hs__cpu_shortcut_add(hs_backend *be, float *y, const float *x, const hs_shortcut_geom *s,
+                         int n) {
+    return hs__cpu_shortcut_sum(be, y, y, x, s, n, 0);
 }
 
 int hs__cpu_shortcut_grad(hs_backend *be, float *dx, const float *dy, const hs_shortcut_geom *s,
