@@ -163,7 +163,6 @@ static int save_params(const char *path, hs_model *m) {
     return err;
 }
 
-/* One step's gradient on the batcher's next batch, gathered on the host; returns its size. */
 /* Reads the running loss (hs__lossacc_read), saying on stderr what stopped the run. */
 static int read_loss(hs__lossacc *lacc, long base, long step, int reset, hs_xent_acc *tot) {
     int err = hs__lossacc_read(lacc, base, step, reset, tot);
@@ -172,14 +171,6 @@ static int read_loss(hs__lossacc *lacc, long base, long step, int reset, hs_xent
     else if (err < 0)
         fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
     return err;
-}
-
-static int step_host(hs_batcher *b, hs_model *m, hs_xent_acc *acc) {
-    const float *bx;
-    const int32_t *by;
-    int bs = hs_batcher_next(b, &bx, &by);
-    int err = hs__model_grad_acc(m, bx, by, bs, acc);
-    return err < 0 ? err : bs;
 }
 
 int hs_cmd_train(int argc, char **argv) {
@@ -315,8 +306,7 @@ int hs_cmd_train(int argc, char **argv) {
         }
         double t0 = hs_cli_now();
         float lr;
-        int bs = err = dev ? hs__devshard_grad(dev, batcher, model, lbuf)
-                           : step_host(batcher, model, lbuf);
+        int bs = err = hs__devshard_grad(dev, batcher, model, lbuf);
         if (err < 0 || (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
             fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
             goto out;

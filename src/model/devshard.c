@@ -101,8 +101,16 @@ static int load_epoch(hs__devshard *s, hs_batcher *b, const uint32_t *perm, long
 }
 
 int hs__devshard_grad(hs__devshard *s, hs_batcher *b, hs_model *m, hs_xent_acc *acc) {
+    int bs, err;
+    if (!s) {
+        const float *bx;
+        const int32_t *by;
+        bs = hs_batcher_next(b, &bx, &by);
+        err = hs__model_grad_acc(m, bx, by, bs, acc);
+        return err < 0 ? err : bs;
+    }
     const uint32_t *idx;
-    int bs = hs_batcher_next_idx(b, &idx), err;
+    bs = hs_batcher_next_idx(b, &idx);
     long e = hs_batcher_epoch(b);
     /* A batch is a slice of its epoch's permutation, which starts a whole number of batches
      * before it. */

@@ -19,7 +19,9 @@ void hs__devshard_free(hs__devshard *s); /* accepts NULL */
 
 /* Draws b's next batch on the device (the examples of hs_batcher_next, in its order, with its
  * augmentation; b must batch the set this shard holds) and runs hs__model_grad_dev on it, the
- * loss going into acc. Returns the batch size, or a negative HS_E*. */
+ * loss going into acc. With s NULL (no shard on the device) the batch is drawn on the host
+ * and staged by hs__model_grad_acc: a training loop takes its steps through this one call.
+ * Returns the batch size, or a negative HS_E*. */
 int hs__devshard_grad(hs__devshard *s, hs_batcher *b, hs_model *m, hs_xent_acc *acc);
 
 /* hs_model_grad with the loss added to acc (backend memory, softmax_xent_acc) instead of

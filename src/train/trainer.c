@@ -167,15 +167,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     hs_xent_acc *buf = hs__lossacc_buf(t->loss), tot;
     long base = t->steps;
     for (int h = 0; h < t->cfg.local_steps && err == 0; h++) {
-        int bs;
-        if (t->dev) {
-            bs = err = hs__devshard_grad(t->dev, t->batch, t->model, buf);
-        } else {
-            const float *bx;
-            const int32_t *by;
-            bs = hs_batcher_next(t->batch, &bx, &by);
-            err = hs__model_grad_acc(t->model, bx, by, bs, buf);
-        }
+        int bs = err = hs__devshard_grad(t->dev, t->batch, t->model, buf);
         if (err < 0 ||
             (err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
             break;
