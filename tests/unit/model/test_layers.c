@@ -33,9 +33,6 @@ static int strip;
 /* open_cpu with the ops in `strip` removed; tab (the table used) must outlive the backend. */
 static hs_backend *open_stripped(int threads, hs_backend_ops *tab) {
     hs_backend *be = open_cpu(threads);
-    /* The CPU backend's own table stays when nothing is stripped: its lanes pool is only
-     * handed to models that run on that table. */
-    if (!strip) return be;
     *tab = *be->ops;
     if (strip & STRIP_IM2ROW) tab->im2row = NULL;
     if (strip & STRIP_FUSED) tab->groupnorm_relu = NULL, tab->shortcut_sum = NULL;
