@@ -3,17 +3,8 @@
 # NumPy (or PyTorch, for tests that need it).
 # Usage: source lib.sh; needs $HEARSAY_LIB and $HS_SOURCE_ROOT in the environment (meson sets them).
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+# tmp, pids, cleanup (the EXIT trap) and fail come from the integration tests' common.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/../integration/common.sh"
 need_python() { # need_python MODULE...: exit 77 (skip) when /usr/bin/python3 lacks one
     local m
     for m in "$@"; do

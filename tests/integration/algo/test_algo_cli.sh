@@ -5,18 +5,7 @@ set -uo pipefail
 hs=$1
 case=$2
 data=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 need_data() {
     [[ -f $data/train-images-idx3-ubyte.gz ]] || {
         echo "skip: $data not installed (package dataset-fashion-mnist)"

@@ -5,18 +5,10 @@
 set -uo pipefail
 hs=$1
 case=$2
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+cleanup_extra() {
     # Peers started by a launcher carry the run directory in their arguments.
     pkill -9 -f "$tmp/" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
 }
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 small=(--synthetic --subset 4000 --test-subset 500 --batch 64)

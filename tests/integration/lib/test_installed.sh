@@ -8,17 +8,7 @@ set -uo pipefail
 build=$1
 src=$2
 here=$src/tests/integration/lib
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 timeout 120 meson install -C "$build" --destdir "$tmp/dest" --no-rebuild >"$tmp/install.log" 2>&1 ||
     fail "meson install: $(tail -5 "$tmp/install.log")"

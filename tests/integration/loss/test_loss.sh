@@ -7,17 +7,9 @@
 # timeout (recv_timeouts = 0 on every peer). Every process is bounded and killed by PID.
 set -uo pipefail
 hs=$1
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+fail_extra() { # the last lines of each peer's stderr after the FAIL line
     for i in 0 1 2 3; do echo "--- peer $i"; tail -n 5 "$tmp/p$i.err" 2>/dev/null; done
-    exit 1
 }
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 port=$((7600 + RANDOM % 200))

@@ -9,17 +9,7 @@ hs=$1
 check=$2
 doc=$3
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 data=(--synthetic --subset 600 --test-subset 200 --hidden 32 --batch 16)
 
 timeout -s KILL 60 "$hs" sim -n 4 "${data[@]}" --rounds 30 --eval-every 10 \

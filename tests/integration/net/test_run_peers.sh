@@ -7,20 +7,12 @@
 # binary, where a data race makes a peer exit non-zero. Usage: test_run_peers.sh HEARSAY
 set -uo pipefail
 hs=$1
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+fail_extra() { # each peer's stderr after the FAIL line
     for f in "$tmp"/p*.err; do
         echo "== $f"
         tail -40 "$f"
     done
-    exit 1
 }
 
 printf 'run-peers-test-secret-0123456789abcdef' >"$tmp/secret"

@@ -12,19 +12,14 @@ set -uo pipefail
 hs=$1
 case=$2
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-pids=()
-nss=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+nss=() # the network namespaces this test created, deleted on exit
+cleanup_pid() { kill -CONT "$1" 2>/dev/null; } # a frozen peer is resumed before it is killed
+cleanup_extra() {
     for n in "${nss[@]}"; do ip netns del "$n" 2>/dev/null; done
-    if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
+fail_extra() { # each peer's stderr, less its round lines, after the FAIL line
     for f in "$tmp"/e*; do echo "--- $f"; grep -v "round [0-9]*/" "$f" | tail -15; done
-    exit 1
 }
 wait_for() { # SECONDS CMD...: polls CMD every 0.1 s
     local n=$(($1 * 10))

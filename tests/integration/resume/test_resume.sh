@@ -10,17 +10,7 @@
 set -uo pipefail
 hs=$1
 case=$2
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 small=(--synthetic --subset 4000 --test-subset 500 --batch 64)
 

@@ -8,20 +8,10 @@ set -uo pipefail
 hs=$1
 case=$2
 data=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do
-        # The launcher's peers first (its children), then the launcher itself.
-        for c in $(pgrep -P "$p" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
-        kill -9 "$p" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+cleanup_pid() {
+    # The launcher's peers first (its children), then (common.sh) the launcher itself.
+    for c in $(pgrep -P "$1" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
 }
 need_data() {
     [[ -f $data/train-images-idx3-ubyte.gz ]] || {

@@ -18,21 +18,13 @@
 set -uo pipefail
 hs=$1
 case=$2
-tmp=$(mktemp -d)
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+cleanup_extra() {
     # Peers started by a launcher carry the run directory in their arguments.
     pkill -9 -f "$tmp/" 2>/dev/null
-    if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    exit 1
 }
 small=(--synthetic --subset 2000 --test-subset 200 --batch 32)
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
-pids=()
 # wait_for SECONDS CMD...: polls CMD every 0.1 s until it succeeds; 1 on time out.
 wait_for() {
     local n=$(($1 * 10))
