@@ -6,10 +6,18 @@
  * written to a temporary name, fsync'd and renamed, so a crash leaves the old file or the new
  * one, never half of one; a CRC-32 over every byte before it makes any flipped bit detectable.
  * Peers sharing a directory keep their own files (by shard); one process writes a shard at a
- * time. Layout (little-endian), version 3:
+ * time. Layout (little-endian), version 4:
  *   "HSCK" | u32 version | u64 round | u64 end round | u32 peer id | u32 signature length |
+ *   u64 timeline | u32 ancestor count | per ancestor: u64 timeline, u64 round |
  *   signature | u32 member count | per member: u32 id, u16 address length, address |
  *   u64 state length | state | u32 crc32 of all preceding bytes
+ *
+ * Timelines: a job that restarts from checkpoints (every peer stopped, then --resume) goes on
+ * from one round of its past; what its peers wrote after that round belongs to a timeline the
+ * job abandoned. Each start of a job or restart gets a new timeline id, and remembers the ones
+ * it branched from and at which round: a file is of the job's history when it is of the job's
+ * timeline, or of an ancestor at or before the round the job branched from it. Only such files
+ * are ever loaded into a running job; the others are removed when a peer learns the job's.
  *
  * Threading: no shared state; call from one thread per directory and shard. */
 #ifndef HEARSAY_CHECKPOINT_H
@@ -27,6 +35,23 @@ extern "C" {
 /* Members' addresses a read checkpoint keeps (to rejoin through). */
 #define HS_CHECKPOINT_MAX_ADDRS 16
 
+/* Ancestors a timeline remembers (older branchings are forgotten: their files are long
+ * pruned). */
+#define HS_TIMELINE_ANCESTORS 8
+
+typedef struct hs_timeline {
+    uint64_t id;
+    int n_anc; /* ancestors, the one this timeline branched from first */
+    uint64_t anc_id[HS_TIMELINE_ANCESTORS];
+    uint64_t anc_round[HS_TIMELINE_ANCESTORS]; /* the round the child branched at */
+} hs_timeline;
+
+/* A new timeline: of a new job (from NULL), or branching from `from` at `round` (a job
+ * restarting from a checkpoint of that round). The id is unique, not reproducible. */
+void hs_timeline_new(hs_timeline *out, const hs_timeline *from, uint64_t round);
+/* 1 when a checkpoint of timeline `id` at `round` is part of t's history, else 0. */
+int hs_timeline_has(const hs_timeline *t, uint64_t id, uint64_t round);
+
 /* What a checkpoint says besides the state. */
 typedef struct hs_checkpoint_info {
     uint64_t round;     /* the next round to run */
@@ -37,6 +62,7 @@ typedef struct hs_checkpoint_info {
     int n_members;      /* members' ids and addresses (borrowed) */
     const uint32_t *member_ids;
     const char *const *member_addrs;
+    const hs_timeline *timeline; /* the job's (NULL: id 0, no ancestors) */
 } hs_checkpoint_info;
 
 /* Checks at start that dir can hold checkpoints: creates it when missing and writes and
@@ -47,8 +73,9 @@ int hs_checkpoint_dir_check(const char *dir);
  * other processes: one process writes a shard at a time). Returns how many were removed. */
 int hs_checkpoint_clean_tmp(const char *dir, int rank);
 
-/* Writes state (len bytes) atomically, then keeps the HS_CHECKPOINT_KEEP newest of the shard;
- * neither this file nor one of a later round is ever removed (newer progress must survive a
+/* Writes state (len bytes) atomically, then keeps the HS_CHECKPOINT_KEEP newest of the shard's
+ * files of the writer's history and removes those off it (abandoned timelines); neither this
+ * file nor one of a later round of the history is ever removed (newer progress must survive a
  * peer that somehow restarted behind it). *bytes_out (may be NULL) is the file's size.
  * HS_EIO naming the file. */
 int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *info, const uint8_t *state,
@@ -59,6 +86,7 @@ typedef struct hs_checkpoint {
     uint64_t round, end_round;
     int rank; /* from the file name */
     uint32_t id;
+    hs_timeline timeline;
     const uint8_t *state; /* into data */
     size_t state_len;
     int n_members;
@@ -76,6 +104,15 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *out);
  * foreign files are logged with their reason and skipped. HS_ENOENT when there is none. */
 int hs_checkpoint_newest(const char *dir, int rank, const char *sig, hs_checkpoint *out);
 
+/* The newest valid checkpoint of shard `rank` in dir that is of t's history and of a round
+ * at most max_round: the one a peer may resume from in a job of timeline t at round max_round.
+ * HS_ENOENT when there is none (without a message logged for each file that is not). */
+int hs_checkpoint_find(const char *dir, int rank, const char *sig, const hs_timeline *t,
+                       uint64_t max_round, hs_checkpoint *out);
+/* Removes the files of shard `rank` that are not of t's history or are of a round after
+ * max_round: a job at round max_round of timeline t will never load them. Returns how many. */
+int hs_checkpoint_drop_abandoned(const char *dir, int rank, const hs_timeline *t,
+                                 uint64_t max_round);
 /* Frees what a read checkpoint owns and zeroes it; accepts a zeroed one. */
 void hs_checkpoint_clear(hs_checkpoint *ck);
 

@@ -39,8 +39,8 @@ void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summar
                 snprintf(left, sizeof(left), "-%c, --%s%s%s", o->key, o->name, o->arg ? " " : "",
                          o->arg ? o->arg : "");
             else
-                snprintf(left, sizeof(left), "    --%s%s%s", o->name, o->arg ? " " : "",
-                         o->arg ? o->arg : "");
+                snprintf(left, sizeof(left), "    --%s%s%s", o->name,
+                         o->arg && o->arg[0] != '[' ? " " : "", o->arg ? o->arg : "");
             fprintf(f, "  %-28s %s\n", left, o->help);
         }
     fprintf(f, "  %-28s %s\n", "-h, --help", "print this help and exit");
@@ -60,7 +60,10 @@ int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, cons
     for (int t = 0; tables[t]; t++)
         for (const hs_cli_opt *o = tables[t]; o->name; o++) {
             lo[k].name = o->name;
-            lo[k].has_arg = o->arg ? required_argument : no_argument;
+            /* An argument named "[=WORD]" is optional: --name or --name=WORD. */
+            lo[k].has_arg = !o->arg ? no_argument
+                            : o->arg[0] == '[' ? optional_argument
+                                               : required_argument;
             lo[k].val = o->key;
             k++;
             if (o->key > 0 && o->key < 128 && sl + 3 < sizeof(shorts)) {

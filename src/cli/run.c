@@ -82,7 +82,9 @@ const hs_cli_opt hs_run_opts_table[] = {
     {"checkpoint-dir", R_CK_DIR, "DIR", "write checkpoints to DIR"},
     {"checkpoint-every", R_CK_EVERY, "K",
      "rounds between checkpoints (default: " HS__NODE_STR(HS__NODE_CHECKPOINT_EVERY) ")"},
-    {"resume", R_RESUME, NULL, "restart from the newest valid checkpoint and rejoin"},
+    {"resume", R_RESUME, "[=require]",
+     "continue from this shard's newest checkpoint of the job's timeline and rejoin; without "
+     "one, start as a new peer (said in the log); =require: exit 2 without one"},
     {"save", R_SAVE, "FILE", "write the final model to FILE (raw float32); {id} becomes the peer id"},
     {NULL, 0, NULL, NULL},
 };
@@ -145,7 +147,11 @@ static int handle(void *ctx, int key, const char *v) {
     case R_RENDEZVOUS: a->rendezvous = v; return 0;
     case R_CK_DIR: a->ck_dir = v; return 0;
     case R_CK_EVERY: return hs_cli_long("--checkpoint-every", v, 1, 1L << 40, &a->ck_every);
-    case R_RESUME: a->resume = 1; return 0;
+    case R_RESUME:
+        if (v && strcmp(v, "require") != 0)
+            return hs_cli_usage_error("--resume=%s: expected --resume or --resume=require", v);
+        a->resume = v ? HS__NODE_RESUME_REQUIRE : 1;
+        return 0;
     case R_SAVE: a->save = v; return 0;
     }
     return hs_cli_usage_error("internal: unhandled option %d", key);

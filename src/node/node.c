@@ -25,7 +25,8 @@ typedef struct job_terms {
     uint64_t end;
     int64_t rounds, wait;
 } job_terms;
-#define JOB_TERMS_BYTES 24
+/* The terms, then the job's timeline (resume.c). */
+#define JOB_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
 
 enum { ST_NEW, ST_CONNECTED, ST_RUNNING, ST_ENDED };
 
@@ -42,6 +43,7 @@ struct hs_node {
     hs_net_welcome w;
     hs_checkpoint ck;
     int have_ck, alone;
+    hs_timeline tl; /* the job's, which this peer's checkpoints are written on */
     uint32_t self;
     int rank;
     job_terms jt;
@@ -166,7 +168,7 @@ static int write_checkpoint(hs_node *n, uint64_t round) {
         ids[i] = mem[i].id;
         addrs[i] = mem[i].addr;
     }
-    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs};
+    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs, &n->tl};
     size_t bytes = 0;
     if ((err = hs_checkpoint_write(n->cfg.checkpoint_dir, &info, state->data, state->len,
                                    &bytes)) == 0)
@@ -184,9 +186,12 @@ static int publish_snapshot(hs_node *n, uint64_t round) {
     hs_buf *b;
     int err = hs_buf_new(&b, sizeof(float) * n->d + 64);
     if (err < 0) return err;
+    uint8_t tl[HS__NODE_TIMELINE_BYTES];
+    hs__node_timeline_put(&n->tl, tl);
     if ((err = hs_buf_append(b, &n->jt.end, 8)) == 0 &&
         (err = hs_buf_append(b, &n->jt.rounds, 8)) == 0 &&
-        (err = hs_buf_append(b, &n->jt.wait, 8)) == 0 && (err = n->m.snapshot(n->m.ctx, b)) == 0)
+        (err = hs_buf_append(b, &n->jt.wait, 8)) == 0 &&
+        (err = hs_buf_append(b, tl, sizeof(tl))) == 0 && (err = n->m.snapshot(n->m.ctx, b)) == 0)
         err = hs_net_publish_snapshot(n->net, round, b);
     hs_buf_unref(b);
     return err;
@@ -231,10 +236,15 @@ int hs__node_connect(hs_node *n) {
     int err;
     if (cfg->resume) {
         if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
-        /* Files are named by shard: a resumed peer knows its rank, not the id it had. */
-        if ((err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck)) < 0)
+        /* Files are named by shard: a resumed peer knows its rank, not the id it had. A job
+         * stopped before its first checkpoint restarts with the same command, from the start. */
+        err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck);
+        if (err == HS_ENOENT && cfg->resume != HS__NODE_RESUME_REQUIRE)
+            HS_LOGW("%s: starting without one, as a new peer (--resume=require refuses this)",
+                    hs_error_message());
+        else if (err < 0)
             return err;
-        n->have_ck = 1;
+        n->have_ck = err == 0;
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
@@ -301,6 +311,18 @@ int hs__node_connect(hs_node *n) {
                              : (int)(n->self % (uint32_t)world);
     /* A writer killed mid-write left its temporary behind: it is of no use to anyone. */
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
+    /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
+     * from this peer's checkpoint branches from that checkpoint's. */
+    if (n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES) {
+        if ((err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0) return err;
+        if (n->have_ck && cfg->checkpoint_dir)
+            n->have_ck = hs__node_resume_pick(cfg, n->rank, n->sig, &n->tl, n->w.join_round,
+                                              &n->ck);
+    } else {
+        hs_timeline_new(&n->tl, n->have_ck ? &n->ck.timeline : NULL, n->have_ck ? n->ck.round : 0);
+        if (n->have_ck)
+            hs_checkpoint_drop_abandoned(cfg->checkpoint_dir, n->rank, &n->tl, n->ck.round);
+    }
     /* This peer's own terms hold until it learns the job's. */
     n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
     if (!n->have_ck && n->w.snapshot) {
@@ -422,6 +444,7 @@ static int recover(hs_node *n, int err) {
     n->self = hs_net_self(n->net);
     set_tag(n->self);
     if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = read_job_terms(&n->w, &n->jt)) < 0 ||
+        (err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0 ||
         (err = adopt_welcome(n)) < 0)
         return err;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);

@@ -12,6 +12,7 @@
 
 #include "hearsay/algo.h"
 #include "hearsay/buf.h"
+#include "hearsay/checkpoint.h"
 #include "hearsay/guard.h"
 #include "hearsay/net.h"
 #include "hearsay/node.h"
@@ -19,6 +20,7 @@
 /* Defaults of options `hearsay run` shares with the node (the CLI's table says the same). */
 #define HS__NODE_CHECKPOINT_EVERY 100
 #define HS__NODE_JOIN_TIMEOUT_MS 30000
+#define HS__NODE_RESUME_REQUIRE 2
 #define HS__NODE_STR_(x) #x
 #define HS__NODE_STR(x) HS__NODE_STR_(x)
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
@@ -38,7 +40,8 @@ typedef struct hs__node_cfg {
     int quiet;
     const char *checkpoint_dir;
     long checkpoint_every;
-    int resume;
+    int resume; /* 0; 1: from the newest checkpoint of the job's timeline, or fresh when there
+                   is none; HS__NODE_RESUME_REQUIRE: a checkpoint or an error */
     hs_guard_cfg guard;
 } hs__node_cfg;
 
@@ -104,6 +107,19 @@ const hs__node_cfg *hs__node_config(const hs_node *n);
  * frees it with free_fn, so node.c needs nothing of vec.c. */
 void *hs__node_vec(const hs_node *n);
 void hs__node_set_vec(hs_node *n, void *v, void (*free_fn)(void *));
+
+/* resume.c: the job's timeline at the head of a welcome snapshot (HS__NODE_TIMELINE_BYTES),
+ * and the checkpoint a resumed peer continues from. */
+#define HS__NODE_TIMELINE_BYTES (12 + 16 * HS_TIMELINE_ANCESTORS)
+size_t hs__node_timeline_put(const hs_timeline *t, uint8_t *out);
+int hs__node_timeline_get(const uint8_t *p, hs_timeline *t);
+/* A resumed peer of shard `rank` with its newest checkpoint *ck joins a job of timeline t at
+ * `round`: keeps *ck, or replaces it with the newest checkpoint of t's history at most one
+ * checkpoint interval behind `round`, saying so, and returns 1; or clears it and returns 0
+ * (the peer takes the job's model, said with the reason). Either way removes the shard's
+ * files that the job will never load. */
+int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
+                         const hs_timeline *t, uint64_t round, hs_checkpoint *ck);
 
 /* join.c: reaching the job. stop points at the node's stop flag. */
 int hs__node_refusal_final(int err);

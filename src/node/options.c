@@ -201,6 +201,10 @@ static int o_same_start(hs__node_cfg *c, const char *name, const char *v) {
     return parse_flag(name, v, &c->algo.same_start);
 }
 static int o_resume(hs__node_cfg *c, const char *name, const char *v) {
+    if (!strcmp(v, "require")) {
+        c->resume = HS__NODE_RESUME_REQUIRE;
+        return 0;
+    }
     return parse_flag(name, v, &c->resume);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -15,7 +16,7 @@
 #include "hearsay/checkpoint.h"
 
 #define CK_MAGIC "HSCK"
-#define CK_VERSION 3u
+#define CK_VERSION 4u
 #define CK_LIST_MAX 256
 #define CK_NAME_MAX 64
 
@@ -104,19 +105,99 @@ int hs_checkpoint_clean_tmp(const char *dir, int rank) {
     return removed;
 }
 
-/* Keeps the newest HS_CHECKPOINT_KEEP files of the shard, and never removes `written` (the file
- * just written) or one of a later round. */
-static void prune(const char *dir, int rank, uint64_t written) {
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void hs_timeline_new(hs_timeline *out, const hs_timeline *from, uint64_t round) {
+    hs_timeline t;
+    memset(&t, 0, sizeof(t));
+    /* Unique, not reproducible (a name, not an input of the training): the clock, the process
+     * and what it branches from. 0 stays the id of files written without a timeline. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = mix64((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
+    z = mix64(z ^ ((uint64_t)getpid() << 20) ^ (from ? mix64(from->id + round) : 0));
+    t.id = z ? z : 1;
+    if (from) {
+        t.anc_id[0] = from->id;
+        t.anc_round[0] = round;
+        t.n_anc = 1;
+        for (int i = 0; i < from->n_anc && t.n_anc < HS_TIMELINE_ANCESTORS; i++, t.n_anc++) {
+            t.anc_id[t.n_anc] = from->anc_id[i];
+            t.anc_round[t.n_anc] = from->anc_round[i];
+        }
+    }
+    *out = t;
+}
+
+int hs_timeline_has(const hs_timeline *t, uint64_t id, uint64_t round) {
+    if (id == t->id) return 1;
+    for (int i = 0; i < t->n_anc; i++)
+        if (id == t->anc_id[i] && round <= t->anc_round[i]) return 1;
+    return 0;
+}
+
+/* The timeline and round of a file, from its header (not yet validated: enough to decide
+ * whether to look at it or remove it, never to load it). 0, or -1 when unreadable. */
+static int read_head(const char *path, uint64_t *round, uint64_t *tl) {
+    uint8_t h[44];
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(h, 1, sizeof(h), f);
+    fclose(f);
+    uint32_t ver;
+    if (n < sizeof(h)) return -1;
+    memcpy(&ver, h + 4, 4);
+    if (memcmp(h, CK_MAGIC, 4) != 0 || ver != CK_VERSION) return -1;
+    memcpy(round, h + 8, 8);
+    memcpy(tl, h + 32, 8);
+    return 0;
+}
+
+/* Whether dir/name is of t's history at a round at most max_round (1), or a file of ours that
+ * is not (0), or unreadable (-1). */
+static int of_history(const char *dir, const char *name, const hs_timeline *t,
+                      uint64_t max_round) {
+    char p[4096];
+    uint64_t r, id;
+    if (snprintf(p, sizeof(p), "%s/%s", dir, name) >= (int)sizeof(p) || read_head(p, &r, &id) < 0)
+        return -1;
+    return r <= max_round && hs_timeline_has(t, id, r);
+}
+
+/* Removes the shard's files off t's history (all of a later round than max_round too), then
+ * keeps the newest HS_CHECKPOINT_KEEP of the rest, never removing `written` (the file just
+ * written) or one of a later round. */
+static int prune(const char *dir, int rank, const hs_timeline *t, uint64_t max_round,
+                 uint64_t written) {
     /* On the heap, not static: nodes on several threads of a process checkpoint at once. */
     char (*names)[CK_NAME_MAX] = malloc(sizeof(*names) * CK_LIST_MAX);
-    if (!names) return; /* the old files stay until the next checkpoint */
-    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX);
-    for (int i = HS_CHECKPOINT_KEEP; i < n; i++) {
-        if ((uint64_t)name_round(names[i]) >= written) continue;
+    if (!names) return 0; /* the old files stay until the next checkpoint */
+    int n = list_checkpoints(dir, rank, names, CK_LIST_MAX), kept = 0, removed = 0;
+    for (int i = 0; i < n; i++) {
         char p[4096];
-        if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) < (int)sizeof(p)) unlink(p);
+        if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;
+        int mine = of_history(dir, names[i], t, max_round);
+        if (mine == 0) {
+            if (unlink(p) == 0) {
+                HS_LOGI("removed %s: of a timeline the job abandoned", p);
+                removed++;
+            }
+            continue;
+        }
+        if (kept++ < HS_CHECKPOINT_KEEP || (uint64_t)name_round(names[i]) >= written) continue;
+        if (unlink(p) == 0) removed++;
     }
     free(names);
+    return removed;
+}
+
+int hs_checkpoint_drop_abandoned(const char *dir, int rank, const hs_timeline *t,
+                                 uint64_t max_round) {
+    return prune(dir, rank, t, max_round, 0);
 }
 
 int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uint8_t *state,
@@ -132,8 +213,19 @@ int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uin
     if ((err = hs_buf_append(file, CK_MAGIC, 4)) < 0 || (err = hs_buf_append(file, &ver, 4)) < 0 ||
         (err = hs_buf_append(file, &in->round, 8)) < 0 ||
         (err = hs_buf_append(file, &in->end_round, 8)) < 0 ||
-        (err = hs_buf_append(file, &in->id, 4)) < 0 || (err = hs_buf_append(file, &sl, 4)) < 0 ||
-        (err = hs_buf_append(file, in->sig, sl)) < 0 || (err = hs_buf_append(file, &un, 4)) < 0)
+        (err = hs_buf_append(file, &in->id, 4)) < 0 || (err = hs_buf_append(file, &sl, 4)) < 0)
+        goto out;
+    hs_timeline none;
+    memset(&none, 0, sizeof(none));
+    const hs_timeline *tl = in->timeline ? in->timeline : &none;
+    uint32_t na = (uint32_t)tl->n_anc;
+    if ((err = hs_buf_append(file, &tl->id, 8)) < 0 || (err = hs_buf_append(file, &na, 4)) < 0)
+        goto out;
+    for (uint32_t i = 0; i < na; i++)
+        if ((err = hs_buf_append(file, &tl->anc_id[i], 8)) < 0 ||
+            (err = hs_buf_append(file, &tl->anc_round[i], 8)) < 0)
+            goto out;
+    if ((err = hs_buf_append(file, in->sig, sl)) < 0 || (err = hs_buf_append(file, &un, 4)) < 0)
         goto out;
     for (int i = 0; i < in->n_members; i++) {
         uint16_t al = (uint16_t)strnlen(in->member_addrs[i], 255);
@@ -168,7 +260,7 @@ int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uin
         fsync(dfd);
         close(dfd);
     }
-    prune(dir, in->rank, in->round);
+    prune(dir, in->rank, tl, UINT64_MAX, in->round);
     if (bytes_out) *bytes_out = file->len;
 out:
     if (fd >= 0) {
@@ -204,7 +296,7 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *ck) {
         err = hs__err(HS_EFORMAT, "%s: not a hearsay checkpoint", path);
         goto fail;
     }
-    if (n < 40) {
+    if (n < 48) {
         err = hs__err(HS_EFORMAT, "%s: truncated", path);
         goto fail;
     }
@@ -231,6 +323,21 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *ck) {
     memcpy(&ck->end_round, d + 16, 8);
     memcpy(&ck->id, d + 24, 4);
     memcpy(&sl, d + 28, 4);
+    uint32_t na;
+    NEED(12);
+    memcpy(&ck->timeline.id, p, 8);
+    memcpy(&na, p + 8, 4);
+    p += 12;
+    if (na > HS_TIMELINE_ANCESTORS) {
+        err = hs__err(HS_EFORMAT, "%s: %u ancestor timelines", path, na);
+        goto fail;
+    }
+    NEED(16 * (size_t)na);
+    for (uint32_t i = 0; i < na; i++, p += 16) {
+        memcpy(&ck->timeline.anc_id[i], p, 8);
+        memcpy(&ck->timeline.anc_round[i], p + 8, 8);
+    }
+    ck->timeline.n_anc = (int)na;
     NEED(sl);
     const uint8_t *file_sig = p;
     p += sl;
@@ -287,7 +394,9 @@ fail:
     return err;
 }
 
-int hs_checkpoint_newest(const char *dir, int rank, const char *sig, hs_checkpoint *ck) {
+/* The newest valid checkpoint of the shard, of t's history up to max_round when t is given. */
+static int newest(const char *dir, int rank, const char *sig, const hs_timeline *t,
+                  uint64_t max_round, hs_checkpoint *ck) {
     char (*names)[CK_NAME_MAX] = malloc(sizeof(*names) * CK_LIST_MAX); /* as in prune */
     if (!names) return hs__err(HS_ENOMEM, "--resume: out of memory");
     int n = list_checkpoints(dir, rank, names, CK_LIST_MAX), err = 0;
@@ -296,17 +405,28 @@ int hs_checkpoint_newest(const char *dir, int rank, const char *sig, hs_checkpoi
     for (int i = 0; i < n; i++) {
         char p[4096];
         if (snprintf(p, sizeof(p), "%s/%s", dir, names[i]) >= (int)sizeof(p)) continue;
+        if (t && of_history(dir, names[i], t, max_round) == 0) continue;
         if (hs_checkpoint_read(p, sig, ck) == 0) {
             ck->rank = atoi(names[i] + 5);
-            HS_LOGI("resuming from %s (round %llu)", p, (unsigned long long)ck->round);
+            HS_LOGI("resuming from %s (round %llu) of timeline %016llx", p,
+                    (unsigned long long)ck->round, (unsigned long long)ck->timeline.id);
             free(names);
             return 0;
         }
         HS_LOGW("skipping checkpoint: %s", hs_error_message());
     }
     if (n >= 0)
-        err = hs__err(HS_ENOENT, "--resume: no valid checkpoint%s in %s",
-                      rank >= 0 ? " of this shard" : "", dir);
+        err = hs__err(HS_ENOENT, "--resume: no valid checkpoint%s%s in %s",
+                      rank >= 0 ? " of this shard" : "", t ? " of the job's timeline" : "", dir);
     free(names);
     return err;
+}
+
+int hs_checkpoint_newest(const char *dir, int rank, const char *sig, hs_checkpoint *ck) {
+    return newest(dir, rank, sig, NULL, 0, ck);
+}
+
+int hs_checkpoint_find(const char *dir, int rank, const char *sig, const hs_timeline *t,
+                       uint64_t max_round, hs_checkpoint *ck) {
+    return newest(dir, rank, sig, t, max_round, ck);
 }

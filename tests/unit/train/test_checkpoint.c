@@ -33,8 +33,14 @@ static int teardown(void **state) {
 static void write_round(int rank, uint64_t round, const uint8_t *state, size_t len) {
     uint32_t ids[2] = {0, 7};
     const char *addrs[2] = {"127.0.0.1:7000", "127.0.0.1:7007"};
-    hs_checkpoint_info in = {round, 500, rank, 7, "mlp:4-3", 2, ids, addrs};
+    hs_checkpoint_info in = {round, 500, rank, 7, "mlp:4-3", 2, ids, addrs, NULL};
     assert_int_equal(hs_checkpoint_write(dir, &in, state, len, NULL), 0);
+}
+
+static void write_on(const hs_timeline *t, int rank, uint64_t round) {
+    uint8_t st[8] = {(uint8_t)round};
+    hs_checkpoint_info in = {round, 900, rank, 1, "mlp:4-3", 0, NULL, NULL, t};
+    assert_int_equal(hs_checkpoint_write(dir, &in, st, sizeof(st), NULL), 0);
 }
 
 static void path_of(int rank, uint64_t round, char *out, size_t cap) {
@@ -150,6 +156,44 @@ static void test_rotation(void **state) {
     hs_checkpoint_clear(&ck);
 }
 
+/* A job stopped in a staggered way and restarted from rank 0's round 240 (timeline B branching
+ * from A there): files of A after 240 are of a timeline the job abandoned. They are never
+ * found, the peer's first write (or drop_abandoned) removes them, and the ones up to 240 stay
+ * usable on B and on a later branch of B. */
+static void test_timelines(void **state) {
+    (void)state;
+    hs_timeline a, b, c;
+    hs_timeline_new(&a, NULL, 0);
+    for (uint64_t r = 200; r <= 260; r += 20) write_on(&a, 6, r);
+    for (uint64_t r = 200; r <= 600; r += 20) write_on(&a, 7, r);
+    hs_timeline_new(&b, &a, 240);
+    assert_true(b.id != a.id && b.n_anc == 1 && b.anc_id[0] == a.id && b.anc_round[0] == 240);
+    assert_true(hs_timeline_has(&b, a.id, 240) && !hs_timeline_has(&b, a.id, 241));
+    hs_checkpoint ck;
+    assert_int_equal(hs_checkpoint_find(dir, 6, "mlp:4-3", &b, 240, &ck), 0);
+    assert_int_equal(ck.round, 240);
+    assert_true(ck.timeline.id == a.id);
+    hs_checkpoint_clear(&ck);
+    /* Rank 7 kept only rounds 560-600 of A: nothing of B's history. */
+    assert_int_equal(hs_checkpoint_find(dir, 7, "mlp:4-3", &b, 240, &ck), HS_ENOENT);
+    assert_int_equal(hs_checkpoint_drop_abandoned(dir, 7, &b, 240), 3);
+    assert_int_equal(hs_checkpoint_newest(dir, 7, "mlp:4-3", &ck), HS_ENOENT);
+    /* Rank 6 writes round 260 on B: A's 260 goes, A's 220 and 240 stay. */
+    write_on(&b, 6, 260);
+    char p[512];
+    assert_int_equal(hs_checkpoint_newest(dir, 6, "mlp:4-3", &ck), 0);
+    assert_true(ck.round == 260 && ck.timeline.id == b.id);
+    hs_checkpoint_clear(&ck);
+    path_of(6, 240, p, sizeof(p));
+    assert_int_equal(access(p, F_OK), 0);
+    /* A restart of B at 250 branches again: B's 260 is abandoned, A's 240 is history. */
+    hs_timeline_new(&c, &b, 250);
+    assert_true(c.n_anc == 2 && hs_timeline_has(&c, a.id, 240) && !hs_timeline_has(&c, b.id, 260));
+    assert_int_equal(hs_checkpoint_find(dir, 6, "mlp:4-3", &c, 300, &ck), 0);
+    assert_int_equal(ck.round, 240);
+    hs_checkpoint_clear(&ck);
+}
+
 static void test_dir_check(void **state) {
     (void)state;
     char sub[512];
@@ -171,6 +215,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_every_byte_covered),
         cmocka_unit_test(test_stale_tmp_removed), cmocka_unit_test(test_rotation),
+        cmocka_unit_test(test_timelines),
         cmocka_unit_test(test_dir_check),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
