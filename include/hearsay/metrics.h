@@ -122,8 +122,9 @@ size_t hs_metrics_format(const hs_metrics_rec *m, char *buf, size_t cap);
 /* A metrics file: one record per line, each line flushed as written, so a crash loses at most
  * the line being written. */
 typedef struct hs_metrics_file hs_metrics_file;
-/* Opens path for appending (append = 1) or truncates it; "-" is standard output. HS_EIO with
- * the path named. */
+/* Opens path for appending (append = 1), or as a new file: a non-empty file already there is
+ * moved to PATH.N (the first free N; a warning says so), never truncated. "-" is standard
+ * output. HS_EIO with the path named. */
 int hs_metrics_open(hs_metrics_file **out, const char *path, int append);
 /* Writes the record as one line. HS_ENOMEM, HS_EIO. */
 int hs_metrics_write(hs_metrics_file *f, const hs_metrics_rec *m);

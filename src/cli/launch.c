@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/launch_order.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
 #include "hs_config.h"
@@ -580,6 +581,8 @@ int hs_cmd_launch(int argc, char **argv) {
         ps[i].pid = pid;
         ps[i].rank = i;
         ps[i].status = -1;
+        if (i + 1 < a.n && hs_launch_await_member(ps[i].log, i, pid, 60.0, &interrupted) > 0)
+            break; /* it died before joining: the loop below reports it and the rest stop */
     }
     int tty = isatty(STDOUT_FILENO), drawn = 0, npv = 0, alive = 0, failed = 0, diverged = 0;
     for (int i = 0; i < a.n; i++) alive += ps[i].pid > 0; /* only the peers that were forked */

@@ -8,9 +8,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
@@ -244,26 +244,6 @@ static int from_launcher_env(run_args *a) {
     return 0;
 }
 
-/* The directory of --save (with {id} as any id) must exist and be writable. */
-static int check_save_path(const char *path) {
-    char dir[4096];
-    const char *at = strstr(path, "{id}");
-    int n = at ? snprintf(dir, sizeof(dir), "%.*s0%s", (int)(at - path), path, at + 4)
-               : snprintf(dir, sizeof(dir), "%s", path);
-    if (n < 0 || (size_t)n >= sizeof(dir)) return hs_cli_usage_error("--save %s: path too long", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof(dir), ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return hs_cli_usage_error("--save %s: directory %s does not exist", path, dir);
-    if (access(dir, W_OK) != 0)
-        return hs_cli_usage_error("--save %s: directory %s is not writable: %s", path, dir,
-                                  strerror(errno));
-    return 0;
-}
-
 int hs_cmd_run(int argc, char **argv) {
     run_args a;
     memset(&a, 0, sizeof(a));
@@ -322,7 +302,10 @@ int hs_cmd_run(int argc, char **argv) {
      * to find that it cannot write its checkpoints or its model. */
     if (a.ck_dir && hs_checkpoint_dir_check(a.ck_dir) < 0)
         return -hs_cli_usage_error("%s", hs_error_message());
-    if (a.save && (rc = check_save_path(a.save)) < 0) return -rc;
+    if (a.save && (rc = hs_cli_check_out_path("--save", a.save)) < 0) return -rc;
+    int job_n = a.wait_peers > 1 ? a.wait_peers : a.world > 1 ? a.world : 0;
+    if ((rc = hs_cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, job_n, a.ro.seed)) < 0)
+        return -rc;
 
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
@@ -369,7 +352,6 @@ int hs_cmd_run(int argc, char **argv) {
     /* The gap of the topology at the job's size is an input of the automatic CHOCO step; every
      * peer given the same options computes the same one. */
     char why[320];
-    int job_n = a.wait_peers > 1 ? a.wait_peers : a.world > 1 ? a.world : 0;
     float gamma_c = hs_runopts_choco_step(&a.ro, job_n, hs_model_spec_nparams(&pc.trainer.model),
                                           why, sizeof(why));
     pc.algo.gap = a.ro.algo.gap;

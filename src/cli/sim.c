@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
 #include "hearsay/guard.h"
@@ -128,6 +129,8 @@ int hs_cmd_sim(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = hs_cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
+        return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
     if (!slow) return HS_EXIT_FAIL;
     if ((rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "core/rng.h"
 #include "hearsay/data.h"
@@ -194,6 +195,7 @@ int hs_cmd_train(int argc, char **argv) {
     if (a.synthetic && a.data)
         return -hs_cli_usage_error("--synthetic and --data exclude each other");
     if ((rc = hs_runopts_check_hidden(a.model, a.hidden != NULL)) < 0) return -rc;
+    if ((rc = hs_cli_precheck(a.model, a.metrics, NULL, 0, a.seed)) < 0) return -rc;
     if (a.synthetic && a.augment)
         return -hs_cli_usage_error("--augment: the synthetic set has no spatial structure "
                                    "(crops and flips need images)");

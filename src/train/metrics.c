@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/error_internal.h"
+#include "core/log.h"
 
 _Static_assert(HS_MF_COUNT <= 64, "hs_metrics_rec.set has one bit per field");
 
@@ -211,8 +213,30 @@ struct hs_metrics_file {
     size_t cap;
 };
 
+/* A new run never writes over the records of an earlier one, nor appends to them (a file of
+ * two runs would plot as one): a non-empty file in the way moves to the first free PATH.N, and
+ * the log says where. A resumed run appends, its records continuing the same run's. */
+static int move_aside(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return 0;
+    char old[4200];
+    for (int i = 1; i < 1000; i++) {
+        snprintf(old, sizeof(old), "%s.%d", path, i);
+        if (lstat(old, &sb) == 0) continue;
+        if (rename(path, old) != 0)
+            return hs__err(HS_EIO, "metrics file %s exists and cannot be moved to %s: %s", path,
+                           old, strerror(errno));
+        HS_LOGW("metrics file %s exists: the earlier records moved to %s", path, old);
+        return 0;
+    }
+    return hs__err(HS_EIO, "metrics file %s exists, and so do %s.1 to .999: remove some", path,
+                   path);
+}
+
 int hs_metrics_open(hs_metrics_file **out_f, const char *path, int append) {
     *out_f = NULL;
+    int err;
+    if (!append && strcmp(path, "-") != 0 && (err = move_aside(path)) < 0) return err;
     hs_metrics_file *mf = calloc(1, sizeof(*mf));
     if (!mf) return hs__err(HS_ENOMEM, "metrics file %s: out of memory", path);
     mf->f = !strcmp(path, "-") ? stdout : fopen(path, append ? "a" : "w");
