@@ -248,7 +248,10 @@ static int scan(const char *dir, peer_view *pv, int *npv, int cap) {
     return 0;
 }
 
-static int draw(const peer_view *pv, int npv, int n, int tty, int drawn, double wall) {
+/* running: peer processes still alive, so that a death shows at once (a dead peer's metrics
+ * file stays, and used to count as reporting). */
+static int draw(const peer_view *pv, int npv, int n, int running, int tty, int drawn,
+                double wall) {
     if (tty && drawn) printf("\033[%dA", drawn);
     int lines = 0;
     double acc_sum = 0, acc_min = 1, cons = 0, mb = 0;
@@ -284,13 +287,14 @@ static int draw(const peer_view *pv, int npv, int n, int tty, int drawn, double 
         if (nacc)
             snprintf(accs, sizeof(accs), "test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc,
                      100 * acc_min);
-        printf("\033[K%d/%d peers reporting; %s; mean consensus %.3g; %.1f MB sent; %.0f s\n",
-               npv, n, accs, ncons ? cons / ncons : NAN, mb, wall);
+        printf("\033[K%d/%d peers running, %d reporting; %s; mean consensus %.3g; %.1f MB sent; "
+               "%.0f s\n",
+               running, n, npv, accs, ncons ? cons / ncons : NAN, mb, wall);
         lines++;
     } else {
         double round = 0;
         for (int i = 0; i < npv; i++) round = pv[i].round > round ? pv[i].round : round;
-        printf("[%.0f s] %d/%d peers, round %.0f", wall, npv, n, round);
+        printf("[%.0f s] %d/%d peers running, round %.0f", wall, running, n, round);
         if (nacc) printf(", test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc, 100 * acc_min);
         printf(", consensus %.3g, %.1f MB sent", ncons ? cons / ncons : NAN, mb);
         int div = 0;
@@ -639,14 +643,14 @@ int hs_cmd_launch(int argc, char **argv) {
         if (now - last_draw >= (tty ? a.refresh : 10 * a.refresh) || alive == 0) {
             scan(dir, pv, &npv, a.n * 2);
             if (!tty && alive == 0) break;
-            drawn = draw(pv, npv, a.n, tty, drawn, now - t0);
+            drawn = draw(pv, npv, a.n, alive, tty, drawn, now - t0);
             last_draw = now;
         }
         if (alive > 0) usleep(50 * 1000);
     }
     double wall = hs_cli_now() - t0;
     scan(dir, pv, &npv, a.n * 2);
-    if (tty) drawn = draw(pv, npv, a.n, tty, drawn, wall);
+    if (tty) drawn = draw(pv, npv, a.n, alive, tty, drawn, wall);
     /* The accuracy is that of the peers that finished (their final report); a peer that died
      * holds a model the job left behind, listed apart, never averaged in. */
     double sum = 0, mn = 1, mx = 0;
