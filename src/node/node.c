@@ -182,6 +182,21 @@ out:
     return err;
 }
 
+/* The terms and the timeline alone (no model: joiners keep theirs). */
+static int publish_terms(hs_node *n, uint64_t round) {
+    uint8_t b[JOB_TERMS_BYTES];
+    memcpy(b, &n->jt.end, 8);
+    memcpy(b + 8, &n->jt.rounds, 8);
+    memcpy(b + 16, &n->jt.wait, 8);
+    hs__node_timeline_put(&n->tl, b + 24);
+    hs_buf *buf = NULL;
+    int err = hs_buf_new(&buf, sizeof(b));
+    if (err == 0 && (err = hs_buf_append(buf, b, sizeof(b))) == 0)
+        err = hs_net_publish_snapshot(n->net, round, buf);
+    hs_buf_unref(buf);
+    return err;
+}
+
 static int publish_snapshot(hs_node *n, uint64_t round) {
     hs_buf *b;
     int err = hs_buf_new(&b, sizeof(float) * n->d + 64);
@@ -317,7 +332,7 @@ int hs__node_connect(hs_node *n) {
         if ((err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0) return err;
         if (n->have_ck && cfg->checkpoint_dir)
             n->have_ck = hs__node_resume_pick(cfg, n->rank, n->sig, &n->tl, n->w.join_round,
-                                              &n->ck);
+                                              n->w.snapshot->len > JOB_TERMS_BYTES, &n->ck);
     } else {
         hs_timeline_new(&n->tl, n->have_ck ? &n->ck.timeline : NULL, n->have_ck ? n->ck.round : 0);
         if (n->have_ck)
@@ -332,6 +347,10 @@ int hs__node_connect(hs_node *n) {
                     "it); this peer follows the job's count and ends with it",
                     cfg->rounds, (long long)n->jt.rounds);
     }
+    /* The job's terms and timeline reach those who join before the first snapshot (taken
+     * once the model exists): without them a joiner would start a timeline of its own. */
+    if (!n->w.snapshot && (err = publish_terms(n, n->have_ck ? n->ck.round : 0)) < 0)
+        return err;
     n->state = ST_CONNECTED;
     return 0;
 }
@@ -357,7 +376,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         if ((err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
-    } else if (n->w.snapshot && (err = adopt_welcome(n)) < 0) {
+    } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
+               (err = adopt_welcome(n)) < 0) {
         return err;
     }
     /* Replicas may start equal to the common start only for a peer that begins with the job,

@@ -115,11 +115,11 @@ size_t hs__node_timeline_put(const hs_timeline *t, uint8_t *out);
 int hs__node_timeline_get(const uint8_t *p, hs_timeline *t);
 /* A resumed peer of shard `rank` with its newest checkpoint *ck joins a job of timeline t at
  * `round`: keeps *ck, or replaces it with the newest checkpoint of t's history at most one
- * checkpoint interval behind `round`, saying so, and returns 1; or clears it and returns 0
- * (the peer takes the job's model, said with the reason). Either way removes the shard's
- * files that the job will never load. */
+ * checkpoint interval behind `round` (any, when the welcome carries no model: job_model 0),
+ * saying so, and returns 1; or clears it and returns 0 (the peer takes the job's model, said
+ * with the reason). Either way removes the shard's files that the job will never load. */
 int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
-                         const hs_timeline *t, uint64_t round, hs_checkpoint *ck);
+                         const hs_timeline *t, uint64_t round, int job_model, hs_checkpoint *ck);
 
 /* join.c: reaching the job. stop points at the node's stop flag. */
 int hs__node_refusal_final(int err);

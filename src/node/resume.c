@@ -37,7 +37,7 @@ int hs__node_timeline_get(const uint8_t *p, hs_timeline *t) {
 }
 
 int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
-                         const hs_timeline *t, uint64_t round, hs_checkpoint *ck) {
+                         const hs_timeline *t, uint64_t round, int job_model, hs_checkpoint *ck) {
     const char *dir = cfg->checkpoint_dir;
     uint64_t every = cfg->checkpoint_every > 0 ? (uint64_t)cfg->checkpoint_every
                                                : (uint64_t)HS__NODE_CHECKPOINT_EVERY;
@@ -47,8 +47,10 @@ int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
         hs_checkpoint_clear(ck);
         kept = hs_checkpoint_find(dir, rank, sig, t, round, ck) == 0;
     }
-    /* More than one interval behind the job: the job's model is newer than anything here. */
-    if (kept && round - ck->round > every) {
+    /* More than one interval behind the job: the job's model is newer than anything here
+     * (when the welcome has one: a job that has not taken its first snapshot yet has not
+     * trained since its restart either). */
+    if (kept && job_model && round - ck->round > every) {
         hs_checkpoint_clear(ck);
         kept = 0;
     }
@@ -63,10 +65,9 @@ int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
         snprintf(why, sizeof(why), "its newest is of round %llu", (unsigned long long)own);
     if (!kept)
         HS_LOGW("--resume: the job is at round %llu; no checkpoint of shard %d within %llu rounds "
-                "(--checkpoint-every) of it on the job's timeline (%s): taking the job's model "
-                "of round %llu instead",
+                "(--checkpoint-every) of it on the job's timeline (%s): %s",
                 (unsigned long long)round, rank, (unsigned long long)every, why,
-                (unsigned long long)round);
+                job_model ? "taking the job's model instead" : "starting from the initial model");
     else if (ck->round != own)
         HS_LOGW("--resume: the job is at round %llu; going back to this shard's checkpoint of "
                 "round %llu (%s)",

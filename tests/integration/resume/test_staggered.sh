@@ -75,7 +75,7 @@ check_resumed() {
     local run=$1 r start from
     for r in 0 1 2 3; do
         start=$(sed -n 's/.*starting at round \([0-9]*\),.*/\1/p' "$tmp/$run-p$r.err" | head -1)
-        if grep -q "taking the job's model of round $start" "$tmp/$run-p$r.err"; then
+        if grep -q "the job is at round $start; .*taking the job's model" "$tmp/$run-p$r.err"; then
             echo "$run: rank $r starts at round $start with the job's model: $(grep -o 'no checkpoint.*' "$tmp/$run-p$r.err" | head -1)"
             continue
         fi
