@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/launch_config.h"
 #include "cli/launch_order.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
@@ -59,6 +60,8 @@ typedef struct launch_args {
     char **pass; /* options handed to every peer */
     int npass, cappass;
     const hs_cli_opt *const *tables;
+    hs_launch_given given[128]; /* every option as given, for config.json */
+    int n_given;
 } launch_args;
 
 static const hs_cli_opt *opt_by_key(const hs_cli_opt *const *tables, int key) {
@@ -105,6 +108,9 @@ static int parse_devices(launch_args *a, const char *v) {
 
 static int handle(void *ctx, int key, const char *v) {
     launch_args *a = ctx;
+    const hs_cli_opt *given = opt_by_key(a->tables, key);
+    if (given && a->n_given < (int)(sizeof(a->given) / sizeof(a->given[0])))
+        a->given[a->n_given++] = (hs_launch_given){given->name, v};
     switch (key) {
     case L_N: return hs_cli_int("--peers", v, 1, 1024, &a->n);
     case L_NAME:
@@ -344,38 +350,6 @@ static int write_secret(const char *path) {
     return ok ? 0 : -1;
 }
 
-static void write_config(const char *path, const launch_args *a, const char *name) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "peers", a->n);
-    cJSON_AddStringToObject(o, "name", name);
-    cJSON_AddStringToObject(o, "algo", hs_algo_kind_name(a->ro.algo.kind));
-    cJSON_AddStringToObject(o, "compress", a->ro.compress);
-    cJSON_AddStringToObject(o, "topology", a->ro.topology);
-    cJSON_AddStringToObject(o, "partition", a->ro.partition_spec);
-    /* Without --gamma-c every peer resolves the automatic step itself (the same on all). */
-    if (hs_algo_kind_uses_gamma_c(a->ro.algo.kind) && a->ro.gamma_c_set)
-        cJSON_AddNumberToObject(o, "gamma-c", a->ro.algo.gamma_c);
-    else if (hs_algo_kind_uses_gamma_c(a->ro.algo.kind))
-        cJSON_AddStringToObject(o, "gamma-c", "auto");
-    cJSON *peer = cJSON_AddArrayToObject(o, "peer_args");
-    for (int i = 0; i < a->npass; i++) cJSON_AddItemToArray(peer, cJSON_CreateString(a->pass[i]));
-    if (a->ndevices) {
-        /* Each peer's device, which its own arguments add to peer_args. */
-        cJSON *devs = cJSON_AddArrayToObject(o, "peer_devices");
-        for (int i = 0; i < a->n; i++) {
-            char d[32];
-            snprintf(d, sizeof(d), "cuda:%d", a->devices[i % a->ndevices]);
-            cJSON_AddItemToArray(devs, cJSON_CreateString(d));
-        }
-    }
-    char *s = cJSON_Print(o);
-    FILE *f = fopen(path, "w");
-    if (f && s) fprintf(f, "%s\n", s);
-    if (f) fclose(f);
-    free(s);
-    cJSON_Delete(o);
-}
-
 static int mkdirs(const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s", path);
@@ -492,7 +466,9 @@ int hs_cmd_launch(int argc, char **argv) {
         }
     }
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    write_config(path, &a, name);
+    hs_launch_resolved res = {a.n, a.runs_dir, a.refresh, a.no_plot, a.n};
+    if (hs_launch_write_config(path, tables, &a.ro, &res, a.given, a.n_given) != 0)
+        fprintf(stderr, "hearsay launch: cannot write %s: %s\n", path, strerror(errno));
 
     char exe[4096];
     ssize_t en = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

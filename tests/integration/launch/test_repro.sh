@@ -6,6 +6,8 @@
 #          peer-N.jsonl and the saved model N are one process, peer N (id = launch index)
 #   death  a peer killed mid-run: the live view counts it out at once, and the launcher's
 #          message, the summary and the file names call it by the same number
+#   replay runs/NAME/config.json is the resolved configuration (one key per option, defaults
+#          included, no raw flags) and `launch --config` of it gives the same final parameters
 set -uo pipefail
 hs=$1
 case=$2
@@ -62,6 +64,32 @@ death)
     grep -q "^dead: peer 2 after round" "$tmp/out" || fail "the summary does not call it peer 2"
     grep -q "^dead: peer [013] " "$tmp/out" && fail "the summary lists another peer as dead"
     echo "ok: the dead peer is peer 2 everywhere, and the view counts it out"
+    ;;
+replay)
+    mkdir "$tmp/a" "$tmp/b"
+    # A flag given twice (the last counts) and defaults left to the launcher.
+    timeout 150 "$hs" launch -n 3 "${small[@]}" --rounds 20 --lr 0.3 --lr 0.1 --hidden 64,32 \
+        --runs-dir "$tmp" --name first --save "$tmp/a/x{id}.bin" >"$tmp/a.out" 2>&1 ||
+        fail "launch: $(tail -5 "$tmp/a.out")"
+    c=$tmp/first/config.json
+    /usr/bin/python3 - "$c" <<'PY' || fail "config.json is not the resolved configuration: $(cat "$c")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert "peer_args" not in c, "raw peer arguments"
+for k, v in {"algo": "choco", "compress": "topk:0.01", "topology": "ring", "lr": 0.1,
+             "hidden": "64,32", "batch": 64, "momentum": 0.9, "weight-decay": 0.0001,
+             "lr-schedule": "cosine", "seed": "11", "peers": 3, "partition": "iid",
+             "on-divergence": "stop", "optimizer": "sgd", "rounds": 20}.items():
+    assert c.get(k) == v, (k, c.get(k), v)
+assert isinstance(c.get("gamma-c"), float) and 0 < c["gamma-c"] <= 1, c.get("gamma-c")
+assert "name" not in c
+PY
+    timeout 150 "$hs" launch --config "$c" --name second --save "$tmp/b/x{id}.bin" \
+        >"$tmp/b.out" 2>&1 || fail "launch --config $c: $(tail -5 "$tmp/b.out")"
+    for i in 0 1 2; do
+        cmp -s "$tmp/a/x$i.bin" "$tmp/b/x$i.bin" || fail "peer $i: the replay ended elsewhere"
+    done
+    echo "ok: config.json is resolved, and launching it again gives the same parameters"
     ;;
 *)
     fail "unknown case $case"
