@@ -62,20 +62,29 @@ int main(int argc, char **argv) {
     hs_node_options_free(o);
     if (rc < 0) return fail("hs_node_new", rc);
     if ((rc = hs_node_start(n, x, d)) < 0) return fail("hs_node_start", rc);
+    float *mean = malloc(d * sizeof(float));
+    if (!mean) return 1;
+    for (size_t k = 0; k < d; k++) {
+        double m = 0;
+        for (unsigned r = 0; r < world; r++) m += start(r, k);
+        mean[k] = (float)(m / world);
+    }
     int rounds = 0;
     do {
+        /* A loss for the metrics: the mean square distance to the mean of the starts. */
+        double ms = 0;
+        for (size_t k = 0; k < d; k++) ms += ((double)x[k] - mean[k]) * ((double)x[k] - mean[k]);
+        hs_node_report(n, ms / (double)d, NAN);
         rc = hs_node_step(n, x, d);
         rounds++;
     } while (rc == 0);
     if (rc < 0) return fail("hs_node_step", rc);
     double err = 0;
     for (size_t k = 0; k < d; k++) {
-        double mean = 0;
-        for (unsigned r = 0; r < world; r++) mean += start(r, k);
-        mean /= world;
-        double e = fabs((double)x[k] - mean);
+        double e = fabs((double)x[k] - mean[k]);
         if (e > err) err = e;
     }
+    free(mean);
     printf("rounds %d max_err %.3g\n", rounds, err);
     hs_node_free(n);
     free(x);
