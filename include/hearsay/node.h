@@ -38,7 +38,8 @@ typedef struct hs_node hs_node;
  * "secret-file", "cert", "key", "ca", "insecure", "world", "rank", "wait-peers", "rounds",
  * "checkpoint-dir", "checkpoint-every", "resume", "metrics", "on-divergence", "seed",
  * "recv-timeout", "quiet", ...). A flag without a value (insecure, resume, quiet) takes "1"
- * or "0". hs_node_options_set validates the value and returns HS_EINVAL naming the option
+ * or "0" ("resume" also "require": as --resume=require, an error without a checkpoint, where
+ * "1" starts the peer fresh). hs_node_options_set validates the value and returns HS_EINVAL naming the option
  * and what it accepts; an unknown name is HS_EINVAL too. "quiet" 1 is --quiet: the node logs
  * no info lines (warnings and errors stay), unless the HEARSAY_LOG environment variable sets a
  * level. The log level is the process's: once a node of a process is made quiet

@@ -18,6 +18,7 @@
 
 #include "cli/launch_config.h"
 #include "cli/launch_order.h"
+#include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
 #include "hs_config.h"
@@ -414,6 +415,7 @@ int hs_cmd_launch(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = hs_cli_precheck(a.ro.model, NULL, a.ro.topology, a.n, a.ro.seed)) < 0) return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
     if (!slow || (rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
         free(slow);

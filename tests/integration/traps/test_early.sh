@@ -27,6 +27,12 @@ refusals)
     topo=$HS_SOURCE_ROOT/topo/complete-8.json
     # Every option of the data set, so that a late refusal shows in the log.
     d=(--data "$data" --subset 60000)
+    # launch refuses before starting any peer (the peers would each refuse on their own).
+    refused "launch: hypercube on 6" "not a power of 2" \
+        "$hs" launch -n 6 --runs-dir "$tmp/runs" --topology hypercube "${d[@]}"
+    [[ -e $tmp/runs ]] && fail "launch: a run directory was made for a refused launch"
+    refused "launch: unknown model" "unknown model" \
+        "$hs" launch -n 2 --runs-dir "$tmp/runs" --model resnet99 "${d[@]}"
     for c in "sim -n 6" "run --insecure --world 6 --listen 127.0.0.1:0" train; do
         read -ra cmd <<<"$c"
         refused "${cmd[0]}: metrics in a missing directory" "directory $tmp/none does not exist" \
