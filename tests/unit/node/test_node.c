@@ -523,7 +523,8 @@ static int run_help(flag *f, int cap) {
     while (fgets(line, sizeof(line), p)) {
         const char *t = line + strspn(line, " ");
         if (t - line >= 6 && !strncmp(t, "--", 2) && n < cap) {
-            int len = (int)strcspn(t + 2, " \n");
+            /* "--name[=WORD]": an optional value, a flag here (its default is "0"). */
+            int len = (int)strcspn(t + 2, " [\n");
             snprintf(f[n].name, sizeof(f[n].name), "%.*s", len, t + 2);
             const char *rest = t + 2 + len;
             /* "--name META  help": a value when one space, not two, follows the name. */
