@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "cli/launch_config.h"
-#include "cli/launch_order.h"
 #include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
@@ -46,9 +45,8 @@ static const hs_cli_opt launch_opts[] = {
 };
 
 /* Options of `hearsay run` that the launcher decides itself. */
-static const char *const owned[] = {"listen",  "advertise", "bootstrap",  "world",
-                                    "wait-peers", "rank",   "rendezvous", "metrics",
-                                    "resume",  "quiet",     "join-after", NULL};
+static const char *const owned[] = {"listen", "advertise", "bootstrap", "world", "wait-peers",
+                                    "rank", "rendezvous", "metrics", "resume", "quiet", NULL};
 
 typedef struct launch_args {
     int n;
@@ -515,13 +513,6 @@ int hs_cmd_launch(int argc, char **argv) {
                         "--rank", rbuf, "--rendezvous", rv, "--metrics", metrics, "--run-id",
                         name, NULL};
         for (int j = 0; mine[j]; j++) args[k++] = mine[j];
-        /* Joins in launch order (launch_order.c): peer i waits for peer i - 1's gate. */
-        char gate[4200];
-        snprintf(gate, sizeof(gate), "%s/.joined-%d", dir, i - 1);
-        if (i > 0) {
-            args[k++] = "--join-after";
-            args[k++] = gate;
-        }
         if (secret[0]) {
             args[k++] = "--secret-file";
             args[k++] = secret;
@@ -575,13 +566,7 @@ int hs_cmd_launch(int argc, char **argv) {
     int tty = isatty(STDOUT_FILENO), drawn = 0, npv = 0, alive = 0, failed = 0, diverged = 0;
     for (int i = 0; i < a.n; i++) alive += ps[i].pid > 0; /* only the peers that were forked */
     double last_draw = 0, stop_sent = 0;
-    int gated = 0; /* peers whose gate (for the next one) is open */
     while (alive > 0) {
-        while (gated < a.n - 1) {
-            snprintf(path, sizeof(path), "%s/.joined-%d", dir, gated);
-            if (!hs_launch_gate(path, ps[gated].log, gated)) break;
-            gated++;
-        }
         if (interrupted && stop_sent == 0) {
             printf("\nhearsay launch: stopping every peer (they finish their round and leave)...\n");
             fflush(stdout);

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/launch_order.h"
 #include "cli/precheck.h"
 #include "cli/runopts.h"
 #include "core/log.h"
@@ -44,7 +43,6 @@ enum {
     R_HANDSHAKE_TIMEOUT,
     R_MAX_PENDING,
     R_MAX_PENDING_ADDR,
-    R_JOIN_AFTER,
 };
 
 const hs_cli_opt hs_run_opts_table[] = {
@@ -88,9 +86,6 @@ const hs_cli_opt hs_run_opts_table[] = {
      "continue from this shard's newest checkpoint of the job's timeline and rejoin; without "
      "one, start as a new peer (said in the log); =require: exit 2 without one"},
     {"save", R_SAVE, "FILE", "write the final model to FILE (raw float32); {id} becomes the peer id"},
-    {"join-after", R_JOIN_AFTER, "FILE",
-     "once the data is loaded, wait (at most --join-timeout) until FILE exists before joining: "
-     "how hearsay launch makes peers join in rank order"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -103,7 +98,7 @@ typedef struct run_args {
     const char *ck_dir;
     long ck_every;
     int resume;
-    const char *save, *join_after;
+    const char *save;
     int rank, world_set, wait_set, wait_env, listen_set, run_id_set;
     const char *rendezvous;
     char env_run_id[128], env_rendezvous[4096];
@@ -158,7 +153,6 @@ static int handle(void *ctx, int key, const char *v) {
         a->resume = v ? HS__NODE_RESUME_REQUIRE : 1;
         return 0;
     case R_SAVE: a->save = v; return 0;
-    case R_JOIN_AFTER: a->join_after = v; return 0;
     }
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
@@ -376,11 +370,6 @@ int hs_cmd_run(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     hs_peer_result res;
-    if (a.join_after && hs_cli_wait_gate(a.join_after, pc.wait_timeout_ms / 1000.0,
-                                         &stop_signal) < 0) {
-        exit_code = 128 + (int)stop_signal;
-        goto out;
-    }
     if ((err = hs_peer_run(&pc, be, train, test, &res)) < 0) {
         /* The --listen address is taken or not this host's: a usage problem like a bad flag. */
         int addr_err = err == -EADDRINUSE || err == -EADDRNOTAVAIL || err == -EACCES;

@@ -154,6 +154,52 @@ int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config
     return err;
 }
 
+/* Peers of a rendezvous join in rank order, so that peer ids, which give the places in the
+ * topology, follow --rank rather than the race of simultaneous joins (ring neighbours, and so
+ * the results of one seed, changed from launch to launch). Rank r waits for PATH.joined-(r-1),
+ * which rank r-1 writes once it is a member, naming this job's address (a marker of an
+ * earlier job names another). The price is one join's latency per rank. */
+static void marker(const char *path, int rank, char *out, size_t cap) {
+    snprintf(out, cap, "%s.joined-%d", path, rank);
+}
+
+int hs__node_rendezvous_turn(const char *path, const char *run_id, int rank, int timeout_ms,
+                             atomic_int *stop) {
+    if (rank <= 1) return 0; /* rank 1 follows rank 0, whose mark is the rendezvous itself */
+    char m[4200], want[600], got[600];
+    marker(path, rank - 1, m, sizeof(m));
+    double end = hs__node_now() + timeout_ms / 1000.0;
+    while (!*stop) {
+        FILE *f = fopen(path, "r");
+        char id[256], a[300];
+        int n = f ? fscanf(f, "%255s %299s", id, a) : 0;
+        if (f) fclose(f);
+        snprintf(want, sizeof(want), "%s %s", n == 2 ? id : "", n == 2 ? a : "");
+        got[0] = '\0';
+        if ((f = fopen(m, "r"))) {
+            if (!fgets(got, sizeof(got), f)) got[0] = '\0';
+            fclose(f);
+            got[strcspn(got, "\n")] = '\0';
+        }
+        if (n == 2 && !strcmp(id, run_id) && !strcmp(got, want)) return 0;
+        if (hs__node_now() > end) {
+            HS_LOGW("--rendezvous %s: rank %d is not a member after %d ms: joining anyway (places "
+                    "in the topology follow the join order)", path, rank - 1, timeout_ms);
+            return 0;
+        }
+        sleep_s(stop, 0.02);
+    }
+    return hs__err(HS_EINTR, "--rendezvous %s: stopped by a signal while waiting for rank %d",
+                   path, rank - 1);
+}
+
+void hs__node_rendezvous_mark(const char *path, const char *run_id, int rank, const char *addr) {
+    char m[4200];
+    marker(path, rank, m, sizeof(m));
+    /* The same atomic write as the rendezvous: a reader sees the whole line or nothing. */
+    if (hs__node_write_rendezvous(m, run_id, addr) < 0) HS_LOGW("%s", hs_error_message());
+}
+
 /* hs_net_wait_members in slices, so that SIGINT/SIGTERM end the wait within a fraction of a
  * second (a signal handler cannot wake the condition variable it sleeps on). */
 int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop) {

@@ -273,10 +273,15 @@ int hs__node_connect(hs_node *n) {
      * never first while a member it knew still answers: it rejoins the running job. */
     int first = !nc->bootstrap && cfg->rank <= 0;
     if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
+        if (!first && (err = hs__node_rendezvous_turn(cfg->rendezvous, run_id, cfg->rank,
+                                                      n->join_ms, &n->stop)) < 0)
+            return err;
         err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
                                        n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
                                        &n->stop);
         if (err == 0) {
+            if (cfg->rank > 0)
+                hs__node_rendezvous_mark(cfg->rendezvous, run_id, cfg->rank, n->rv_addr);
             nc->bootstrap = n->rv_addr;
             first = 0;
         } else if (!first || err == HS_EINTR) {

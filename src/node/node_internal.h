@@ -128,6 +128,11 @@ int hs__node_write_rendezvous(const char *path, const char *run_id, const char *
 int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config *nc,
                              int timeout_ms, char *addr, size_t cap, hs_net **net,
                              hs_net_welcome *w, atomic_int *stop);
+/* Rank order through the rendezvous (join.c): rank r waits (at most timeout_ms) until rank r-1
+ * is a member of this job, then, once a member itself, marks it for rank r+1. */
+int hs__node_rendezvous_turn(const char *path, const char *run_id, int rank, int timeout_ms,
+                             atomic_int *stop);
+void hs__node_rendezvous_mark(const char *path, const char *run_id, int rank, const char *addr);
 int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop);
 int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,

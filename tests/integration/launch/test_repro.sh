@@ -6,6 +6,8 @@
 #          peer-N.jsonl and the saved model N are one process, peer N (id = launch index)
 #   death  a peer killed mid-run: the live view counts it out at once, and the launcher's
 #          message, the summary and the file names call it by the same number
+#   order  4 `hearsay run --rank R --rendezvous F` started at once, the highest rank first: each
+#          joins as peer R (ids, hence places in the topology, follow --rank, not the race)
 #   replay runs/NAME/config.json is the resolved configuration (one key per option, defaults
 #          included, no raw flags) and `launch --config` of it gives the same final parameters
 set -uo pipefail
@@ -64,6 +66,22 @@ death)
     grep -q "^dead: peer 2 after round" "$tmp/out" || fail "the summary does not call it peer 2"
     grep -q "^dead: peer [013] " "$tmp/out" && fail "the summary lists another peer as dead"
     echo "ok: the dead peer is peer 2 everywhere, and the view counts it out"
+    ;;
+order)
+    ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
+    for r in 3 2 1 0; do
+        timeout 120 "$hs" run --insecure --synthetic --subset 2000 --test-subset 200 --rounds 5 \
+            --world 4 --rank $r --rendezvous "$tmp/rv" --run-id "order-$$" --listen "$ip:0" \
+            >"$tmp/o$r.out" 2>"$tmp/o$r.err" &
+        pids+=($!)
+    done
+    for i in 0 1 2 3; do wait "${pids[$i]}" || fail "a peer failed: $(tail -3 "$tmp"/o*.err)"; done
+    grep -q "info: wrote " "$tmp/o0.err" || fail "rank 0 did not start the job"
+    for r in 1 2 3; do
+        grep -q "joined as peer $r " "$tmp/o$r.err" ||
+            fail "rank $r: $(grep -o 'joined as peer [0-9]*' "$tmp/o$r.err")"
+    done
+    echo "ok: ranks 0-3 started highest first are peers 0-3"
     ;;
 replay)
     mkdir "$tmp/a" "$tmp/b"
