@@ -73,7 +73,8 @@ const hs_cli_opt hs_run_opts_table[] = {
      "1, or the launcher's task count)"},
     {"rank", R_RANK, "R", "this peer's shard, 0..N-1 (default: peer id mod N, or the task rank)"},
     {"rendezvous", R_RENDEZVOUS, "FILE",
-     "shared file through which peers find each other: rank 0 writes its address, others join it"},
+     "shared file through which peers find each other: rank 0 writes its address, the others "
+     "join it in rank order (so peer ids, and places in the topology, follow --rank)"},
     {"wait-peers", R_WAIT_PEERS, "N",
      "start training once N peers are members; 0 or 1: at once (default: --world's N for a new "
      "job; a joiner of a job still waiting waits with it, by the job's count; one joining a "
