@@ -26,6 +26,16 @@
 extern "C" {
 #endif
 
+/* The outer optimizer (SlowMo / DiLoCo: src/train/outer.c): after each round's gossip, a
+ * Nesterov step of rate lr and momentum `momentum` on the round's pseudo-gradient (the model
+ * at the round's open minus the model after the gossip). on = 0: no outer step; lr 1 with
+ * momentum 0 computes the same bits as no outer step. */
+typedef struct hs_outer_cfg {
+    int on;
+    float lr;       /* [0, 10] */
+    float momentum; /* [0, 1) */
+} hs_outer_cfg;
+
 typedef struct hs_trainer_cfg {
     hs_model_spec model; /* the architecture, resolved for the data (hs_model_spec_parse) */
     hs_optim_cfg optim;  /* total_steps counts local steps */
@@ -34,6 +44,7 @@ typedef struct hs_trainer_cfg {
     uint64_t seed;       /* initialisation (the same on every peer) and batch order */
     uint32_t stream;     /* batch-order stream: the peer's rank or id */
     int augment;         /* crop-and-flip augmentation of the batches (hs_batcher_set_augment) */
+    hs_outer_cfg outer;  /* the outer step after each round's gossip (off when zeroed) */
 } hs_trainer_cfg;
 
 typedef struct hs_trainer hs_trainer;
