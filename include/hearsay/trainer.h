@@ -50,7 +50,8 @@ typedef struct hs_trainer_cfg {
 typedef struct hs_trainer hs_trainer;
 
 /* A trainer on backend be (borrowed) over the examples of shard (borrowed; both must outlive
- * the trainer), for peer `self`, running algorithm acfg. The model starts from the seeded
+ * the trainer), for peer `self`, running algorithm acfg (NULL: a peer with no neighbours, as
+ * `hearsay train`, which takes only local steps). The model starts from the seeded
  * initialisation, identical on every peer. */
 int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
                    const hs_dataset *shard, const hs_algo_cfg *acfg, uint32_t self);
@@ -70,6 +71,10 @@ typedef struct hs_round_stats {
 /* The phases of round r (see hearsay/algo.h). */
 int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
+/* n optimizer steps on the shard (the one local-step loop: hs_trainer_local runs local_steps of
+ * them, `hearsay train` as many as lie between its reports); st's loss is their mean.
+ * HS_EDIVERGED on a non-finite loss. */
+int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st);
 int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r);
 /* For a runner of the algorithm's phases other than the trainer (a node, hearsay/node.h):

@@ -68,7 +68,9 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
      * the average too. SGP steps z = x / w, whose round change carries the push-sum weight's
      * rebalancing; DCD's x moves by the neighbours' compressed differences, whose error
      * the buffer would accumulate; neither is covered by the paper. */
-    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg->kind != HS_ALGO_DPSGD &&
+    if (!acfg && cfg->outer.on)
+        return hs__err(HS_EINVAL, "the outer step needs an algorithm to gossip with");
+    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg && acfg->kind != HS_ALGO_DPSGD &&
         acfg->kind != HS_ALGO_CHOCO)
         return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo dpsgd and choco, not %s",
                        hs_algo_kind_name(acfg->kind));
@@ -86,7 +88,7 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         (err = hs__devshard_new(&t->dev, be, shard, t->model, cfg->batch)) < 0 ||
         (err = hs__lossacc_new(&t->loss, be)) < 0)
         goto fail;
-    t->split_eval = hs_algo_kind_split_eval(acfg->kind);
+    t->split_eval = acfg && hs_algo_kind_split_eval(acfg->kind);
     float *params = hs_model_params(t->model);
     if (be->host_memory && !t->split_eval) {
         t->x_host = params;
@@ -105,7 +107,7 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         /* w starts at 1: x = z = the initial parameters. */
         if ((err = hs_be_download(be, t->x_host, params, sizeof(float) * t->d)) < 0) goto fail;
     }
-    if ((err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0 ||
+    if ((acfg && (err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) ||
         (err = hs__outer_new(&t->outer, &cfg->outer, t->d)) < 0)
         goto fail;
     *out = t;
@@ -115,11 +117,16 @@ fail:
     return err;
 }
 
+/* The model as evaluated: x itself without an algorithm. */
+static const float *eval_point(hs_trainer *t, const float *x) {
+    return t->algo ? hs_algo_eval_point(t->algo, x) : x;
+}
+
 /* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
 static int stage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
     if (params == t->x_host) return 0;
-    const float *p = hs_algo_eval_point(t->algo, t->x_host);
+    const float *p = eval_point(t, t->x_host);
     return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
 }
 
@@ -129,13 +136,13 @@ static int unstage_params(hs_trainer *t) {
     if (params == t->x_host) return 0;
     int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
     if (err < 0) return err;
-    hs_algo_from_eval_point(t->algo, t->x_host);
+    if (t->algo) hs_algo_from_eval_point(t->algo, t->x_host);
     return 0;
 }
 
 int hs_trainer_set_x(hs_trainer *t, const float *x) {
     if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
-    hs_algo_reset_x(t->algo, t->x_host);
+    if (t->algo) hs_algo_reset_x(t->algo, t->x_host);
     return stage_params(t);
 }
 
@@ -174,6 +181,11 @@ static double now_s(void) {
  * a divergence stops at its own step). A non-finite loss is HS_EDIVERGED naming its step. */
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     (void)r;
+    return hs_trainer_local_n(t, t->cfg.local_steps, st);
+}
+
+int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
+    if (n < 1) return hs__err(HS_EINVAL, "trainer: %d local steps", n);
     double t0 = now_s();
     int samples = 0, err;
     float lr = 0;
@@ -181,7 +193,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     float *params = hs_model_params(t->model);
     hs_xent_acc *buf = hs__lossacc_buf(t->loss), tot;
     long base = t->steps;
-    for (int h = 0; h < t->cfg.local_steps && err == 0; h++) {
+    for (int h = 0; h < n && err == 0; h++) {
         int bs = err = hs__devshard_grad(t->dev, t->batch, t->model, buf);
         if (err < 0 ||
             (err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
@@ -200,7 +212,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
         (err = unstage_params(t)) < 0)
         return err;
     if (st) {
-        st->loss = tot.loss / t->cfg.local_steps;
+        st->loss = tot.loss / n;
         st->samples = samples;
         st->lr = lr;
         st->compute_s = now_s() - t0;
@@ -232,7 +244,7 @@ int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, doubl
 }
 
 const float *hs_trainer_x(const hs_trainer *t) { return t->x_host; }
-const float *hs_trainer_eval_x(hs_trainer *t) { return hs_algo_eval_point(t->algo, t->x_host); }
+const float *hs_trainer_eval_x(hs_trainer *t) { return eval_point(t, t->x_host); }
 size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
 hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }
 hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
@@ -320,11 +332,12 @@ int hs_trainer_save(hs_trainer *t, hs_buf *out) {
     int err;
     if ((err = hs__put_u32(out, TR_MAGIC)) < 0 || (err = hs__put_u32(out, TR_VERSION)) < 0 ||
         (err = hs__put_u64(out, t->d)) < 0 || (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d)) < 0 ||
+        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0 ||
         (err = put_optim(t, out)) < 0 || (err = hs__outer_save(t->outer, out)) < 0)
         return err;
     size_t len_at = out->len;
-    if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(t->algo, out)) < 0) return err;
+    if ((err = hs__put_u64(out, 0)) < 0 || (t->algo && (err = hs_algo_save(t->algo, out)) < 0))
+        return err;
     uint64_t alen = out->len - len_at - 8;
     memcpy(out->data + len_at, &alen, 8);
     return 0;
@@ -364,7 +377,7 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) 
     }
     /* The algorithm validates its whole state before changing anything; after it, nothing
      * here can fail but a device copy. */
-    if (with_algo) {
+    if (with_algo && t->algo) {
         if ((err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
         hs_algo_from_eval_point(t->algo, x); /* x = w z with the restored push-sum weight */
     }
@@ -388,7 +401,7 @@ int hs_trainer_snapshot(hs_trainer *t, hs_buf *out) {
     int err;
     if ((err = hs__put_u32(out, SN_MAGIC)) < 0 || (err = hs__put_u64(out, t->d)) < 0 ||
         (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d)) < 0)
+        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0)
         return err;
     if (hs_optim_nstate(t->opt) > 0 && (err = put_optim(t, out)) < 0) return err;
     return t->outer ? hs__outer_save(t->outer, out) : 0;

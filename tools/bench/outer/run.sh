@@ -22,7 +22,14 @@ echo "# hearsay sim -n 8, mlp, ring, iid, $epochs epochs, seed $seed"
 run "dpsgd H=1 (baseline)" --algo dpsgd
 for h in 8 32; do
     run "dpsgd H=$h (local SGD, no outer step)" --algo dpsgd --local-steps "$h"
-    run "dpsgd H=$h outer 0.7/0.9" --algo dpsgd --local-steps "$h" --outer-lr 0.7 --outer-momentum 0.9
+    for om in "0.7 0.9" "1.0 0.5"; do
+        set -- $om
+        run "dpsgd H=$h outer $1/$2" --algo dpsgd --local-steps "$h" --outer-lr "$1" --outer-momentum "$2"
+    done
 done
-run "choco topk:0.1 H=32 outer 0.7/0.9" --algo choco --compress topk:0.1 --local-steps 32 \
-    --outer-lr 0.7 --outer-momentum 0.9
+run "choco topk:0.1 H=32 (no outer step)" --algo choco --compress topk:0.1 --local-steps 32
+for om in "0.7 0.9" "1.0 0.5"; do
+    set -- $om
+    run "choco topk:0.1 H=32 outer $1/$2" --algo choco --compress topk:0.1 --local-steps 32 \
+        --outer-lr "$1" --outer-momentum "$2"
+done
