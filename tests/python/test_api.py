@@ -120,6 +120,14 @@ def outer_step_through_the_node():
             u = 0.5 * u + g
             ref = ref - 0.5 * (g + 0.5 * u)
     assert np.allclose(x, ref, rtol=1e-5, atol=1e-7), (x[:4], ref[:4])
+    # A vector that is no longer finite makes the outer momentum so: the node stops the run as
+    # a divergence, naming the outer momentum.
+    x = np.ones(64, np.float32)
+    with solo(rounds=3, algo="dpsgd", outer_lr=0.7, outer_momentum=0.9) as n:
+        n.start(x)
+        x[5] = np.inf
+        e = raises(hearsay.Diverged, n.step, x)
+        assert "outer momentum is not finite (parameter 5" in str(e), str(e)
 
 
 @case
