@@ -47,8 +47,12 @@ typedef struct hs_node hs_node;
  * node with quiet 0 does not bring the info lines back. Besides those of `hearsay run`:
  * "rounds" defaults to 0, no end (the caller leaves when it is done); "same-start" 0 says the
  * peers start from different vectors (the first round sends full replicas; default 1, every
- * peer passes the same vector to hs_node_start). The model is "vector:D" to the job: peers
- * with another d are refused. */
+ * peer passes the same vector to hs_node_start). "outer-lr" and "outer-momentum" (either
+ * given turns it on) make the node take the outer Nesterov step on the vector after each
+ * round's gossip, before hs_node_step gives it back (SlowMo / DiLoCo over gossip: the round's
+ * pseudo-gradient is the vector at the round's start, as hs_node_step last returned it, minus
+ * the vector after the gossip). The model is "vector:D" to the job: peers with another d are
+ * refused. */
 int hs_node_options_new(hs_node_options **out);
 int hs_node_options_set(hs_node_options *o, const char *name, const char *value);
 void hs_node_options_free(hs_node_options *o); /* accepts NULL */

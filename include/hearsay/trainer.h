@@ -26,6 +26,16 @@
 extern "C" {
 #endif
 
+/* The outer optimizer (SlowMo / DiLoCo: src/train/outer.c): after each round's gossip, a
+ * Nesterov step of rate lr and momentum `momentum` on the round's pseudo-gradient (the model
+ * at the round's open minus the model after the gossip). on = 0: no outer step; lr 1 with
+ * momentum 0 computes the same bits as no outer step. */
+typedef struct hs_outer_cfg {
+    int on;
+    float lr;       /* [0, 10] */
+    float momentum; /* [0, 1) */
+} hs_outer_cfg;
+
 typedef struct hs_trainer_cfg {
     hs_model_spec model; /* the architecture, resolved for the data (hs_model_spec_parse) */
     hs_optim_cfg optim;  /* total_steps counts local steps */
@@ -34,12 +44,14 @@ typedef struct hs_trainer_cfg {
     uint64_t seed;       /* initialisation (the same on every peer) and batch order */
     uint32_t stream;     /* batch-order stream: the peer's rank or id */
     int augment;         /* crop-and-flip augmentation of the batches (hs_batcher_set_augment) */
+    hs_outer_cfg outer;  /* the outer step after each round's gossip (off when zeroed) */
 } hs_trainer_cfg;
 
 typedef struct hs_trainer hs_trainer;
 
 /* A trainer on backend be (borrowed) over the examples of shard (borrowed; both must outlive
- * the trainer), for peer `self`, running algorithm acfg. The model starts from the seeded
+ * the trainer), for peer `self`, running algorithm acfg (NULL: a peer with no neighbours, as
+ * `hearsay train`, which takes only local steps). The model starts from the seeded
  * initialisation, identical on every peer. */
 int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
                    const hs_dataset *shard, const hs_algo_cfg *acfg, uint32_t self);
@@ -59,6 +71,10 @@ typedef struct hs_round_stats {
 /* The phases of round r (see hearsay/algo.h). */
 int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
+/* n optimizer steps on the shard (the one local-step loop: hs_trainer_local runs local_steps of
+ * them, `hearsay train` as many as lie between its reports); st's loss is their mean.
+ * HS_EDIVERGED on a non-finite loss. */
+int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st);
 int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r);
 int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r);
 /* For a runner of the algorithm's phases other than the trainer (a node, hearsay/node.h):

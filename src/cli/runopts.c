@@ -26,6 +26,13 @@ const hs_cli_opt hs_runopts_table[] = {
                                  "(2 - delta) of the compressor, 0.005 for topk:0.01; printed at "
                                  "start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
+    {"outer-lr", RO_OUTER_LR, "F",
+     "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
+     HELP_PAD "[0, 10] on the round's pseudo-gradient (model at the round's start minus the"
+     HELP_PAD "model after the gossip). Not given, nor --outer-momentum: no outer step; either"
+     HELP_PAD "given: the other is 1 (rate) or 0 (momentum), and 1 with 0 gives the plain"
+     HELP_PAD "algorithm's bits. DiLoCo uses 0.7 with momentum 0.9"},
+    {"outer-momentum", RO_OUTER_MOMENTUM, "F", "outer optimizer's Nesterov momentum in [0, 1)"},
     {"topology", RO_TOPOLOGY, "T",
      "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
      "or a topology file (default: ring; onepeer-exp for sgp)"},
@@ -83,6 +90,7 @@ void hs_runopts_default(hs_runopts *o) {
     o->device = HS_DEVICE_CPU;
     hs_algo_cfg_default(&o->algo);
     o->local_steps = 1;
+    o->outer.lr = 1.0f;
     o->partition_spec = "iid";
 }
 
@@ -137,6 +145,17 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
         o->gamma_c_set = 1;
         return hs_cli_float("--gamma-c", v, 1e-6, 1.0, &o->algo.gamma_c);
     case RO_LOCAL_STEPS: return hs_cli_int("--local-steps", v, 1, 1 << 20, &o->local_steps);
+    case RO_OUTER_LR:
+        o->outer.on = 1;
+        return hs_cli_float("--outer-lr", v, 0.0, 10.0, &o->outer.lr);
+    case RO_OUTER_MOMENTUM: {
+        o->outer.on = 1;
+        int rc = hs_cli_float("--outer-momentum", v, 0.0, 1.0, &o->outer.momentum);
+        if (rc < 0) return rc;
+        return o->outer.momentum < 1.0f
+                   ? 0
+                   : hs_cli_usage_error("--outer-momentum %s: must be in [0, 1)", v);
+    }
     case RO_TOPOLOGY: o->topology = v; return 0;
     case RO_PARTITION:
         o->partition_spec = v;
@@ -295,6 +314,7 @@ int hs_runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long ro
         out->optim.step_size = out->optim.total_steps / 3 > 0 ? out->optim.total_steps / 3 : 1;
     out->batch = o->batch;
     out->local_steps = o->local_steps;
+    out->outer = o->outer;
     out->seed = o->seed;
     out->augment = o->augment;
     return 0;

@@ -38,6 +38,7 @@ typedef struct hs_runopts {
     char compress[96];
     int gamma_c_set;
     int local_steps;
+    hs_outer_cfg outer; /* --outer-lr / --outer-momentum (on when either is given) */
     const char *topology;
     hs_partition partition;
     const char *partition_spec;
@@ -86,6 +87,8 @@ enum {
     RO_ON_DIVERGENCE,
     RO_MODEL,
     RO_MOMENTUM_KIND,
+    RO_OUTER_LR,
+    RO_OUTER_MOMENTUM,
 };
 
 extern const hs_cli_opt hs_runopts_table[];

@@ -1,7 +1,8 @@
 /* hearsay train: one peer alone, the single-node baseline every decentralized run is compared
- * with. Loads the data, trains the model (--model) with SGD or AdamW, evaluates on the test
- * set, prints progress and writes JSON-lines metrics. Ctrl-C stops after the current step and
- * still prints the summary. */
+ * with. Loads the data, trains the model (--model) with SGD or AdamW through a trainer with no
+ * neighbours (hearsay/trainer.h: the same local-step loop as sim and run), evaluates on the
+ * test set, prints progress and writes JSON-lines metrics. Ctrl-C stops after the current step
+ * (on a device, after the steps queued up to the next report) and still prints the summary. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,9 +18,8 @@
 #include "hearsay/model.h"
 #include "hearsay/tensor.h"
 #include "hearsay/metrics.h"
+#include "hearsay/trainer.h"
 #include "hs_config.h"
-#include "model/devshard.h"
-#include "model/lossacc.h"
 
 enum {
     O_DATA = 256,
@@ -146,32 +146,18 @@ static int handle(void *ctx, int key, const char *v) {
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
 
-/* Writes the final parameters as raw little-endian floats (--save). */
-static int save_params(const char *path, hs_model *m) {
-    size_t n = hs_model_nparams(m);
-    float *h = malloc(sizeof(float) * n);
-    if (!h) return HS_ENOMEM;
-    int err = hs_be_download(hs_model_backend(m), h, hs_model_params(m), sizeof(float) * n);
-    if (err == 0) {
-        FILE *f = fopen(path, "wb");
-        size_t w = f ? fwrite(h, sizeof(float), n, f) : 0;
-        if (!f || (fclose(f) | (w != n)) != 0) {
-            fprintf(stderr, "hearsay train: --save %s: cannot write: %s\n", path, strerror(errno));
-            err = HS_EIO;
-        }
-    }
-    free(h);
-    return err;
-}
 
 /* Reads the running loss (hs__lossacc_read), saying on stderr what stopped the run. */
-static int read_loss(hs__lossacc *lacc, long base, long step, int reset, hs_xent_acc *tot) {
-    int err = hs__lossacc_read(lacc, base, step, reset, tot);
-    if (err == HS_EDIVERGED)
-        fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n", hs_error_message());
-    else if (err < 0)
-        fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
-    return err;
+/* Steps from `step` to the next one that reports (an epoch's end, a log or evaluation step, the
+ * last): a device queues them and waits for their losses only there. */
+static int steps_to_report(long step, long total, long spe, long log_every, long eval_every) {
+    long next = total;
+    const long every[3] = {spe, log_every, eval_every};
+    for (int i = 0; i < 3; i++) {
+        long e = every[i] > 0 ? (step / every[i] + 1) * every[i] : total;
+        if (e < next) next = e;
+    }
+    return next - step < (1L << 30) ? (int)(next - step) : 1 << 30;
 }
 
 int hs_cmd_train(int argc, char **argv) {
@@ -208,11 +194,7 @@ int hs_cmd_train(int argc, char **argv) {
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
-    hs_model *model = NULL;
-    hs_optim *opt = NULL;
-    hs_batcher *batcher = NULL;
-    hs__devshard *dev = NULL;
-    hs__lossacc *lacc = NULL;
+    hs_trainer *tr = NULL;
     hs_metrics_file *metrics = NULL;
     int tty = isatty(STDOUT_FILENO) && !a.quiet;
 
@@ -252,30 +234,29 @@ int hs_cmd_train(int argc, char **argv) {
         exit_code = HS_EXIT_USAGE;
         goto out;
     }
-    if (hs_batcher_new(&batcher, train, a.batch, a.seed, 0, 0) == 0 &&
-        hs_batcher_set_augment(batcher, a.augment) < 0) {
-        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
-        exit_code = HS_EXIT_USAGE;
-        goto out;
-    }
-    if (!batcher ||
-        (err = hs_model_new_spec(&model, be, &mspec, a.batch)) < 0 ||
-        (err = hs_model_init(model, a.seed)) < 0 ||
-        (err = hs__devshard_new(&dev, be, train, model, a.batch)) < 0 ||
-        (err = hs__lossacc_new(&lacc, be)) < 0) {
-        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
-        if (err == HS_ENOTSUP || err == HS_EINVAL) exit_code = HS_EXIT_USAGE;
-        goto out;
-    }
-    long spe = hs_batcher_steps_per_epoch(batcher);
+    /* Every example once per epoch, the last batch short (the trainer's batcher says so too). */
+    long spe = (long)((train->n + (size_t)a.batch - 1) / (size_t)a.batch);
     long total = spe * a.epochs;
     if (a.max_steps > 0 && a.max_steps < total) total = a.max_steps;
     a.opt.total_steps = spe * a.epochs;
     if (!a.warmup_set) a.opt.warmup_steps = hs_model_default_warmup(&mspec, a.opt.total_steps);
     if (!a.step_size_set) a.opt.step_size = spe;
-    if ((err = hs_optim_new(&opt, be, hs_model_nparams(model), &a.opt)) < 0) {
+    hs_trainer_cfg tc;
+    memset(&tc, 0, sizeof(tc));
+    tc.model = mspec;
+    tc.optim = a.opt;
+    tc.batch = a.batch;
+    tc.local_steps = 1;
+    tc.seed = a.seed;
+    tc.augment = a.augment;
+    if ((err = hs_trainer_new(&tr, be, &tc, train, NULL, 0)) < 0) {
         fprintf(stderr, "hearsay train: %s\n", hs_error_message());
-        exit_code = HS_EXIT_USAGE;
+        if (err == HS_ENOTSUP || err == HS_EINVAL) exit_code = HS_EXIT_USAGE;
+        goto out;
+    }
+    if (hs_trainer_steps_per_epoch(tr) != spe) {
+        fprintf(stderr, "hearsay train: internal: %ld steps per epoch, the batcher has %ld\n", spe,
+                hs_trainer_steps_per_epoch(tr));
         goto out;
     }
     if (a.metrics && (err = hs_metrics_open(&metrics, a.metrics, 0)) < 0) {
@@ -288,17 +269,15 @@ int hs_cmd_train(int argc, char **argv) {
     if (!a.quiet)
         printf("hearsay train: %s, %zu parameters, %s; %zu training / %zu test examples of "
                "%dx%dx%d, %d classes; %d epochs of %ld steps, batch %d, %s%s\n",
-               arch, hs_model_nparams(model), be->description, train->n, test->n,
+               arch, hs_trainer_dim(tr), be->description, train->n, test->n,
                train->channels, train->height, train->width, train->classes, a.epochs, spe,
                a.batch, hs_optim_kind_name(a.opt.kind), a.augment ? ", augmented" : "");
     fflush(stdout);
 
-    float *x = hs_model_params(model), *g = hs_model_grads(model);
     double t_train = 0, t_last_print = 0;
     long samples = 0, step = 0;
-    long loss_base = 0; /* steps before the first one the running loss covers */
-    hs_xent_acc *lbuf = hs__lossacc_buf(lacc), ltot;
-    memset(&ltot, 0, sizeof(ltot));
+    double loss_sum = 0; /* the running loss: a sum over the steps since the last restart */
+    long loss_n = 0;
     double test_loss = NAN, test_acc = NAN;
     int stopped = 0;
     while (step < total) {
@@ -307,31 +286,35 @@ int hs_cmd_train(int argc, char **argv) {
             break;
         }
         double t0 = hs_cli_now();
-        float lr;
-        int bs = err = hs__devshard_grad(dev, batcher, model, lbuf);
-        if (err < 0 || (err = hs_optim_step(opt, x, g, step, &lr)) < 0) {
-            fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
+        /* One step at a time on the host (its losses are read at once anyway); on a device the
+         * steps up to the next report, which wait for their losses only at their end. */
+        int n = be->host_memory ? 1 : steps_to_report(step, total, spe, a.log_every, a.eval_every);
+        hs_round_stats st;
+        if ((err = hs_trainer_local_n(tr, n, &st)) < 0) {
+            if (err == HS_EDIVERGED)
+                fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n",
+                        hs_error_message());
+            else
+                fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
             goto out;
         }
         double t1 = hs_cli_now();
         t_train += t1 - t0;
-        samples += bs;
-        step++;
+        samples += st.samples;
+        step += n;
+        loss_sum += st.loss * n;
+        loss_n += n;
+        float lr = st.lr;
         int epoch_end = step % spe == 0;
         int do_eval = !a.no_eval && (a.eval_every > 0 ? step % a.eval_every == 0 : epoch_end);
         int write_now = metrics && (do_eval || step % a.log_every == 0 || epoch_end);
         int print_now = tty ? (t1 - t_last_print > 0.25 || do_eval)
                             : (!a.quiet && (step % a.log_every == 0 || do_eval));
-        /* The running loss restarts with each epoch and evaluation. It is read where a value
-         * is needed (a line to print or write, its restart, the last step), on a device only
-         * there: the steps between are queued without waiting for their losses. */
-        int restart = epoch_end || do_eval;
-        if (hs__lossacc_eager(lacc) || write_now || print_now || restart || step == total) {
-            if ((err = read_loss(lacc, loss_base, step, restart, &ltot)) < 0) goto out;
-            if (restart) loss_base = step;
-        }
+        /* The running loss restarts with each epoch and evaluation. */
+        double loss = loss_sum / (double)loss_n;
+        if (epoch_end || do_eval) loss_sum = 0, loss_n = 0;
         if (do_eval) {
-            if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
+            if ((err = hs_trainer_evaluate(tr, test, &test_loss, &test_acc)) < 0) {
                 fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
                 goto out;
             }
@@ -341,7 +324,7 @@ int hs_cmd_train(int argc, char **argv) {
         hs_metrics_init(&rec);
         hs_metrics_set(&rec, HS_MF_STEP, (double)step);
         hs_metrics_set(&rec, HS_MF_EPOCH, (double)step / spe);
-        hs_metrics_set(&rec, HS_MF_LOSS, ltot.loss / (double)ltot.calls);
+        hs_metrics_set(&rec, HS_MF_LOSS, loss);
         hs_metrics_set(&rec, HS_MF_LR, lr);
         hs_metrics_set(&rec, HS_MF_SAMPLES_PER_S, t_train > 0 ? samples / t_train : 0);
         hs_metrics_set(&rec, HS_MF_TRAIN_TIME, t_train);
@@ -365,11 +348,8 @@ int hs_cmd_train(int argc, char **argv) {
         }
     }
     if (tty) printf("\n");
-    /* Steps a device queued since the last read are checked before an interrupted run
-     * evaluates or saves what they left. */
-    if (stopped && (err = read_loss(lacc, loss_base, step, 1, &ltot)) < 0) goto out;
     /* The final line always reports a fresh evaluation of the final parameters. */
-    if ((err = hs_model_evaluate(model, test, &test_loss, &test_acc)) < 0) {
+    if ((err = hs_trainer_evaluate(tr, test, &test_loss, &test_acc)) < 0) {
         fprintf(stderr, "hearsay train: evaluate: %s\n", hs_error_message());
         goto out;
     }
@@ -384,7 +364,10 @@ int hs_cmd_train(int argc, char **argv) {
     hs_metrics_set(&rec, HS_MF_TRAIN_TIME, t_train);
     if (metrics && hs_metrics_write(metrics, &rec) < 0)
         fprintf(stderr, "hearsay train: %s\n", hs_error_message());
-    if (a.save && (err = save_params(a.save, model)) < 0) goto out;
+    if (a.save && (err = hs_trainer_write_params(tr, a.save)) < 0) {
+        fprintf(stderr, "hearsay train: --save: %s\n", hs_error_message());
+        goto out;
+    }
     printf("%s: test accuracy %.2f%% (loss %.4f) after %ld steps (%.2f epochs), %.1f s training, "
            "%.0f samples/s\n",
            stopped ? "interrupted" : "final", 100 * test_acc, test_loss, step,
@@ -393,11 +376,7 @@ int hs_cmd_train(int argc, char **argv) {
     exit_code = stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
 out:
     hs_metrics_close(metrics);
-    hs__devshard_free(dev);
-    hs__lossacc_free(lacc);
-    hs_batcher_free(batcher);
-    hs_optim_free(opt);
-    hs_model_free(model);
+    hs_trainer_free(tr);
     hs_dataset_free(train);
     hs_dataset_free(test);
     hs_backend_close(be);

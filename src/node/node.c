@@ -594,7 +594,14 @@ static int step(hs_node *n) {
         reset_reports(n);
         return round_top(n);
     }
-    if (n->m.round_end && (err = n->m.round_end(n->m.ctx, r)) < 0) return err;
+    /* A non-finite outer momentum (the outer step's own check) stops the run as the guard
+     * would, saying why. */
+    if (n->m.round_end && (err = n->m.round_end(n->m.ctx, r)) < 0) {
+        if (err != HS_EDIVERGED) return err;
+        char why[400]; /* hs__err must not format the buffer it writes */
+        snprintf(why, sizeof(why), "%s", hs_error_message());
+        return hs__node_fail(n, why);
+    }
     n->rounds_done++;
     int last = r + 1 == n->jt.end;
     if (cfg->checkpoint_dir && cfg->checkpoint_every > 0 &&

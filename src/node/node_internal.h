@@ -16,6 +16,7 @@
 #include "hearsay/guard.h"
 #include "hearsay/net.h"
 #include "hearsay/node.h"
+#include "hearsay/trainer.h"
 
 /* Defaults of options `hearsay run` shares with the node (the CLI's table says the same). */
 #define HS__NODE_CHECKPOINT_EVERY 100
@@ -43,6 +44,7 @@ typedef struct hs__node_cfg {
     int resume; /* 0; 1: from the newest checkpoint of the job's timeline, or fresh when there
                    is none; HS__NODE_RESUME_REQUIRE: a checkpoint or an error */
     hs_guard_cfg guard;
+    hs_outer_cfg outer;      /* the caller-vector model's outer step (the trainer has its own) */
 } hs__node_cfg;
 
 /* The owner of the vector a node gossips: its algorithm (whose state lives with the vector) and

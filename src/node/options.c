@@ -200,6 +200,22 @@ static int o_ck_every(hs__node_cfg *c, const char *name, const char *v) {
 static int o_same_start(hs__node_cfg *c, const char *name, const char *v) {
     return parse_flag(name, v, &c->algo.same_start);
 }
+/* Either given turns the outer step on (the other keeps its value from cfg_base). */
+static int o_outer(hs__node_cfg *c, const char *name, const char *v, double hi, float *out) {
+    char *end;
+    double f = strtod(v, &end);
+    if (!*v || *end || !(f >= 0.0 && f <= hi) || (hi < 10.0 && f >= hi))
+        return bad(name, v, hi < 10.0 ? "a number in [0, 1)" : "a number in [0, 10]");
+    *out = (float)f;
+    c->outer.on = 1;
+    return 0;
+}
+static int o_outer_lr(hs__node_cfg *c, const char *name, const char *v) {
+    return o_outer(c, name, v, 10.0, &c->outer.lr);
+}
+static int o_outer_momentum(hs__node_cfg *c, const char *name, const char *v) {
+    return o_outer(c, name, v, 1.0, &c->outer.momentum);
+}
 static int o_resume(hs__node_cfg *c, const char *name, const char *v) {
     if (!strcmp(v, "require")) {
         c->resume = HS__NODE_RESUME_REQUIRE;
@@ -244,6 +260,8 @@ static const opt_def opts[] = {
     {"checkpoint-every", HS__NODE_STR(HS__NODE_CHECKPOINT_EVERY), o_ck_every},
     {"resume", "0", o_resume},
     {"same-start", "1", o_same_start},
+    {"outer-lr", NULL, o_outer_lr},
+    {"outer-momentum", NULL, o_outer_momentum},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -295,6 +313,7 @@ static void cfg_base(hs__node_cfg *c) {
     c->wait_timeout_ms = c->net.join_timeout_ms > 0 ? c->net.join_timeout_ms
                                                     : HS__NODE_JOIN_TIMEOUT_MS;
     c->net.security = HS_NET_SECRET;
+    c->outer.lr = 1.0f;
 }
 
 void hs__node_cfg_defaults(hs__node_cfg *c) {

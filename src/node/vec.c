@@ -8,6 +8,7 @@
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "node/node_internal.h"
+#include "train/outer.h"
 
 typedef struct caller_vec {
     hs_algo_cfg acfg;
@@ -15,17 +16,20 @@ typedef struct caller_vec {
     size_t d;
     float *x;  /* the algorithm's x */
     float *z;  /* SGP: the z the caller was last given */
+    hs__outer *outer; /* the outer step after the gossip, or NULL */
     long steps; /* rounds stepped, counting those of an adopted snapshot */
 } caller_vec;
 
 #define VS_MAGIC 0x4E535348u /* "HSSN": hs_trainer_snapshot's layout without optimizer state */
 #define VC_MAGIC 0x564E5348u /* "HSNV": a node's checkpoint state */
-#define VC_VERSION 1u
+/* 2: the outer optimizer's section after the model. */
+#define VC_VERSION 2u
 
 static void vec_free(void *p) {
     caller_vec *v = p;
     if (!v) return;
     hs_algo_free(v->algo);
+    hs__outer_free(v->outer);
     free(v->x);
     free(v->z);
     free(v);
@@ -45,14 +49,33 @@ static void set_model(caller_vec *v, const float *z) {
     hs_algo_reset_x(v->algo, v->x);
 }
 
-/* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats). */
+/* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats), with an outer step
+ * its section (train/outer.h). */
 static int v_snapshot(void *c, hs_buf *out) {
     caller_vec *v = c;
     int err;
     if ((err = hs__put_u32(out, VS_MAGIC)) < 0 || (err = hs__put_u64(out, v->d)) < 0 ||
-        (err = hs__put_u64(out, (uint64_t)v->steps)) < 0)
+        (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
+        (err = hs__put_floats(out, v_eval(v), v->d)) < 0)
         return err;
-    return hs__put_floats(out, v_eval(v), v->d);
+    return v->outer ? hs__outer_save(v->outer, out) : 0;
+}
+
+/* Steps over a trainer snapshot's optimizer state (u32 kind, u32 vectors, u64 count, the
+ * vectors), which is not read here, up to the outer section or the end. */
+static int skip_optim(caller_vec *v, const uint8_t **p, const uint8_t *end) {
+    uint32_t kind, nv;
+    uint64_t count;
+    int err;
+    if ((err = hs__get_u32(p, end, &kind)) < 0 || (err = hs__get_u32(p, end, &nv)) < 0 ||
+        (err = hs__get_u64(p, end, &count)) < 0)
+        return err;
+    if (nv > 2 || (size_t)(end - *p) / sizeof(float) / v->d < nv)
+        return hs__err(HS_EFORMAT, "model snapshot: optimizer state of %u vectors, %zu bytes "
+                                   "left",
+                       nv, (size_t)(end - *p));
+    *p += sizeof(float) * v->d * nv;
+    return 0;
 }
 
 /* Reads magic, d and steps of a snapshot or checkpoint state, checked against this vector. */
@@ -89,24 +112,36 @@ static int v_adopt(void *c, const uint8_t *p, size_t len) {
     if (err < 0) return err;
     float *z = malloc(sizeof(float) * v->d);
     if (!z) return hs__err(HS_ENOMEM, "model snapshot: out of memory");
+    const uint8_t *mom = NULL;
+    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 ||
+        (p != end && !hs__outer_at(p, end) && (err = skip_optim(v, &p, end)) < 0) ||
+        (err = hs__outer_parse(v->outer, &p, end, "model snapshot", &mom)) < 0)
+        goto out;
+    if (p != end) {
+        err = hs__err(HS_EFORMAT, "model snapshot: %zu bytes after the model", (size_t)(end - p));
+        goto out;
+    }
     /* A snapshot of a job that has run no round yet leaves the caller's vector: its peers may
      * start apart on purpose (same-start 0), and otherwise start equal anyway. */
-    if ((err = hs__get_floats(&p, end, z, v->d)) == 0 && steps > 0) {
+    if (steps > 0) {
         set_model(v, z);
         v->steps = (long)steps;
+        hs__outer_install(v->outer, mom);
     }
+out:
     free(z);
     return err;
 }
 
-/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats), algorithm
- * state length (u64) and bytes. */
+/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats), the outer
+ * section (train/outer.h), algorithm state length (u64) and bytes. */
 static int v_save(void *c, hs_buf *out) {
     caller_vec *v = c;
     int err;
     if ((err = hs__put_u32(out, VC_MAGIC)) < 0 || (err = hs__put_u32(out, VC_VERSION)) < 0 ||
         (err = hs__put_u64(out, v->d)) < 0 || (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
-        (err = hs__put_floats(out, v_eval(v), v->d)) < 0)
+        (err = hs__put_floats(out, v_eval(v), v->d)) < 0 ||
+        (err = hs__outer_save(v->outer, out)) < 0)
         return err;
     size_t len_at = out->len;
     if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(v->algo, out)) < 0) return err;
@@ -119,11 +154,14 @@ static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     caller_vec *v = c;
     const uint8_t *end = p + len;
     uint64_t steps, alen;
+    const uint8_t *mom = NULL;
     int err = get_head(v, &p, end, VC_MAGIC, "node state", &steps);
     if (err < 0) return err;
     float *z = malloc(sizeof(float) * v->d);
     if (!z) return hs__err(HS_ENOMEM, "node state: out of memory");
-    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 || (err = hs__get_u64(&p, end, &alen)) < 0)
+    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 ||
+        (err = hs__outer_parse(v->outer, &p, end, "node state", &mom)) < 0 ||
+        (err = hs__get_u64(&p, end, &alen)) < 0)
         goto out;
     if (alen != (uint64_t)(end - p)) {
         err = hs__err(HS_EFORMAT, "node state: algorithm state of %llu bytes, %zu left",
@@ -136,6 +174,7 @@ static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
         hs_algo_from_eval_point(v->algo, z); /* x = w z with the restored push-sum weight */
     }
     set_model(v, z);
+    hs__outer_install(v->outer, mom);
     v->steps = (long)steps;
 out:
     free(z);
@@ -147,13 +186,17 @@ static int v_round_begin(void *c, uint64_t r) {
     (void)r;
     caller_vec *v = c;
     if (v->z) memcpy(v->z, v_eval(v), sizeof(float) * v->d);
+    hs__outer_open(v->outer, v->algo, v->x);
     return 0;
 }
 
+/* After the gossip: the outer step, before the caller is given the vector back. */
 static int v_round_end(void *c, uint64_t r) {
     (void)r;
-    ((caller_vec *)c)->steps++;
-    return 0;
+    caller_vec *v = c;
+    int err = hs__outer_step(v->outer, v->algo, v->x);
+    if (err == 0) v->steps++;
+    return err;
 }
 
 static int v_renew(void *c, uint32_t self) {
@@ -195,7 +238,9 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
         (hs_algo_kind_split_eval(v->acfg.kind) && !(v->z = malloc(sizeof(float) * d))))
         return hs__err(HS_ENOMEM, "node: out of memory");
     memcpy(v->x, x, sizeof(float) * d);
-    if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, v->x)) < 0) return err;
+    if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, v->x)) < 0 ||
+        (err = hs__outer_new(&v->outer, &hs__node_config(n)->outer, d)) < 0)
+        return err;
     hs__node_model m = vec_model_ops;
     m.ctx = v;
     err = hs__node_begin(n, &m);

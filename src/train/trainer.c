@@ -17,6 +17,7 @@
 #include "hearsay/trainer.h"
 #include "model/devshard.h"
 #include "model/lossacc.h"
+#include "train/outer.h"
 
 struct hs_trainer {
     hs_backend *be;
@@ -27,6 +28,7 @@ struct hs_trainer {
     hs__devshard *dev; /* the shard in backend memory, or NULL: batches from the host */
     hs__lossacc *loss; /* the local steps' loss, read at the round's end (or every step) */
     hs_algo *algo;
+    hs__outer *outer; /* the outer step after the gossip, or NULL */
     size_t d;
     /* The optimizer always steps the model's parameters, which hold the evaluation point:
      * x itself, or where the algorithm evaluates elsewhere (hs_algo_kind_split_eval; SGP's
@@ -46,6 +48,7 @@ void hs_trainer_free(hs_trainer *t) {
     if (t->own_host == 2) t->be->ops->host_free(t->be, t->x_host);
     else if (t->own_host) free(t->x_host);
     hs_algo_free(t->algo);
+    hs__outer_free(t->outer);
     hs__devshard_free(t->dev);
     hs__lossacc_free(t->loss);
     hs_batcher_free(t->batch);
@@ -58,12 +61,16 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
                    const hs_dataset *shard, const hs_algo_cfg *acfg, uint32_t self) {
     if (cfg->local_steps < 1)
         return hs__err(HS_EINVAL, "--local-steps %d: must be >= 1", cfg->local_steps);
+    int err = hs__outer_check(&cfg->outer);
+    if (err < 0) return err;
     /* Quasi-global momentum is defined (Lin et al. 2021) and kept here for a mixing step that
      * averages models with a doubly stochastic W: D-PSGD, and CHOCO, whose gossip step keeps
      * the average too. SGP steps z = x / w, whose round change carries the push-sum weight's
      * rebalancing; DCD's x moves by the neighbours' compressed differences, whose error
      * the buffer would accumulate; neither is covered by the paper. */
-    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg->kind != HS_ALGO_DPSGD &&
+    if (!acfg && cfg->outer.on)
+        return hs__err(HS_EINVAL, "the outer step needs an algorithm to gossip with");
+    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg && acfg->kind != HS_ALGO_DPSGD &&
         acfg->kind != HS_ALGO_CHOCO)
         return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo dpsgd and choco, not %s",
                        hs_algo_kind_name(acfg->kind));
@@ -71,7 +78,6 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     if (!t) return hs__err(HS_ENOMEM, "trainer: out of memory");
     t->be = be;
     t->cfg = *cfg;
-    int err;
     if ((err = hs_model_new_spec(&t->model, be, &cfg->model, cfg->batch)) < 0 ||
         (err = hs_model_init(t->model, cfg->seed)) < 0)
         goto fail;
@@ -82,7 +88,7 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         (err = hs__devshard_new(&t->dev, be, shard, t->model, cfg->batch)) < 0 ||
         (err = hs__lossacc_new(&t->loss, be)) < 0)
         goto fail;
-    t->split_eval = hs_algo_kind_split_eval(acfg->kind);
+    t->split_eval = acfg && hs_algo_kind_split_eval(acfg->kind);
     float *params = hs_model_params(t->model);
     if (be->host_memory && !t->split_eval) {
         t->x_host = params;
@@ -101,7 +107,9 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         /* w starts at 1: x = z = the initial parameters. */
         if ((err = hs_be_download(be, t->x_host, params, sizeof(float) * t->d)) < 0) goto fail;
     }
-    if ((err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) goto fail;
+    if ((acfg && (err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) ||
+        (err = hs__outer_new(&t->outer, &cfg->outer, t->d)) < 0)
+        goto fail;
     *out = t;
     return 0;
 fail:
@@ -109,11 +117,16 @@ fail:
     return err;
 }
 
+/* The model as evaluated: x itself without an algorithm. */
+static const float *eval_point(hs_trainer *t, const float *x) {
+    return t->algo ? hs_algo_eval_point(t->algo, x) : x;
+}
+
 /* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
 static int stage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
     if (params == t->x_host) return 0;
-    const float *p = hs_algo_eval_point(t->algo, t->x_host);
+    const float *p = eval_point(t, t->x_host);
     return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
 }
 
@@ -123,22 +136,31 @@ static int unstage_params(hs_trainer *t) {
     if (params == t->x_host) return 0;
     int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
     if (err < 0) return err;
-    hs_algo_from_eval_point(t->algo, t->x_host);
+    if (t->algo) hs_algo_from_eval_point(t->algo, t->x_host);
     return 0;
 }
 
 int hs_trainer_set_x(hs_trainer *t, const float *x) {
     if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
-    hs_algo_reset_x(t->algo, t->x_host);
+    if (t->algo) hs_algo_reset_x(t->algo, t->x_host);
     return stage_params(t);
 }
 
-int hs_trainer_round_open(hs_trainer *t) { return hs_optim_round_begin(t->opt, t->x_host); }
+/* The outer step's anchor is the model at the round's open, whatever set it (the last
+ * round, a snapshot adopted, a checkpoint loaded). */
+int hs_trainer_round_open(hs_trainer *t) {
+    hs__outer_open(t->outer, t->algo, t->x_host);
+    return hs_optim_round_begin(t->opt, t->x_host);
+}
 
-/* After the gossip: quasi-global momentum's buffer takes the whole round's change. The
- * parameters are brought up to date where they are next needed (the local steps, evaluation),
- * so that a round's mixing is not followed by a copy it does not need. */
-int hs_trainer_round_close(hs_trainer *t) { return hs_optim_round_end(t->opt, t->x_host); }
+/* After the gossip: the outer step, then quasi-global momentum's buffer takes the whole
+ * round's change, outer step included. The parameters are brought up to date where they are
+ * next needed (the local steps, evaluation), so that a round's mixing is not followed by a
+ * copy it does not need. */
+int hs_trainer_round_close(hs_trainer *t) {
+    int err = hs__outer_step(t->outer, t->algo, t->x_host);
+    return err < 0 ? err : hs_optim_round_end(t->opt, t->x_host);
+}
 
 float *hs_trainer_gossip_x(hs_trainer *t) { return t->x_host; }
 
@@ -159,6 +181,11 @@ static double now_s(void) {
  * a divergence stops at its own step). A non-finite loss is HS_EDIVERGED naming its step. */
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     (void)r;
+    return hs_trainer_local_n(t, t->cfg.local_steps, st);
+}
+
+int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
+    if (n < 1) return hs__err(HS_EINVAL, "trainer: %d local steps", n);
     double t0 = now_s();
     int samples = 0, err;
     float lr = 0;
@@ -166,7 +193,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
     float *params = hs_model_params(t->model);
     hs_xent_acc *buf = hs__lossacc_buf(t->loss), tot;
     long base = t->steps;
-    for (int h = 0; h < t->cfg.local_steps && err == 0; h++) {
+    for (int h = 0; h < n && err == 0; h++) {
         int bs = err = hs__devshard_grad(t->dev, t->batch, t->model, buf);
         if (err < 0 ||
             (err = hs_optim_step(t->opt, params, hs_model_grads(t->model), t->steps, &lr)) < 0)
@@ -185,7 +212,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
         (err = unstage_params(t)) < 0)
         return err;
     if (st) {
-        st->loss = tot.loss / t->cfg.local_steps;
+        st->loss = tot.loss / n;
         st->samples = samples;
         st->lr = lr;
         st->compute_s = now_s() - t0;
@@ -217,7 +244,7 @@ int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, doubl
 }
 
 const float *hs_trainer_x(const hs_trainer *t) { return t->x_host; }
-const float *hs_trainer_eval_x(hs_trainer *t) { return hs_algo_eval_point(t->algo, t->x_host); }
+const float *hs_trainer_eval_x(hs_trainer *t) { return eval_point(t, t->x_host); }
 size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
 hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }
 hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
@@ -235,7 +262,8 @@ int hs_trainer_write_params(hs_trainer *t, const char *path) {
 /* ---------------------------------------------------------------- checkpoints */
 
 #define TR_MAGIC 0x52545348u /* "HSTR" */
-#define TR_VERSION 3u
+/* 4: the outer optimizer's section after the optimizer's state. */
+#define TR_VERSION 4u
 
 /* The optimizer's state as checkpoints and snapshots carry it: u32 kind (hs_optim_kind), u32
  * number of vectors (0: plain SGD, 1: SGD's velocity, 2: AdamW's m then v), u64 step count,
@@ -298,16 +326,18 @@ static int set_optim(hs_trainer *t, const float *state, uint64_t count) {
 
 /* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats: x, or x / w
  * for SGP, so that a peer resuming with a fresh algorithm state starts from the model itself),
- * the optimizer's state (put_optim), algorithm state length (u64) and bytes. */
+ * the optimizer's state (put_optim), the outer section (train/outer.h; its anchor is the
+ * model), algorithm state length (u64) and bytes. */
 int hs_trainer_save(hs_trainer *t, hs_buf *out) {
     int err;
     if ((err = hs__put_u32(out, TR_MAGIC)) < 0 || (err = hs__put_u32(out, TR_VERSION)) < 0 ||
         (err = hs__put_u64(out, t->d)) < 0 || (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d)) < 0 ||
-        (err = put_optim(t, out)) < 0)
+        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0 ||
+        (err = put_optim(t, out)) < 0 || (err = hs__outer_save(t->outer, out)) < 0)
         return err;
     size_t len_at = out->len;
-    if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(t->algo, out)) < 0) return err;
+    if ((err = hs__put_u64(out, 0)) < 0 || (t->algo && (err = hs_algo_save(t->algo, out)) < 0))
+        return err;
     uint64_t alen = out->len - len_at - 8;
     memcpy(out->data + len_at, &alen, 8);
     return 0;
@@ -317,6 +347,7 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) 
     const uint8_t *end = p + len;
     uint32_t magic, version;
     uint64_t d, steps, alen, count = 0;
+    const uint8_t *mom;
     int err;
     if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
     if (magic != TR_MAGIC) return hs__err(HS_EFORMAT, "trainer state: bad magic 0x%08x", magic);
@@ -335,7 +366,8 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) 
         goto out;
     }
     if ((err = hs__get_floats(&p, end, x, t->d)) < 0 ||
-        (err = get_optim(t, &p, end, "trainer state", st, &count)) < 0)
+        (err = get_optim(t, &p, end, "trainer state", st, &count)) < 0 ||
+        (err = hs__outer_parse(t->outer, &p, end, "trainer state", &mom)) < 0)
         goto out;
     if ((err = hs__get_u64(&p, end, &alen)) < 0) goto out;
     if (alen != (uint64_t)(end - p)) {
@@ -345,11 +377,12 @@ int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) 
     }
     /* The algorithm validates its whole state before changing anything; after it, nothing
      * here can fail but a device copy. */
-    if (with_algo) {
+    if (with_algo && t->algo) {
         if ((err = hs_algo_load(t->algo, p, (size_t)alen)) < 0) goto out;
         hs_algo_from_eval_point(t->algo, x); /* x = w z with the restored push-sum weight */
     }
     if ((err = hs_trainer_set_x(t, x)) < 0 || (err = set_optim(t, st, count)) < 0) goto out;
+    hs__outer_install(t->outer, mom);
     t->steps = (long)steps;
     err = hs_batcher_seek(t->batch, t->steps);
 out:
@@ -361,15 +394,17 @@ out:
 #define SN_MAGIC 0x4E535348u /* "HSSN" */
 
 /* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats), then, only for an
- * optimizer with state, that state (put_optim): a stateless SGD snapshot is what it always
- * was. */
+ * optimizer with state, that state (put_optim), and only with an outer step, its section
+ * (train/outer.h, which starts with its own magic and version): a stateless SGD snapshot
+ * without an outer step is what it always was. */
 int hs_trainer_snapshot(hs_trainer *t, hs_buf *out) {
     int err;
     if ((err = hs__put_u32(out, SN_MAGIC)) < 0 || (err = hs__put_u64(out, t->d)) < 0 ||
         (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, hs_algo_eval_point(t->algo, t->x_host), t->d)) < 0)
+        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0)
         return err;
-    return hs_optim_nstate(t->opt) > 0 ? put_optim(t, out) : 0;
+    if (hs_optim_nstate(t->opt) > 0 && (err = put_optim(t, out)) < 0) return err;
+    return t->outer ? hs__outer_save(t->outer, out) : 0;
 }
 
 int hs_trainer_set_steps(hs_trainer *t, long steps) {
@@ -402,17 +437,21 @@ int hs_trainer_adopt(hs_trainer *t, const uint8_t *p, size_t len) {
         goto out;
     }
     if ((err = hs__get_floats(&p, end, x, t->d)) < 0) goto out;
-    if (p != end) {
+    if (p != end && !hs__outer_at(p, end)) {
         if ((err = get_optim(t, &p, end, "model snapshot", st, &count)) < 0) goto out;
-        if (p != end) {
-            err = hs__err(HS_EFORMAT, "model snapshot: %zu bytes after the optimizer state",
-                          (size_t)(end - p));
-            goto out;
-        }
         has_state = 1;
+    }
+    /* The outer section is there exactly when the job has an outer step. */
+    const uint8_t *mom = NULL;
+    if ((err = hs__outer_parse(t->outer, &p, end, "model snapshot", &mom)) < 0) goto out;
+    if (p != end) {
+        err = hs__err(HS_EFORMAT, "model snapshot: %zu bytes after the %s", (size_t)(end - p),
+                      t->outer ? "outer optimizer state" : "optimizer state");
+        goto out;
     }
     if ((err = hs_trainer_set_x(t, x)) == 0 && (!has_state || (err = set_optim(t, st, count)) == 0))
         err = hs_trainer_set_steps(t, (long)steps);
+    if (err == 0) hs__outer_install(t->outer, mom);
 out:
     free(x);
     free(st);

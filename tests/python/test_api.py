@@ -103,6 +103,34 @@ def one_peer_job_runs_to_its_last_round():
 
 
 @case
+def outer_step_through_the_node():
+    # outer_lr / outer_momentum are the node options --outer-lr / --outer-momentum: one peer
+    # alone, whose gossip leaves its local update, takes the outer Nesterov step of
+    # src/train/outer.c on it (computed here in float64).
+    e = raises(hearsay.InvalidArgument, hearsay.Node, outer_momentum=1)
+    assert "outer-momentum" in str(e), str(e)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    ref, u = x.astype(np.float64), np.zeros(64)
+    with solo(rounds=3, algo="dpsgd", outer_lr=0.5, outer_momentum=0.5) as n:
+        n.start(x)
+        for r in range(3):
+            x *= np.float32(0.5)
+            n.step(x)
+            g = ref - ref * 0.5
+            u = 0.5 * u + g
+            ref = ref - 0.5 * (g + 0.5 * u)
+    assert np.allclose(x, ref, rtol=1e-5, atol=1e-7), (x[:4], ref[:4])
+    # A vector that is no longer finite makes the outer momentum so: the node stops the run as
+    # a divergence, naming the outer momentum.
+    x = np.ones(64, np.float32)
+    with solo(rounds=3, algo="dpsgd", outer_lr=0.7, outer_momentum=0.9) as n:
+        n.start(x)
+        x[5] = np.inf
+        e = raises(hearsay.Diverged, n.step, x)
+        assert "outer momentum is not finite (parameter 5" in str(e), str(e)
+
+
+@case
 def request_stop_raises_interrupted():
     x = np.zeros(100, np.float32)
     with solo(rounds=100) as n:

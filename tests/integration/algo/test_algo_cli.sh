@@ -122,12 +122,15 @@ sim-equals-net)
     # share one backend's pool, each network peer has its own).
     printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
+    # "outer": 3 local steps a round and the outer Nesterov step (DiLoCo's 0.7 and 0.9).
     for algo in "choco topk:0.01 local" "dpsgd none local" "beer topk:0.1 local" "choco topk:0.01 qg" \
-        "choco topk:0.01 local 2"; do
+        "choco topk:0.01 local 2" "choco topk:0.01 local 1 outer" "dpsgd none local 1 outer"; do
         set -- $algo
-        t="$1-$3-${4:-1}"
+        t="$1-$3-${4:-1}${5:+-$5}"
+        outer=()
+        [[ ${5:-} == outer ]] && outer=(--local-steps 3 --outer-lr 0.7 --outer-momentum 0.9)
         common=(--algo "$1" --compress "$2" --synthetic --subset 4000 --rounds 20 --seed 5 --quiet
-                --momentum-kind "$3" --threads "${4:-1}")
+                --momentum-kind "$3" --threads "${4:-1}" "${outer[@]}")
         mkdir -p "$tmp/sim-$t"
         timeout 120 "$hs" sim -n 4 "${common[@]}" --save-dir "$tmp/sim-$t" >/dev/null 2>&1 || fail "sim failed"
         net=()
@@ -150,6 +153,58 @@ sim-equals-net)
         done
         echo "ok: $t: 4 peers bit-identical after 20 rounds"
     done
+    ;;
+outer-cli)
+    # --outer-lr 1 --outer-momentum 0 runs the outer step and gives the plain local-steps
+    # algorithm's bits (sim, 4 local steps a round); the outer flags are refused (exit 2) before
+    # any data is read; --help names them.
+    for algo in "choco topk:0.01" "dpsgd none" "sgp none"; do
+        set -- $algo
+        common=(--algo "$1" --compress "$2" --synthetic --subset 2000 --rounds 12 --local-steps 4
+                --seed 7 --quiet)
+        mkdir -p "$tmp/plain-$1" "$tmp/unit-$1" "$tmp/on-$1"
+        timeout 120 "$hs" sim -n 4 "${common[@]}" --save-dir "$tmp/plain-$1" >/dev/null 2>&1 ||
+            fail "$1: sim failed"
+        timeout 120 "$hs" sim -n 4 "${common[@]}" --outer-lr 1 --outer-momentum 0 \
+            --save-dir "$tmp/unit-$1" >/dev/null 2>&1 || fail "$1: sim with the outer step failed"
+        timeout 120 "$hs" sim -n 4 "${common[@]}" --outer-lr 0.7 --outer-momentum 0.9 \
+            --save-dir "$tmp/on-$1" >/dev/null 2>&1 || fail "$1: sim with outer 0.7/0.9 failed"
+        for i in 0 1 2 3; do
+            cmp -s "$tmp/plain-$1/peer-$i.bin" "$tmp/unit-$1/peer-$i.bin" ||
+                fail "$1: peer $i differs with --outer-lr 1 --outer-momentum 0"
+        done
+        ! cmp -s "$tmp/plain-$1/peer-0.bin" "$tmp/on-$1/peer-0.bin" ||
+            fail "$1: --outer-lr 0.7 --outer-momentum 0.9 changed nothing"
+        echo "ok: $1: outer 1/0 bit-identical to no outer step"
+    done
+    for cmd in sim run launch; do
+        for bad in "--outer-lr 11" "--outer-lr -0.5" "--outer-momentum 1" "--outer-momentum x"; do
+            timeout 20 "$hs" $cmd $bad --data "$tmp/no-such-dir" >"$tmp/o" 2>&1
+            rc=$?
+            [[ $rc == 2 ]] || fail "$cmd $bad: exit $rc, expected 2: $(cat "$tmp/o")"
+            grep -q -- "${bad%% *}" "$tmp/o" || fail "$cmd $bad: the message names no flag: $(cat "$tmp/o")"
+        done
+        "$hs" $cmd --help >"$tmp/h" 2>&1
+        grep -q -- "--outer-momentum F" "$tmp/h" || fail "$cmd --help lacks --outer-momentum"
+    done
+    echo "ok: bad outer flags refused with exit 2 before the data"
+    ;;
+outer-resume)
+    # A lone `hearsay run` with the outer step, checkpointed at round 5 of 10, resumed from that
+    # checkpoint, ends with the same bits as the run that went through: the checkpoint carries
+    # the outer momentum (and everything else a round needs).
+    common=(--insecure --synthetic --subset 2000 --rounds 10 --local-steps 3 --seed 4 --quiet
+            --checkpoint-every 5 --outer-lr 0.7 --outer-momentum 0.9)
+    timeout 120 "$hs" run --listen "$ip:0" "${common[@]}" --checkpoint-dir "$tmp/ck" \
+        --save "$tmp/full.bin" >/dev/null 2>"$tmp/e1" || fail "the full run failed: $(tail -3 "$tmp/e1")"
+    [[ -f $tmp/ck/ckpt-0-000000000005.hsck ]] || fail "no checkpoint of round 5: $(ls "$tmp/ck")"
+    timeout 120 "$hs" run --listen "$ip:0" "${common[@]}" --checkpoint-dir "$tmp/ck" --resume \
+        --save "$tmp/resumed.bin" >/dev/null 2>"$tmp/e2" || fail "the resumed run failed: $(tail -3 "$tmp/e2")"
+    # (a fresh start would give the same bits too: the log must say it resumed)
+    grep -qE "resumed .*local step 15|from its round 5" "$tmp/e2" ||
+        fail "did not resume at round 5: $(cat "$tmp/e2")"
+    cmp -s "$tmp/full.bin" "$tmp/resumed.bin" || fail "the resumed run differs from the full one"
+    echo "ok: resumed at round 5 with the outer momentum: bit-identical after 10 rounds"
     ;;
 *)
     fail "unknown case $case"

@@ -206,6 +206,29 @@ static void test_choco_topk_consensus(void **state) {
     converges(&j, "choco topk:0.1");
 }
 
+/* Consensus only (the caller changes nothing between steps) with the outer Nesterov step on
+ * the node API's vector: the peers still meet, at their mean. */
+static void test_outer_consensus(void **state) {
+    (void)state;
+    static peer p[N], p0[N];
+    run j = {"dpsgd", "none", 60, "", {"outer-lr", "0.7", "outer-momentum", "0.9"}};
+    make_dir(&j);
+    run_job(&j, p);
+    double d0 = start_distance(), d1 = distance(p);
+    fprintf(stderr, "# dpsgd with outer 0.7/0.9: distance %g -> %g\n", d0, d1);
+    assert_true(d1 < d0 / 1000);
+    for (int i = 0; i < N; i++) fill(p0[i].x, i);
+    for (int k = 0; k < D; k++) {
+        double m0 = 0, m1 = 0;
+        for (int i = 0; i < N; i++) {
+            m0 += p0[i].x[k];
+            m1 += p[i].x[k];
+        }
+        assert_true(fabs(m0 - m1) / N < 1e-4);
+    }
+    drop_dir(&j);
+}
+
 static void expect_einval(const char *name, const char *value, const char *named) {
     hs_node_options *o;
     assert_int_equal(hs_node_options_new(&o), 0);
@@ -617,6 +640,7 @@ int main(void) {
         cmocka_unit_test(test_options_match_run),
         cmocka_unit_test(test_dpsgd_consensus),
         cmocka_unit_test(test_choco_topk_consensus),
+        cmocka_unit_test(test_outer_consensus),
         cmocka_unit_test(test_sgp_consensus),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_stop_request),

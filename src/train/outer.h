@@ -1,0 +1,44 @@
+/* The outer optimizer over any gossip algorithm (outer.c): the anchor and the Nesterov momentum
+ * of SlowMo / DiLoCo / NoLoCo, stepped once per communication round after the gossip. Used by
+ * the trainer (sim, run, launch) and by the node's caller-vector model (the node API, Python).
+ * One thread per object; every function accepts NULL (no outer step: does nothing). */
+#ifndef HS_TRAIN_OUTER_H
+#define HS_TRAIN_OUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearsay/algo.h"
+#include "hearsay/buf.h"
+#include "hearsay/trainer.h"
+
+typedef struct hs__outer hs__outer;
+
+/* Checks lr and momentum, naming the flag that is wrong (HS_EINVAL). */
+int hs__outer_check(const hs_outer_cfg *c);
+/* *out = NULL when c is off; else anchor and momentum for d floats, momentum zero. */
+int hs__outer_new(hs__outer **out, const hs_outer_cfg *c, size_t d);
+void hs__outer_free(hs__outer *o);
+
+/* At the round's open (before the local steps): the anchor becomes the model as evaluated,
+ * hs_algo_eval_point(a, x). */
+void hs__outer_open(hs__outer *o, hs_algo *a, const float *x);
+/* After the gossip (hs_algo_pull): the outer step on x, through the evaluation point.
+ * HS_EDIVERGED with a message when the momentum is no longer finite. */
+int hs__outer_step(hs__outer *o, hs_algo *a, float *x);
+
+/* The outer section of checkpoints and snapshots: u32 magic "HSOU", u32 version, u32 on; when
+ * on: f64 lr, f64 momentum, u64 d, the momentum (d floats). The anchor is not written: at
+ * every round boundary it is the model itself, which the state carries already. */
+#define HS__OUTER_MAGIC 0x554F5348u
+int hs__outer_save(const hs__outer *o, hs_buf *out);
+/* Reads a section written by hs__outer_save and checks it against o (NULL: this run has no
+ * outer step), changing nothing; at *p == end, an absent section (accepted when o is NULL); *mom points at the momentum's bytes (NULL when off), for
+ * hs__outer_install once everything else of the state is valid too. */
+int hs__outer_parse(const hs__outer *o, const uint8_t **p, const uint8_t *end, const char *what,
+                    const uint8_t **mom);
+void hs__outer_install(hs__outer *o, const uint8_t *mom);
+/* Whether the bytes at p start an outer section (a snapshot's optional tail). */
+int hs__outer_at(const uint8_t *p, const uint8_t *end);
+
+#endif
