@@ -4,8 +4,8 @@
  * uplink token bucket, the pair's own link bucket (if the profile gives one), the pair's
  * one-way delay with jitter (never reordering a pair's packets), the receiver's downlink
  * bucket, and written to the receiver's TUN. Loss is drawn once per packet at entry.
- * Single-threaded: epoll over the TUNs, one timerfd armed at the earliest release time of a
- * binary heap of packets, and a signalfd; no busy loop. */
+ * Single-threaded: epoll over the TUNs and a signalfd, woken (epoll_pwait2, nanoseconds) at the
+ * earliest release time of a binary heap of packets; no busy loop. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -15,7 +15,6 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -307,43 +306,33 @@ static void write_stats(const emu *e, const char *path) {
     fclose(f);
 }
 
-static int arm(int tfd, const emu *e) {
-    struct itimerspec its;
-    memset(&its, 0, sizeof(its));
-    if (e->nheap) {
-        double t = e->heap[0]->t;
-        its.it_value.tv_sec = (time_t)t;
-        its.it_value.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
-        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-    }
-    return timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
 static int loop(emu *e, int sfd) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
-    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN}, evs[64];
-    if (ep < 0 || tfd < 0) return -1;
-    for (int i = 0; i <= e->n + 1; i++) {
+    if (ep < 0) return -1;
+    for (int i = 0; i <= e->n; i++) {
         ev.data.u32 = (uint32_t)i;
-        int fd = i < e->n ? e->fd[i] : i == e->n ? tfd : sfd;
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) return -1;
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, i < e->n ? e->fd[i] : sfd, &ev) < 0) return -1;
     }
     for (;;) {
         double now = now_s();
         while (e->nheap && e->heap[0]->t <= now) advance(e, heap_pop(e), now);
-        if (arm(tfd, e) < 0) return -1;
-        int k = epoll_wait(ep, evs, 64, -1);
+        /* epoll_pwait2 takes a timeout in nanoseconds: one system call per wake-up, where a
+         * timerfd costs two more (arm and read) and epoll_wait rounds to milliseconds. */
+        struct timespec ts, *tsp = NULL;
+        if (e->nheap) {
+            double w = e->heap[0]->t - now;
+            ts.tv_sec = (time_t)w;
+            ts.tv_nsec = (long)((w - (double)ts.tv_sec) * 1e9);
+            tsp = &ts;
+        }
+        int k = epoll_pwait2(ep, evs, 64, tsp, NULL);
         if (k < 0 && errno != EINTR) return -1;
         for (int m = 0; m < k; m++) {
             uint32_t id = evs[m].data.u32;
             if (id < (uint32_t)e->n) {
                 read_peer(e, (int)id);
-            } else if (id == (uint32_t)e->n) {
-                uint64_t ticks;
-                if (read(tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN) return -1;
             } else {
-                close(tfd);
                 close(ep);
                 return 0;
             }
@@ -401,6 +390,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < p->n; i++)
             printf("peer %d up_mbit %g down_mbit %g compute %g\n", i, p->up_bps[i] * 1e-6,
                    p->down_bps[i] * 1e-6, p->compute[i]);
+        for (int i = 0; i < p->n; i++)
+            for (int j = 0; j < p->n; j++) {
+                const hs__wan_pair *pr = &p->pair[i * p->n + j];
+                if (i == j) continue;
+                printf("pair %d %d delay_ms %g jitter_ms %g loss %g bucket %d rate_mbit %g\n", i, j,
+                       pr->delay_s * 1e3, pr->jitter_s * 1e3, pr->loss, pr->bucket,
+                       pr->bucket >= 0 ? p->bucket_bps[pr->bucket] * 1e-6 : 0);
+            }
         hs__wan_profile_free(p);
         return 0;
     }
