@@ -60,4 +60,7 @@ bad '{"peers": 2, "links": [{"from": 0, "to": 1, "jitter_ms": 1e9}]}' 'links[0].
 bad '{"peers": 2,' 'not valid JSON'
 "$emu" --profile "$tmp/none.json" --check 2>"$tmp/err" && fail "a missing file was accepted"
 grep -q "none.json" "$tmp/err" || fail "a missing file: message does not name it: $(cat "$tmp/err")"
+for f in "$(dirname "${BASH_SOURCE[0]}")"/../../../examples/wan/profiles/*.json; do
+    "$emu" --profile "$f" --check >/dev/null || fail "example profile $f is refused"
+done
 echo "ok: profiles resolve and bad fields are named"
