@@ -251,11 +251,11 @@ static int emu_init(emu *e, hs__wan_profile *p) {
     e->ps = calloc((size_t)n * (size_t)n, sizeof(pair_stats));
     e->rng = calloc((size_t)n, sizeof(hs_rng));
     e->heap = malloc(e->cap * sizeof(pkt *));
+    for (int i = 0; e->fd && i < n; i++) e->fd[i] = -1;
     if (!e->fd || !e->up || !e->down || !e->link || !e->ps || !e->rng || !e->heap) return -1;
     /* A burst of one MTU: packets leave back to back at the line rate, never faster. */
     double burst = p->mtu;
     for (int i = 0; i < n; i++) {
-        e->fd[i] = -1;
         e->up[i] = (bucket){p->up_bps[i] / 8, burst, burst, 0, 0};
         e->down[i] = (bucket){p->down_bps[i] / 8, burst, burst, 0, 0};
         hs_rng_init(&e->rng[i], p->seed, 0x77616e, (uint32_t)i, 0);
@@ -443,7 +443,7 @@ int main(int argc, char **argv) {
     }
     rc = 0;
 out:
-    if (stats) write_stats(&e, stats);
+    if (stats && e.ps) write_stats(&e, stats);
     if (sfd >= 0) close(sfd);
     emu_free(&e);
     hs__wan_profile_free(p);
