@@ -4,6 +4,8 @@
 # the configured IP rate allows, round-trip loss inside a binomial 99.9% (Wilson) interval.
 # Prints every figure; also the emulator's CPU time while it carries 100 Mbit/s. Returns 1 when
 # a figure is off, 0 when all are within bounds.
+# shellcheck shell=bash
+# shellcheck disable=SC2154 # self and emu are tools/wan's, which sources this file
 
 st_off=0
 st_report() { # NAME CONFIGURED MEASURED DETAIL OK(0/1)
@@ -76,7 +78,7 @@ st_ping() {
 }
 
 st_delay() {
-    local count=$1 prof res s r avg want ok
+    local count=$1 prof s r avg want ok
     # Peer 0 to 1 over the default, 0 to 2 over a pair link of its own, 0 to 3 asymmetric.
     prof='{"name": "self-test delay", "peers": 4, "delay_ms": 20,
            "links": [{"from": 0, "to": 2, "delay_ms": 5, "both": true},

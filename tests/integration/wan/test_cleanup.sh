@@ -51,14 +51,15 @@ for ((k = 0; k < 200; k++)); do
 done
 [[ $k -lt 200 ]] || fail "the peers did not start within 10 s"
 [[ $(ours | wc -l) -eq 3 ]] || fail "expected 3 namespaces during the run, saw: $(ours | tr '\n' ' ')"
-started=("$(cat "$tmp/emu.pid")" "$(cat "$tmp"/peer{0,1,2}.pid)")
-for p in ${started[*]}; do kill -0 "$p" 2>/dev/null || fail "process $p is not running"; done
+mapfile -t started < <(cat "$tmp/emu.pid" "$tmp"/peer{0,1,2}.pid)
+[[ ${#started[@]} -eq 4 ]] || fail "expected 4 PIDs (emulator, 3 peers), got ${started[*]}"
+for p in "${started[@]}"; do kill -0 "$p" 2>/dev/null || fail "process $p is not running"; done
 kill -TERM "$drv"
 for ((k = 0; k < 200; k++)); do kill -0 "$drv" 2>/dev/null || break; sleep 0.05; done
 kill -0 "$drv" 2>/dev/null && fail "the driver was still running 10 s after SIGTERM"
 wait "$drv"
 rc=$?
 [[ $rc -eq 143 ]] || fail "after SIGTERM the driver exited $rc, expected 143"
-for p in ${started[*]}; do kill -0 "$p" 2>/dev/null && fail "process $p outlived the driver"; done
+for p in "${started[@]}"; do kill -0 "$p" 2>/dev/null && fail "process $p outlived the driver"; done
 check_clean "after SIGTERM"
 echo "ok: nothing left after a clean run, a failed peer, a bad profile and SIGTERM"
