@@ -56,8 +56,8 @@ static void stage(double *s, double *e, busy *q, double bps, double bits) {
     double dur = bits / bps, t = *s;
     int k = 0;
     for (; k < q->n; k++) {
-        if (q->b[k] <= t) continue;     /* ends before we start */
-        if (q->a[k] >= t + dur) break;  /* the gap before it is long enough */
+        if (q->b[k] <= t) continue;    /* ends before we start */
+        if (q->a[k] >= t + dur) break; /* the gap before it is long enough */
         t = q->b[k];
     }
     if (q->n == KEEP) { /* forget the oldest */

@@ -98,9 +98,9 @@ static int get_link(const ctx *c, const cJSON *o, const char *where, link_fields
     const cJSON *v;
     memset(lf, 0, sizeof(*lf));
 #define FIELD(key, lo, hi, dst, has, scale)                                                        \
-    if ((v = cJSON_GetObjectItemCaseSensitive(o, key))) {                                        \
+    if ((v = cJSON_GetObjectItemCaseSensitive(o, key))) {                                          \
         snprintf(f, sizeof(f), "%s%s%s", where, *where ? "." : "", key);                           \
-        if ((err = get_num(c, v, f, lo, hi, &lf->dst)) < 0) return err;                           \
+        if ((err = get_num(c, v, f, lo, hi, &lf->dst)) < 0) return err;                            \
         lf->dst *= scale;                                                                          \
         lf->has = 1;                                                                               \
     }
@@ -127,8 +127,8 @@ static int add_bucket(hs__wan_profile *p, double bps) {
 }
 
 static int parse_clusters(const ctx *c, hs__wan_profile *p, const cJSON *cl, const cJSON *btw) {
-    static const char *const ckeys[] = {"peers", "delay_ms", "jitter_ms", "loss", "rate_mbit",
-                                        "name", NULL};
+    static const char *const ckeys[] = {"peers",     "delay_ms", "jitter_ms", "loss",
+                                        "rate_mbit", "name",     NULL};
     static const char *const bkeys[] = {"delay_ms", "jitter_ms", "loss", "rate_mbit", NULL};
     int n = p->n, err = 0, nc;
     char f[96];
@@ -208,8 +208,7 @@ out:
 }
 
 static int parse_peers(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
-    static const char *const keys[] = {"id", "up_mbit", "down_mbit", "rate_mbit", "compute",
-                                       NULL};
+    static const char *const keys[] = {"id", "up_mbit", "down_mbit", "rate_mbit", "compute", NULL};
     char f[96], g[128];
     int err, i;
     if (!cJSON_IsArray(arr)) return bad(c, "peer: expected an array, got %s", kind(arr));
@@ -220,8 +219,7 @@ static int parse_peers(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
         if (!cJSON_IsObject(o)) return bad(c, "%s: expected an object, got %s", f, kind(o));
         if ((err = only_keys(c, o, f, keys)) < 0) return err;
         snprintf(g, sizeof(g), "%s.id", f);
-        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "id"), g, &i)) < 0)
-            return err;
+        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "id"), g, &i)) < 0) return err;
         static const char *const rk[] = {"rate_mbit", "up_mbit", "down_mbit"};
         for (int r = 0; r < 3; r++)
             if ((v = cJSON_GetObjectItemCaseSensitive(o, rk[r]))) {
@@ -239,8 +237,8 @@ static int parse_peers(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
 }
 
 static int parse_links(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
-    static const char *const keys[] = {"from", "to", "both", "delay_ms", "jitter_ms", "loss",
-                                       "rate_mbit", NULL};
+    static const char *const keys[] = {"from",      "to",   "both",      "delay_ms",
+                                       "jitter_ms", "loss", "rate_mbit", NULL};
     char f[96], g[128];
     int err, i, j;
     if (!cJSON_IsArray(arr)) return bad(c, "links: expected an array, got %s", kind(arr));
@@ -249,14 +247,11 @@ static int parse_links(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
         link_fields lf;
         snprintf(f, sizeof(f), "links[%d]", k);
         if (!cJSON_IsObject(o)) return bad(c, "%s: expected an object, got %s", f, kind(o));
-        if ((err = only_keys(c, o, f, keys)) < 0 || (err = get_link(c, o, f, &lf)) < 0)
-            return err;
+        if ((err = only_keys(c, o, f, keys)) < 0 || (err = get_link(c, o, f, &lf)) < 0) return err;
         snprintf(g, sizeof(g), "%s.from", f);
-        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "from"), g, &i)) < 0)
-            return err;
+        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "from"), g, &i)) < 0) return err;
         snprintf(g, sizeof(g), "%s.to", f);
-        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "to"), g, &j)) < 0)
-            return err;
+        if ((err = get_peer(c, cJSON_GetObjectItemCaseSensitive(o, "to"), g, &j)) < 0) return err;
         if (i == j) return bad(c, "%s: from and to are both peer %d", f, i);
         both = cJSON_GetObjectItemCaseSensitive(o, "both");
         if (both && !cJSON_IsBool(both))
@@ -272,9 +267,9 @@ static int parse_links(const ctx *c, hs__wan_profile *p, const cJSON *arr) {
 }
 
 int hs__wan_profile_parse(hs__wan_profile **out, const char *text, const char *name) {
-    static const char *const keys[] = {"name", "comment", "peers", "delay_ms", "jitter_ms", "loss",
-                                       "rate_mbit", "queue_ms", "mtu", "seed", "clusters",
-                                       "between", "peer", "links", NULL};
+    static const char *const keys[] = {"name",     "comment",   "peers",    "delay_ms", "jitter_ms",
+                                       "loss",     "rate_mbit", "queue_ms", "mtu",      "seed",
+                                       "clusters", "between",   "peer",     "links",    NULL};
     ctx c = {name, 0};
     hs__wan_profile *p = NULL;
     link_fields top;
@@ -345,8 +340,7 @@ int hs__wan_profile_parse(hs__wan_profile **out, const char *text, const char *n
     if (cl && (err = parse_clusters(&c, p, cl, btw)) < 0) goto fail;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "peer")) && (err = parse_peers(&c, p, v)) < 0)
         goto fail;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "links")) &&
-        (err = parse_links(&c, p, v)) < 0)
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "links")) && (err = parse_links(&c, p, v)) < 0)
         goto fail;
     cJSON_Delete(root);
     *out = p;

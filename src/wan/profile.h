@@ -20,13 +20,13 @@ typedef struct hs__wan_pair {
 
 typedef struct hs__wan_profile {
     char name[64];
-    int n;            /* peers */
-    int mtu;          /* of every peer's interface */
-    uint64_t seed;    /* of the loss and jitter draws */
-    double queue_s;   /* a rate queue drops what would wait longer than this */
-    double *up_bps;   /* [n] uplink rate in bit/s; 0: unlimited */
-    double *down_bps; /* [n] downlink rate in bit/s; 0: unlimited */
-    double *compute;  /* [n] compute slowdown factor (1: normal), for the programs run */
+    int n;              /* peers */
+    int mtu;            /* of every peer's interface */
+    uint64_t seed;      /* of the loss and jitter draws */
+    double queue_s;     /* a rate queue drops what would wait longer than this */
+    double *up_bps;     /* [n] uplink rate in bit/s; 0: unlimited */
+    double *down_bps;   /* [n] downlink rate in bit/s; 0: unlimited */
+    double *compute;    /* [n] compute slowdown factor (1: normal), for the programs run */
     hs__wan_pair *pair; /* [n*n], pair[i*n+j] is the direction i -> j */
     int nbuckets;
     double *bucket_bps; /* [nbuckets] rate of each link bucket in bit/s */

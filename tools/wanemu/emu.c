@@ -20,7 +20,7 @@
 
 #include "core/rng.h"
 #include "hearsay/error.h"
-#include "wan/tun.h"
+#include "tun.h"
 #include "wan/profile.h"
 
 #define SUBNET 0x0a4d0000u /* 10.77.0.0/24 */
@@ -289,16 +289,18 @@ static void write_stats(const emu *e, const char *path) {
         fprintf(stderr, "hearsay-wanemu: %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"unroutable\": %" PRIu64 ", \"write_drops\": %" PRIu64
-               ", \"pool_drops\": %" PRIu64 ", \"pairs\": [",
+    fprintf(f,
+            "{\"unroutable\": %" PRIu64 ", \"write_drops\": %" PRIu64 ", \"pool_drops\": %" PRIu64
+            ", \"pairs\": [",
             e->unroutable, e->write_drops, e->pool_drops);
     int first = 1;
     for (int i = 0; i < e->n; i++)
         for (int j = 0; j < e->n; j++) {
             const pair_stats *s = &e->ps[i * e->n + j];
             if (i == j || !(s->packets | s->lost | s->dropped)) continue;
-            fprintf(f, "%s\n  {\"from\": %d, \"to\": %d, \"packets\": %" PRIu64
-                       ", \"bytes\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"dropped\": %" PRIu64 "}",
+            fprintf(f,
+                    "%s\n  {\"from\": %d, \"to\": %d, \"packets\": %" PRIu64 ", \"bytes\": %" PRIu64
+                    ", \"lost\": %" PRIu64 ", \"dropped\": %" PRIu64 "}",
                     first ? "" : ",", i, j, s->packets, s->bytes, s->lost, s->dropped);
             first = 0;
         }
@@ -356,8 +358,8 @@ int main(int argc, char **argv) {
     int check = 0;
     for (int a = 1; a < argc; a++) {
         const char *s = argv[a];
-        const char **dst = !strcmp(s, "--profile") ? &profile
-                           : !strcmp(s, "--netns") ? &netns
+        const char **dst = !strcmp(s, "--profile")  ? &profile
+                           : !strcmp(s, "--netns")  ? &netns
                            : !strcmp(s, "--ifname") ? &ifname
                            : !strcmp(s, "--stats")  ? &stats
                                                     : NULL;
@@ -385,8 +387,8 @@ int main(int argc, char **argv) {
     }
     if (check) {
         /* One line per fact, for tools/wan to read. */
-        printf("name %s\npeers %d\nmtu %d\nqueue_ms %g\nlink_buckets %d\n", p->name, p->n,
-               p->mtu, p->queue_s * 1e3, p->nbuckets);
+        printf("name %s\npeers %d\nmtu %d\nqueue_ms %g\nlink_buckets %d\n", p->name, p->n, p->mtu,
+               p->queue_s * 1e3, p->nbuckets);
         for (int i = 0; i < p->n; i++)
             printf("peer %d up_mbit %g down_mbit %g compute %g\n", i, p->up_bps[i] * 1e-6,
                    p->down_bps[i] * 1e-6, p->compute[i]);
@@ -423,8 +425,8 @@ int main(int argc, char **argv) {
     char *list = strdup(netns), *save = NULL, *tok = strtok_r(list, ",", &save);
     int i = 0;
     for (; tok && i < p->n; tok = strtok_r(NULL, ",", &save), i++)
-        if ((e.fd[i] = wan_tun_open(tok, ifname, SUBNET + (uint32_t)i + 1, p->mtu, err,
-                                    sizeof(err))) < 0) {
+        if ((e.fd[i] = hs__wan_tun_open(tok, ifname, SUBNET + (uint32_t)i + 1, p->mtu, err,
+                                        sizeof(err))) < 0) {
             fprintf(stderr, "hearsay-wanemu: namespace %s: %s\n", tok, err);
             free(list);
             goto out;

@@ -9,7 +9,7 @@
  * it addr/24 and mtu, brings it and the namespace's loopback up, and returns its non-blocking
  * descriptor (or -1 with a message in err). The calling thread is back in its own namespace
  * on return. The interface lives as long as the descriptor. */
-int wan_tun_open(const char *ns, const char *ifname, uint32_t addr, int mtu, char *err,
-                 size_t errlen);
+int hs__wan_tun_open(const char *ns, const char *ifname, uint32_t addr, int mtu, char *err,
+                     size_t errlen);
 
 #endif

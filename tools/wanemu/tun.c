@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "wan/tun.h"
+#include "tun.h"
 
 static int set_up(int s, const char *name) {
     struct ifreq ifr;
@@ -74,8 +74,8 @@ fail:
     return -1;
 }
 
-int wan_tun_open(const char *ns, const char *ifname, uint32_t addr, int mtu, char *err,
-                 size_t errlen) {
+int hs__wan_tun_open(const char *ns, const char *ifname, uint32_t addr, int mtu, char *err,
+                     size_t errlen) {
     char path[256];
     int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), nsfd = -1, fd = -1;
     if (self < 0) {
