@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "core/error_internal.h"
 #include "hearsay/sim.h"
+#include "sim/linktime.h"
 
 typedef struct qmsg {
     uint32_t from;
@@ -46,6 +47,7 @@ struct hs_simnet {
     uint64_t seq;
     double loss;
     uint64_t loss_seed;
+    hs__linktime *links; /* per-link delay and rate, or NULL: every message takes latency */
     endpoint *ep;
 };
 
@@ -127,7 +129,10 @@ static int sim_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payloa
         d->q = q;
         d->capq = cap;
     }
-    d->q[d->nq++] = (qmsg){(uint32_t)e->id, round, hs_buf_ref(payload), e->clock + s->latency, s->seq++};
+    double arrival = s->links ? hs__linktime_arrival(s->links, e->id, (int)to, payload->len,
+                                                     e->clock)
+                              : e->clock + s->latency;
+    d->q[d->nq++] = (qmsg){(uint32_t)e->id, round, hs_buf_ref(payload), arrival, s->seq++};
     return 0;
 }
 
@@ -225,6 +230,7 @@ int hs_simnet_new(hs_simnet **out, const hs_topo *topo) {
 
 hs_exchange *hs_simnet_exchange(hs_simnet *s, int i) { return &s->ep[i].ex; }
 void hs_simnet_set_clock(hs_simnet *s, int i, double t) { s->ep[i].clock = t; }
+void hs__simnet_set_links(hs_simnet *s, hs__linktime *lt) { s->links = lt; }
 double hs_simnet_clock(const hs_simnet *s, int i) { return s->ep[i].clock; }
 void hs_simnet_set_latency(hs_simnet *s, double latency) { s->latency = latency; }
 void hs_simnet_set_loss(hs_simnet *s, double p, uint64_t seed) {
