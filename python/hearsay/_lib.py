@@ -20,8 +20,9 @@ def _candidates():
     if env:
         # An explicit choice is the only one tried: falling back would hide a wrong path.
         return [env]
-    out = []
     here = os.path.dirname(os.path.abspath(__file__))
+    # An installed wheel carries its own copy beside the modules.
+    out = [os.path.join(here, "libhearsay.so")]
     # The package inside a source checkout (python/hearsay/): the meson build directories beside it.
     root = os.path.dirname(os.path.dirname(here))
     for b in ("build", "builddir"):
