@@ -11,7 +11,7 @@ import math
 import os
 import threading
 
-from . import _lib
+from . import _env, _lib
 from .errors import Error, EINVAL, ERANGE
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
@@ -94,6 +94,9 @@ class Node:
         try:
             merged = dict(options or {})
             merged.update({k.replace("_", "-"): v for k, v in kwargs.items()})
+            # torchrun, srun, mpirun, hearsay launch: rank, world and rendezvous when not given.
+            for k, v in _env.options(merged, os.environ).items():
+                merged.setdefault(k, v)
             for name, v in merged.items():
                 if v is None:
                     continue

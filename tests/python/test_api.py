@@ -194,4 +194,33 @@ def torch_parameters_become_views_of_one_buffer():
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, 2)[:, 0])
 
 
+@case
+def launcher_environments():
+    from hearsay._env import options
+    tr = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.9", "MASTER_PORT": "2950",
+          "TORCHELASTIC_RUN_ID": "r1"}
+    o = options({}, tr)
+    assert o == {"rank": "1", "world": "4", "run-id": "hearsay-r1",
+                 "bootstrap": "127.0.0.9:2950", "listen": "127.0.0.9:0"}, o
+    o = options({}, dict(tr, RANK="0"))
+    assert o["listen"] == "127.0.0.9:2950" and "bootstrap" not in o, o
+    # torchrun's static rendezvous keeps its store on MASTER_PORT: the next port is hearsay's.
+    o = options({}, dict(tr, RANK="0", TORCHELASTIC_USE_AGENT_STORE="True"))
+    assert o["listen"] == "127.0.0.9:2951", o
+    # mpirun inside a Slurm allocation: Open MPI's rank, not the batch step's SLURM_PROCID.
+    o = options({}, {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "5",
+                     "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "OMPI_MCA_ess_base_jobid": "7"})
+    assert o["rank"] == "3" and o["world"] == "5" and o["rendezvous"] == "hearsay-7.addr", o
+    o = options({}, {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9",
+                     "SLURM_STEP_ID": "0", "HEARSAY_SECRET_FILE": "/k"})
+    assert o["rendezvous"] == "hearsay-9.0.addr" and o["secret-file"] == "/k", o
+    # The caller's placement wins whole; its other options too.
+    assert options({"world": 2}, tr) == {}, options({"world": 2}, tr)
+    o = options({"listen": "127.0.0.2:0", "run-id": "mine", "insecure": True}, tr)
+    assert "listen" not in o and "run-id" not in o and "secret-file" not in o, o
+    assert options({}, {}) == {}
+    raises(ValueError, options, {}, dict(tr, RANK="4"))
+    raises(ValueError, options, {}, dict(tr, WORLD_SIZE="x"))
+
+
 sys.exit(1 if failures else 0)
