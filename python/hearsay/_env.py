@@ -17,7 +17,8 @@ gave always wins over one derived here. In order:
 Without MASTER_ADDR the peers meet through a rendezvous file on a shared directory:
 $HEARSAY_RENDEZVOUS, or hearsay-JOB.addr in the working directory, JOB being the launcher's
 job id (the same in every task, new for the next job), which also names the run. The secret
-comes from $HEARSAY_SECRET_FILE when no security option was given (`hearsay launch` sets it)."""
+comes from $HEARSAY_SECRET_FILE when no security option was given, the metrics file from
+$HEARSAY_METRICS (`hearsay launch -- COMMAND` sets both)."""
 import ipaddress
 import os
 import re
@@ -120,6 +121,9 @@ def options(given: Mapping[str, object], env: Mapping[str, str]) -> Dict[str, st
         listen = listen or "0.0.0.0:0"
     if given.get("listen") is None:
         out["listen"] = listen
+    metrics = _get(env, "HEARSAY_METRICS")  # hearsay launch's run directory
+    if metrics and given.get("metrics") is None:
+        out["metrics"] = metrics
     if not any(given.get(k) not in (None, False, 0, "0") for k in _SECURITY):
         secret = _get(env, "HEARSAY_SECRET_FILE")
         if secret:

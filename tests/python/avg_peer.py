@@ -5,7 +5,10 @@ NAME=VALUE arguments; anything not given (rank, world, rendezvous) comes from th
 as a launcher would set it. Prints the library it loaded and the rank the node took.
 
     avg_peer.py --value V --expect E [NAME=VALUE...]
+
+V may name an environment variable instead (--value RANK: a launcher's rank).
 """
+import os
 import sys
 
 import numpy as np
@@ -18,7 +21,8 @@ def main(argv):
     it = iter(argv)
     for a in it:
         if a == "--value":
-            value = float(next(it))
+            v = next(it)
+            value = float(os.environ[v] if v.isidentifier() else v)
         elif a == "--expect":
             expect = float(next(it))
         else:
