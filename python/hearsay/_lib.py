@@ -51,6 +51,7 @@ def _declare(lib):
         "hs_node_leave": (ctypes.c_int, [P]),
         "hs_node_free": (None, [P]),
         "hs_node_request_stop": (None, [P, ctypes.c_int]),
+        "hs_node_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p]),
         "hs_error_message": (ctypes.c_char_p, []),
         "hs_err_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hs_strerror": (ctypes.c_char_p, [ctypes.c_int]),

@@ -6,9 +6,12 @@ accepted; anything else is a TypeError, never a silent copy (a copy would leave 
 model untouched by the gossip). Threading: one thread at a time per node, except
 request_stop, which any thread may call."""
 import ctypes
+import glob
 import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 
 from . import _env, _lib
@@ -88,6 +91,8 @@ class Node:
         self._opts = ctypes.c_void_p()
         self._h = ctypes.c_void_p()
         self._d = None
+        self._resume_dir = None  # load_state_dict's checkpoint, removed at close
+        self._given = {}
         self._started = False
         self.running = False
         _lib.check(self._L.hs_node_options_new(ctypes.byref(self._opts)), "hs_node_options_new")
@@ -97,6 +102,7 @@ class Node:
             # torchrun, srun, mpirun, hearsay launch: rank, world and rendezvous when not given.
             for k, v in _env.options(merged, os.environ).items():
                 merged.setdefault(k, v)
+            self._given = {k: v for k, v in merged.items() if v is not None}
             for name, v in merged.items():
                 if v is None:
                     continue
@@ -183,6 +189,59 @@ class Node:
         if getattr(self, "_opts", None):
             self._L.hs_node_options_free(self._opts)
             self._opts = ctypes.c_void_p()
+        if getattr(self, "_resume_dir", None):
+            shutil.rmtree(self._resume_dir, ignore_errors=True)
+            self._resume_dir = None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self):
+        """The node's state now, between two steps, as a dict of plain values (for torch.save
+        or pickle): the bytes of a checkpoint file (hs_node_checkpoint: the vector, the local
+        step count, the algorithm's state, the job's end round, the members) with its round
+        and rank. A node given it with load_state_dict before start continues from it."""
+        if not self._started or not self._h:
+            raise RuntimeError("hearsay: state_dict needs a started node")
+        tmp = tempfile.mkdtemp(prefix="hearsay-state-")
+        try:
+            _lib.check(self._L.hs_node_checkpoint(self._h, tmp.encode()), "hs_node_checkpoint")
+            files = glob.glob(os.path.join(tmp, "ckpt-*.hsck"))
+            if len(files) != 1:
+                raise RuntimeError(f"hearsay: hs_node_checkpoint wrote {len(files)} files")
+            with open(files[0], "rb") as f:
+                data = f.read()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return {"format": "hearsay-node-state", "version": 1, "round": self.round,
+                "rank": self.rank, "checkpoint": data}
+
+    def load_state_dict(self, state):
+        """Makes start() continue from a state_dict() of this peer (the same rank, a vector of
+        the same size): start writes the saved vector into x and the job goes on from the
+        saved round to the saved end. The whole job restarts this way, every peer from its
+        own state; neighbours send each other full replicas at the first round. Before start
+        only."""
+        if self._h or not self._opts:
+            raise RuntimeError("hearsay: load_state_dict must come before start")
+        if not isinstance(state, dict) or state.get("format") != "hearsay-node-state":
+            raise ValueError("hearsay: not a hearsay Node.state_dict()")
+        if state.get("version") != 1:
+            raise ValueError(f"hearsay: node state version {state.get('version')}; this "
+                             "package reads version 1")
+        rank, rnd, data = int(state["rank"]), int(state["round"]), state["checkpoint"]
+        if self._resume_dir:
+            shutil.rmtree(self._resume_dir, ignore_errors=True)
+        self._resume_dir = tempfile.mkdtemp(prefix="hearsay-resume-")
+        # The name the C library looks for (hearsay/checkpoint.h); it validates the bytes.
+        with open(os.path.join(self._resume_dir, f"ckpt-{rank}-{rnd:012d}.hsck"), "wb") as f:
+            f.write(bytes(data))
+        opts = [("checkpoint-dir", self._resume_dir), ("resume", "1"), ("rank", str(rank))]
+        # The whole job restarts: each peer waits for all before going on (a resumed peer
+        # otherwise goes on alone once no member of the old job answers).
+        if "wait-peers" not in self._given and int(self._given.get("world", 1)) > 1:
+            opts.append(("wait-peers", str(self._given["world"])))
+        for name, v in opts:
+            _lib.check(self._L.hs_node_options_set(self._opts, name.encode(), v.encode()),
+                       "hs_node_options_set")
 
     def __enter__(self):
         return self

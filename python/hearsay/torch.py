@@ -4,13 +4,29 @@ Gossip puts every parameter of the module into one contiguous float32 buffer and
 parameters views of it (as DDP's buckets do), so one hs_node_step works on the whole model in
 place with no copy on the CPU. The Parameter objects stay the same, so an optimizer made before
 or after sees the same tensors. A CUDA model is staged through one pinned host buffer: device to
-host, gossip, host to device, once per step. Buffers (BatchNorm statistics) are not gossiped.
+host, gossip, host to device, once per step. Buffers are not gossiped: a module with BatchNorm
+running statistics is refused (GroupNorm recommended) unless allow_local_buffers=True.
 Threading: as hearsay.Node (one thread at a time)."""
 import time
 
 import torch
 
 from .node import Node
+
+
+def check_buffers(module):
+    """Refuses (ValueError) a module whose float buffers would silently differ between peers:
+    BatchNorm's running statistics are buffers, not parameters, so the gossip does not average
+    them and each peer would evaluate with its own. GroupNorm (or LayerNorm) normalises
+    without running statistics and gossips as it is."""
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            raise ValueError(
+                f"hearsay.torch: {name or 'the module'} is {type(m).__name__}: its running "
+                "statistics are buffers that the gossip does not average, so each peer would "
+                "evaluate with its own; use torch.nn.GroupNorm (or BatchNorm with "
+                "track_running_stats=False), or pass allow_local_buffers=True to keep them "
+                "local on purpose")
 
 
 def flatten_parameters(module):
@@ -53,7 +69,9 @@ class Gossip:
     `node` may be a hearsay.Node made beforehand; otherwise the keyword options make one.
     `g.attach(opt)` instead makes every opt.step() gossip too (check g.running)."""
 
-    def __init__(self, module, node=None, **options):
+    def __init__(self, module, node=None, allow_local_buffers=False, **options):
+        if not allow_local_buffers:
+            check_buffers(module)
         self.module = module
         self.flat = flatten_parameters(module)
         self.node = node if node is not None else Node(**options)
@@ -98,6 +116,31 @@ class Gossip:
             self._from_host()
             self.steps += 1
             self.seconds += time.perf_counter() - t0
+
+    def state_dict(self):
+        """The gossip state now, between two steps, for torch.save beside the model's and the
+        optimizer's: the node's (Node.state_dict: the vector, the algorithm's state, the round,
+        the job's end; whatever the C node saves, such as an outer optimizer's state, rides in
+        it) and this wrapper's step count. Extra entries of a subclass go under "extra"."""
+        self._to_host()
+        return {"format": "hearsay-gossip-state", "version": 1, "node": self.node.state_dict(),
+                "steps": self.steps, "extra": self._extra_state()}
+
+    def load_state_dict(self, state):
+        """Makes start() continue from a state_dict(): the parameters become the saved vector
+        and the job goes on from the saved round. Before start only."""
+        if not isinstance(state, dict) or state.get("format") != "hearsay-gossip-state":
+            raise ValueError("hearsay.torch: not a Gossip.state_dict()")
+        self.node.load_state_dict(state["node"])
+        self.steps = int(state.get("steps", 0))
+        self._load_extra_state(state.get("extra") or {})
+
+    def _extra_state(self):
+        """Extension point: state of a subclass (plain values), saved under "extra"."""
+        return {}
+
+    def _load_extra_state(self, extra):
+        """Extension point: restores what _extra_state saved."""
 
     def attach(self, optimizer):
         """Makes optimizer.step() gossip after each update while the job runs; returns the

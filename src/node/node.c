@@ -148,7 +148,7 @@ void hs_node_request_stop(hs_node *n, int checkpoint) {
 
 /* ---------------------------------------------------------------- snapshots and checkpoints */
 
-static int write_checkpoint(hs_node *n, uint64_t round) {
+static int write_checkpoint_to(hs_node *n, const char *dir, uint64_t round) {
     hs_buf *state = NULL;
     hs_net_member *mem = NULL;
     uint32_t *ids = NULL;
@@ -168,16 +168,27 @@ static int write_checkpoint(hs_node *n, uint64_t round) {
     }
     hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs};
     size_t bytes = 0;
-    if ((err = hs_checkpoint_write(n->cfg.checkpoint_dir, &info, state->data, state->len,
-                                   &bytes)) == 0)
-        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round,
-                n->cfg.checkpoint_dir, bytes);
+    if ((err = hs_checkpoint_write(dir, &info, state->data, state->len, &bytes)) == 0)
+        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round, dir,
+                bytes);
 out:
     free(ids);
     free(addrs);
     free(mem);
     hs_buf_unref(state);
     return err;
+}
+
+static int write_checkpoint(hs_node *n, uint64_t round) {
+    return write_checkpoint_to(n, n->cfg.checkpoint_dir, round);
+}
+
+int hs_node_checkpoint(hs_node *n, const char *dir) {
+    if (!n || !dir) return hs__err(HS_EINVAL, "hs_node_checkpoint: no %s", n ? "directory" : "node");
+    if (n->state != ST_RUNNING && n->state != ST_ENDED)
+        return hs__err(HS_EINVAL, "hs_node_checkpoint: the node has not started");
+    int err = hs_checkpoint_dir_check(dir);
+    return err < 0 ? err : write_checkpoint_to(n, dir, n->r);
 }
 
 static int publish_snapshot(hs_node *n, uint64_t round) {

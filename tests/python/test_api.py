@@ -189,6 +189,39 @@ def torch_parameters_become_views_of_one_buffer():
         for _ in range(3):
             opt.step()
         assert g.steps == 2 and not g.running, g.steps
+    # Gossip.state_dict through torch.save: a new Gossip on a fresh model continues from it.
+    import io
+    g = hearsay.torch.Gossip(model, world=1, insecure=True, listen=f"{IP}:0", rounds=5,
+                             quiet=True)
+    with g:
+        raises(RuntimeError, g.state_dict)
+        g.start()
+        for _ in range(2):
+            opt.step()
+            g.step()
+        buf = io.BytesIO()
+        torch.save({"gossip": g.state_dict()}, buf)
+        want, at = g.flat.clone(), g.node.round
+    sd = torch.load(io.BytesIO(buf.getvalue()))["gossip"]
+    other = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    g = hearsay.torch.Gossip(other, world=1, insecure=True, listen=f"{IP}:0", rounds=5,
+                             quiet=True)
+    with g:
+        g.load_state_dict(sd)
+        g.start()
+        assert torch.equal(g.flat, want) and g.node.round == at and g.steps == 2, g.node.round
+        n = 0
+        while g.step():
+            n += 1
+        assert g.node.round == at + 3, (g.node.round, at)
+    raises(ValueError, hearsay.torch.Gossip(other, world=1).load_state_dict, {"x": 1})
+    # BatchNorm's running statistics would stay each peer's own: refused, GroupNorm named.
+    bn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4))
+    e = raises(ValueError, hearsay.torch.Gossip, bn, world=1, insecure=True)
+    assert "GroupNorm" in str(e) and "1" in str(e) and "BatchNorm2d" in str(e), str(e)
+    hearsay.torch.Gossip(bn, allow_local_buffers=True, world=1, insecure=True).close()
+    hearsay.torch.Gossip(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.GroupNorm(2, 4)),
+                         world=1, insecure=True).close()
     raises(TypeError, hearsay.torch.flatten_parameters, torch.nn.Linear(2, 2).double())
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, dtype=torch.float64))
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, 2)[:, 0])
