@@ -52,6 +52,18 @@ int hs_node_options_new(hs_node_options **out);
 int hs_node_options_set(hs_node_options *o, const char *name, const char *value);
 void hs_node_options_free(hs_node_options *o); /* accepts NULL */
 
+/* Typed forms of hs_node_options_set for numbers and switches: the value is written as text
+ * ("%lld", "%.17g", "1"/"0") and checked by the same parser, so an option accepts the same
+ * values either way (set_int "world" 4 is set "world" "4"; set_bool "insecure" 1). */
+int hs_node_options_set_int(hs_node_options *o, const char *name, long long value);
+int hs_node_options_set_double(hs_node_options *o, const char *name, double value);
+int hs_node_options_set_bool(hs_node_options *o, const char *name, int value);
+
+/* The i-th option's name (NULL past the last) and, in *default_value when non-NULL, the
+ * text of its default (NULL: unset unless given, the algorithm's or the runtime's choice).
+ * The table hs_node_options_set reads: bindings check their own signatures against it. */
+const char *hs_node_option_name(size_t i, const char **default_value);
+
 /* A node for vectors of d floats. Checks the options together (paths, algorithm and
  * compressor, topology) and opens nothing yet. The options are copied. */
 int hs_node_new(hs_node **out, const hs_node_options *o, size_t d);

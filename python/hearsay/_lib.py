@@ -6,16 +6,17 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from typing import Any, List, Optional
 
 from . import errors
 
 _lock = threading.Lock()
-_lib = None
+_lib: Optional[Any] = None  # the ctypes.CDLL, with _hearsay_path set
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 
 
-def _candidates():
+def _candidates() -> List[str]:
     env = os.environ.get("HEARSAY_LIB")
     if env:
         # An explicit choice is the only one tried: falling back would hide a wrong path.
@@ -34,7 +35,7 @@ def _candidates():
     return out
 
 
-def _declare(lib):
+def _declare(lib: Any) -> None:
     P = ctypes.c_void_p
     sig = {
         "hs_node_options_new": (ctypes.c_int, [ctypes.POINTER(P)]),
@@ -62,7 +63,7 @@ def _declare(lib):
         f.argtypes = args
 
 
-def lib():
+def lib() -> Any:
     """The loaded library with its signatures declared; raises hearsay.LibraryNotFound."""
     global _lib
     with _lock:
@@ -74,7 +75,7 @@ def lib():
                 tried.append(f"{path} (absent)")
                 continue
             try:
-                cand = ctypes.CDLL(path)
+                cand: Any = ctypes.CDLL(path)
                 _declare(cand)
             except (OSError, AttributeError) as e:
                 tried.append(f"{path} ({e})")
@@ -87,7 +88,7 @@ def lib():
             + "; ".join(tried))
 
 
-def check(rc, what):
+def check(rc: int, what: str) -> int:
     """Raises the hearsay.Error subclass of a negative return code, with the C message of the
     calling thread (call it on the thread that made the failing call); returns rc otherwise."""
     if rc >= 0:

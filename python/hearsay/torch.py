@@ -8,13 +8,14 @@ host, gossip, host to device, once per step. Buffers are not gossiped: a module 
 running statistics is refused (GroupNorm recommended) unless allow_local_buffers=True.
 Threading: as hearsay.Node (one thread at a time)."""
 import time
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from .node import Node
+from .node import Node, OptionValue, _option_name
 
 
-def check_buffers(module):
+def check_buffers(module: torch.nn.Module) -> None:
     """Refuses (ValueError) a module whose float buffers would silently differ between peers:
     BatchNorm's running statistics are buffers, not parameters, so the gossip does not average
     them and each peer would evaluate with its own. GroupNorm (or LayerNorm) normalises
@@ -29,7 +30,7 @@ def check_buffers(module):
                 "local on purpose")
 
 
-def flatten_parameters(module):
+def flatten_parameters(module: torch.nn.Module) -> torch.Tensor:
     """Moves the module's parameters into one new contiguous buffer and makes them views of it;
     returns the buffer. All parameters must be float32 on one device (TypeError otherwise)."""
     params = list(module.parameters())
@@ -69,12 +70,15 @@ class Gossip:
     `node` may be a hearsay.Node made beforehand; otherwise the keyword options make one.
     `g.attach(opt)` instead makes every opt.step() gossip too (check g.running)."""
 
-    def __init__(self, module, node=None, allow_local_buffers=False, **options):
+    def __init__(self, module: torch.nn.Module, node: Optional[Node] = None,
+                 allow_local_buffers: bool = False, **options: OptionValue) -> None:
         if not allow_local_buffers:
             check_buffers(module)
+        for k in options:
+            _option_name(k)  # InvalidArgument listing every option
         self.module = module
         self.flat = flatten_parameters(module)
-        self.node = node if node is not None else Node(**options)
+        self.node = node if node is not None else Node(options)
         # The C library works in host memory: a CUDA model is staged through pinned memory so
         # the two copies per step run at full bus speed.
         self.host = self.flat
@@ -84,26 +88,26 @@ class Gossip:
         self.seconds = 0.0  # time spent in step(): staging and the gossip round
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self.node.running
 
-    def _to_host(self):
+    def _to_host(self) -> None:
         if self.host is not self.flat:
             self.host.copy_(self.flat, non_blocking=True)
-            torch.cuda.current_stream(self.flat.device).synchronize()
+            torch.cuda.current_stream(self.flat.device).synchronize()  # type: ignore[no-untyped-call]
 
-    def _from_host(self):
+    def _from_host(self) -> None:
         if self.host is not self.flat:
             self.flat.copy_(self.host, non_blocking=True)
 
-    def start(self):
+    def start(self) -> None:
         """Starts or joins the job from the module's current parameters (every peer of a new job
         should start from the same ones: seed the model's initialisation alike)."""
         self._to_host()
         self.node.start(self.host)
         self._from_host()
 
-    def step(self):
+    def step(self) -> bool:
         """One gossip round on the parameters, after optimizer.step(). True while the job goes
         on, False after its last round; raises hearsay.Error otherwise."""
         t0 = time.perf_counter()
@@ -117,7 +121,7 @@ class Gossip:
             self.steps += 1
             self.seconds += time.perf_counter() - t0
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The gossip state now, between two steps, for torch.save beside the model's and the
         optimizer's: the node's (Node.state_dict: the vector, the algorithm's state, the round,
         the job's end; whatever the C node saves, such as an outer optimizer's state, rides in
@@ -126,7 +130,7 @@ class Gossip:
         return {"format": "hearsay-gossip-state", "version": 1, "node": self.node.state_dict(),
                 "steps": self.steps, "extra": self._extra_state()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes start() continue from a state_dict(): the parameters become the saved vector
         and the job goes on from the saved round. Before start only."""
         if not isinstance(state, dict) or state.get("format") != "hearsay-gossip-state":
@@ -135,39 +139,38 @@ class Gossip:
         self.steps = int(state.get("steps", 0))
         self._load_extra_state(state.get("extra") or {})
 
-    def _extra_state(self):
+    def _extra_state(self) -> Dict[str, Any]:
         """Extension point: state of a subclass (plain values), saved under "extra"."""
         return {}
 
-    def _load_extra_state(self, extra):
+    def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
         """Extension point: restores what _extra_state saved."""
 
-    def attach(self, optimizer):
+    def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Makes optimizer.step() gossip after each update while the job runs; returns the
         optimizer."""
         inner = optimizer.step
 
-        def step(*args, **kwargs):
+        def step(*args: Any, **kwargs: Any) -> Any:
             out = inner(*args, **kwargs)
             if self.node.running:
                 self.step()
             return out
 
-        optimizer.step = step
+        optimizer.step = step  # type: ignore[assignment]
         return optimizer
 
-    def report(self, loss=float("nan"), accuracy=float("nan")):
+    def report(self, loss: float = float("nan"), accuracy: float = float("nan")) -> None:
         self.node.report(loss, accuracy)
 
-    def metrics(self):
+    def metrics(self) -> Optional[Dict[str, Any]]:
         return self.node.metrics()
 
-    def close(self):
+    def close(self) -> None:
         self.node.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Gossip":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False

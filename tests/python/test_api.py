@@ -66,8 +66,16 @@ def bad_option_value_carries_the_c_message():
 
 @case
 def unknown_option_and_underscore_names():
-    e = raises(hearsay.InvalidArgument, hearsay.Node, no_such_option=1)
-    assert "no-such-option" in str(e), str(e)
+    # An unknown keyword is Python's TypeError (the signature lists the options); by name in
+    # `options`, or through Gossip, it is InvalidArgument naming every option as Python spells it.
+    raises(TypeError, hearsay.Node, no_such_option=1)
+    e = raises(hearsay.InvalidArgument, hearsay.Node, {"no-such-option": 1})
+    assert "no-such-option" in str(e) and "gamma_c, " in str(e) and "same_start" in str(e), str(e)
+    e = raises(hearsay.InvalidArgument, hearsay.Node, {"lr": 0.1})
+    assert "training option" in str(e), str(e)
+    # A bad value: the C sentence, and the option as the caller wrote it.
+    e = raises(hearsay.InvalidArgument, hearsay.Node, gamma_c=7.0)
+    assert "hearsay.Node(gamma_c=7.0)" in str(e) and "gamma-c" in e.message, str(e)
     with hearsay.Node(gamma_c=0.25, compress="topk:0.01", algo="choco") as n:
         assert n.d is None and n.round == 0 and n.metrics() is None
 
@@ -254,6 +262,38 @@ def launcher_environments():
     assert options({}, {}) == {}
     raises(ValueError, options, {}, dict(tr, RANK="4"))
     raises(ValueError, options, {}, dict(tr, WORLD_SIZE="x"))
+
+
+@case
+def signature_matches_c_option_table():
+    """Node's keyword arguments are the C table's options (hs_node_option_name), with the same
+    defaults: neither can change without the other."""
+    import ctypes
+    import inspect
+    f = hearsay._lib.lib().hs_node_option_name
+    f.restype, f.argtypes = ctypes.c_char_p, [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p)]
+    table, i = {}, 0
+    while True:
+        d = ctypes.c_char_p()
+        name = f(i, ctypes.byref(d))
+        if not name:
+            break
+        table[name.decode().replace("-", "_")] = None if d.value is None else d.value.decode()
+        i += 1
+    params = {p.name: p for p in inspect.signature(hearsay.Node.__init__).parameters.values()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert set(params) == set(table), (set(params) ^ set(table))
+    assert hearsay.node.option_names() == tuple(params)
+    for name, c_default in table.items():
+        p = params[name]
+        assert p.annotation is not inspect.Parameter.empty, name
+        if c_default is None:
+            assert p.default is None, (name, p.default)
+        else:
+            assert hearsay.node.option_value(p.default) == c_default, (name, p.default, c_default)
+    # Documented in the class docstring too.
+    for name in table:
+        assert name in hearsay.Node.__doc__, name
 
 
 sys.exit(1 if failures else 0)

@@ -32,6 +32,15 @@ after=$(cd "$src" && find . -name __pycache__ -prune -o -print | sort)
 whl=$(ls "$tmp"/wheel/hearsay-*.whl) || fail "no wheel"
 "$py" -c 'import sys, zipfile; sys.exit("hearsay/libhearsay.so" not in zipfile.ZipFile(sys.argv[1]).namelist())' \
     "$whl" || fail "the wheel has no hearsay/libhearsay.so"
+# Every module of the package (and py.typed) is in the wheel: python/meson.build lists them.
+missing=$("$py" - "$whl" "$src/python/hearsay" <<'PY'
+import os, sys, zipfile
+have = {os.path.basename(n) for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("hearsay/")}
+want = {f for f in os.listdir(sys.argv[2]) if f.endswith(".py") or f == "py.typed"}
+print(" ".join(sorted(want - have)))
+PY
+) || fail "reading the wheel"
+[[ -z $missing ]] || fail "the wheel lacks $missing (add them to python/meson.build)"
 rm -rf "$src" "$tmp/build-venv"
 
 "$py" -m venv --system-site-packages "$tmp/venv" || fail "venv"
