@@ -81,6 +81,9 @@ def lib() -> Any:
                 tried.append(f"{path} ({e})")
                 continue
             _lib = cand
+            from . import _log
+
+            _log.install(_lib)
             _lib._hearsay_path = path
             return _lib
         raise errors.LibraryNotFound(

@@ -310,6 +310,7 @@ int hs__node_connect(hs_node *n) {
     n->rank = cfg->rank >= 0 ? cfg->rank % world
               : n->have_ck   ? n->ck.rank % world
                              : (int)(n->self % (uint32_t)world);
+    hs__log_set_peer(n->rank, n->self);
     /* A writer killed mid-write left its temporary behind: it is of no use to anyone. */
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* This peer's own terms hold until it learns the job's. */
@@ -398,10 +399,13 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
          (err = hs_metrics_open(&n->metrics, path, cfg->resume)) < 0))
         return err;
+    /* rounds 0 has no end: its end round is a sentinel, not a number to show. */
+    char end[48] = "with no end (rounds 0)";
+    if (n->jt.rounds != HS__NODE_NO_END)
+        snprintf(end, sizeof(end), "ending at round %llu", (unsigned long long)n->jt.end);
     if (!cfg->quiet)
-        HS_LOGI("starting at round %llu, ending at round %llu: shard %d of %d, %s, %s",
-                (unsigned long long)r, (unsigned long long)n->jt.end, n->rank,
-                cfg->world > 0 ? cfg->world : 1, hs_algo_kind_name(cfg->algo.kind),
+        HS_LOGI("starting at round %llu, %s: shard %d of %d, %s, %s", (unsigned long long)r, end,
+                n->rank, cfg->world > 0 ? cfg->world : 1, hs_algo_kind_name(cfg->algo.kind),
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
@@ -432,6 +436,7 @@ static int recover(hs_node *n, int err) {
     if ((err = hs__node_rejoin(&n->net, &n->nc, &n->w, n->join_ms, &n->stop)) < 0) return err;
     n->self = hs_net_self(n->net);
     set_tag(n->self);
+    hs__log_set_peer(n->rank, n->self);
     if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = read_job_terms(&n->w, &n->jt)) < 0 ||
         (err = adopt_welcome(n)) < 0)
         return err;

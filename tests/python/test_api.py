@@ -296,4 +296,49 @@ def signature_matches_c_option_table():
         assert name in hearsay.Node.__doc__, name
 
 
+LOG_CHILD = """
+import logging, sys, threading, numpy as np, hearsay
+records = []
+class Keep(logging.Handler):
+    def emit(self, r):
+        records.append(r)
+logging.getLogger("hearsay").addHandler(Keep())
+logging.getLogger("hearsay").setLevel(logging.INFO)
+def peer(rank):
+    x = np.full(10, float(rank), np.float32)
+    with hearsay.Node(world=2, rank=rank, insecure=True, listen=sys.argv[1] + ":0", rounds=3,
+                      rendezvous=sys.argv[2], run_id="logtest", on_divergence="warn") as n:
+        n.start(x)
+        going = True
+        while going:
+            n.report(accuracy=0.5)  # an info line of the round, from this thread
+            going = n.step(x)
+threads = [threading.Thread(target=peer, args=(r,), name=f"r{r}") for r in (0, 1)]
+for t in threads: t.start()
+for t in threads: t.join()
+rounds = [r for r in records if r.getMessage().startswith("round ")]
+assert rounds, [r.getMessage() for r in records]
+for r in rounds:
+    assert r.levelno == logging.INFO and r.name == "hearsay", r
+    assert r.rank == int(r.threadName[1]), (r.rank, r.threadName, r.getMessage())
+assert {r.rank for r in rounds} == {0, 1}, {r.rank for r in rounds}
+warns = [r for r in records if "--insecure" in r.getMessage()]
+assert warns and all(r.levelno == logging.WARNING for r in warns), warns
+assert all(hasattr(r, "rank") and hasattr(r, "peer") for r in records)
+print("records", len(records), "round records", len(rounds))
+"""
+
+
+@case
+def log_records_reach_python_logging_with_the_rank():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        env = {k: v for k, v in os.environ.items() if k != "HEARSAY_LOG"}
+        r = subprocess.run([sys.executable, "-c", LOG_CHILD, IP, os.path.join(d, "rv")], env=env,
+                           capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A configured "hearsay" logger takes every line: nothing of the library's on stderr.
+    assert " info: " not in r.stderr and " warn: " not in r.stderr, r.stderr
+
+
 sys.exit(1 if failures else 0)
