@@ -403,7 +403,7 @@ static int find_plot(char *out, size_t cap) {
 }
 
 int hs_cmd_launch(int argc, char **argv) {
-    if (hs_launch_script_wanted(argc, argv)) return hs_cmd_launch_script(argc, argv);
+    if (hs__launch_script_wanted(argc, argv)) return hs__cmd_launch_script(argc, argv);
     launch_args a;
     memset(&a, 0, sizeof(a));
     a.n = 8;

@@ -63,7 +63,7 @@ static int handle(void *ctx, int key, const char *v) {
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
 
-int hs_launch_script_wanted(int argc, char **argv) {
+int hs__launch_script_wanted(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--")) return i;
     return 0;
@@ -214,8 +214,8 @@ static void supervise(child *ps, int n, double grace) {
     }
 }
 
-int hs_cmd_launch_script(int argc, char **argv) {
-    int dd = hs_launch_script_wanted(argc, argv);
+int hs__cmd_launch_script(int argc, char **argv) {
+    int dd = hs__launch_script_wanted(argc, argv);
     script_args a = {.n = 2, .runs_dir = "runs", .master = "127.0.0.1", .grace = 10};
     const hs_cli_opt *const tables[] = {script_opts, NULL};
     int rc = hs_cli_parse(dd, argv, "launch", "[options] -- COMMAND [ARG...]",

@@ -3,7 +3,7 @@
 #define HS_CLI_LAUNCH_SCRIPT_H
 
 /* The index of "--" in argv (a script launch), 0 when there is none. */
-int hs_launch_script_wanted(int argc, char **argv);
-int hs_cmd_launch_script(int argc, char **argv);
+int hs__launch_script_wanted(int argc, char **argv);
+int hs__cmd_launch_script(int argc, char **argv);
 
 #endif
