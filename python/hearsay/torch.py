@@ -12,6 +12,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from ._overlap import Pipeline
+from .errors import Error
 from .node import Node, OptionValue, _option_name
 
 
@@ -68,10 +70,16 @@ class Gossip:
         g.close()
 
     `node` may be a hearsay.Node made beforehand; otherwise the keyword options make one.
-    `g.attach(opt)` instead makes every opt.step() gossip too (check g.running)."""
+    `g.attach(opt)` instead makes every opt.step() gossip too (check g.running).
+    `overlap=True` keeps one round in flight: step() returns at once and the round runs while
+    the next step computes; its change reaches the parameters one step late (hearsay._overlap
+    says why that is sound). For CUDA models this hides the copies and the round behind the
+    compute. `allow_local_buffers=True` accepts BatchNorm running statistics, which then stay
+    each peer's own."""
 
     def __init__(self, module: torch.nn.Module, node: Optional[Node] = None,
-                 allow_local_buffers: bool = False, **options: OptionValue) -> None:
+                 allow_local_buffers: bool = False, overlap: bool = False,
+                 **options: OptionValue) -> None:
         if not allow_local_buffers:
             check_buffers(module)
         for k in options:
@@ -82,7 +90,12 @@ class Gossip:
         # The C library works in host memory: a CUDA model is staged through pinned memory so
         # the two copies per step run at full bus speed.
         self.host = self.flat
-        if self.flat.device.type != "cpu":
+        self._pipe: Optional[Pipeline] = None
+        self._going = True  # what the round collected outside step() said
+        if overlap:
+            self._pipe = Pipeline(self.flat, self.node)
+            self.host = self._pipe.host  # the pinned buffer serves start() too
+        elif self.flat.device.type != "cpu":
             self.host = torch.empty(self.flat.numel(), dtype=torch.float32, pin_memory=True)
         self.steps = 0
         self.seconds = 0.0  # time spent in step(): staging and the gossip round
@@ -94,11 +107,18 @@ class Gossip:
     def _to_host(self) -> None:
         if self.host is not self.flat:
             self.host.copy_(self.flat, non_blocking=True)
-            torch.cuda.current_stream(self.flat.device).synchronize()  # type: ignore[no-untyped-call]
+            if self.flat.device.type == "cuda":
+                torch.cuda.current_stream(self.flat.device).synchronize()  # type: ignore[no-untyped-call]
 
     def _from_host(self) -> None:
         if self.host is not self.flat:
-            self.flat.copy_(self.host, non_blocking=True)
+            with torch.no_grad():
+                self.flat.copy_(self.host, non_blocking=True)
+
+    def _settle(self) -> None:
+        """Applies the round in flight (overlap), so that the node and the parameters agree."""
+        if self._pipe is not None and self._pipe.in_flight():
+            self._going = self._pipe.collect()
 
     def start(self) -> None:
         """Starts or joins the job from the module's current parameters (every peer of a new job
@@ -111,6 +131,16 @@ class Gossip:
         """One gossip round on the parameters, after optimizer.step(). True while the job goes
         on, False after its last round; raises hearsay.Error otherwise."""
         t0 = time.perf_counter()
+        if self._pipe is not None:
+            try:
+                going = self._pipe.collect() if self._pipe.in_flight() else self._going
+                self._going = True
+                if going:
+                    self._pipe.submit()
+                    self.steps += 1
+                return going
+            finally:
+                self.seconds += time.perf_counter() - t0
         self._to_host()
         try:
             return self.node.step(self.host)
@@ -125,8 +155,9 @@ class Gossip:
         """The gossip state now, between two steps, for torch.save beside the model's and the
         optimizer's: the node's (Node.state_dict: the vector, the algorithm's state, the round,
         the job's end; whatever the C node saves, such as an outer optimizer's state, rides in
-        it) and this wrapper's step count. Extra entries of a subclass go under "extra"."""
-        self._to_host()
+        it) and this wrapper's step count. Extra entries of a subclass go under "extra". With
+        overlap, the round in flight is applied first."""
+        self._settle()
         return {"format": "hearsay-gossip-state", "version": 1, "node": self.node.state_dict(),
                 "steps": self.steps, "extra": self._extra_state()}
 
@@ -161,12 +192,27 @@ class Gossip:
         return optimizer
 
     def report(self, loss: float = float("nan"), accuracy: float = float("nan")) -> None:
-        self.node.report(loss, accuracy)
+        """This step's loss and accuracy, for the metrics and the guard (with overlap they go
+        with the round the next step() hands over)."""
+        if self._pipe is not None:
+            self._pipe.report = (loss, accuracy)
+        else:
+            self.node.report(loss, accuracy)
 
     def metrics(self) -> Optional[Dict[str, Any]]:
+        """The last finished round's metrics record (Node.metrics)."""
+        if self._pipe is not None:
+            self._pipe.wait()
         return self.node.metrics()
 
     def close(self) -> None:
+        """Applies a round still in flight, then leaves and frees the node."""
+        if self._pipe is not None:
+            try:
+                self._settle()
+            except Error:
+                pass  # closing after a failed round: the parameters hold what it left
+            self._pipe.close()
         self.node.close()
 
     def __enter__(self) -> "Gossip":
