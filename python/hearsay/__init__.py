@@ -11,7 +11,7 @@ __all__ = ["Node", "Error", "InvalidArgument", "AuthError", "ConnectionFailed", 
 
 
 def library_path() -> str:
-    """The path of the loaded libhearsay.so.0 (loads it if needed)."""
+    """The path of the loaded library (loads it if needed)."""
     from . import _lib
 
     path: str = _lib.lib()._hearsay_path

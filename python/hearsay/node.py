@@ -23,8 +23,8 @@ _c_float_p = ctypes.POINTER(ctypes.c_float)
 _NO_ID = 0xFFFFFFFF  # HS_NODE_NO_ID: no id before hs_node_start
 
 
-OptionValue = Union[str, int, float, bool, "os.PathLike[str]"]
-StrPath = Union[str, "os.PathLike[str]"]
+OptionValue = Union[str, int, float, bool, os.PathLike[str]]
+StrPath = Union[str, os.PathLike[str]]
 
 
 def option_value(v: OptionValue) -> str:
