@@ -110,6 +110,9 @@ void hs_log(hs_log_level level, const char *fmt, ...) {
         va_end(ap);
         return;
     }
+    /* A node's own thread says which node it is, whichever node set the process's tag last. */
+    if (thread_peer.has_peer && thread_peer.peer != HS_LOG_NO_PEER)
+        snprintf(tag, sizeof(tag), "peer %u", (unsigned)thread_peer.peer);
     localtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s%s%s: ", tm.tm_hour, tm.tm_min,
                      tm.tm_sec, ts.tv_nsec / 1000000, tag, tag[0] ? " " : "", lv[level]);
