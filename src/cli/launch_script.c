@@ -20,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "cli/launch_script.h"
+#include "cli/rundir.h"
 
 enum { S_N = 'n', S_NAME = 256, S_RUNS_DIR, S_MASTER, S_GRACE };
 
@@ -93,49 +94,17 @@ static int free_port(const char *addr) {
     return port;
 }
 
-static int write_secret(const char *path) {
-    unsigned char b[32];
-    int fd = open("/dev/urandom", O_RDONLY);
-    if (fd < 0 || read(fd, b, sizeof(b)) != (ssize_t)sizeof(b)) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0) return -1;
-    char hex[65];
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", b[i]);
-    hex[64] = '\n';
-    int ok = write(fd, hex, 65) == 65;
-    close(fd);
-    return ok ? 0 : -1;
-}
-
-/* Claims runs_dir/NAME (mkdir is the claim; a generated name takes the next free suffix). */
-static int make_run_dir(const script_args *a, char *name, size_t ncap, char *dir, size_t dcap) {
-    char base[200];
+/* The run directory's name: --name, or DATE-TIME-script-nN. */
+static void base_name(const script_args *a, char *out, size_t cap) {
     if (a->name) {
-        snprintf(base, sizeof(base), "%s", a->name);
-    } else {
-        time_t now = time(NULL);
-        struct tm tm;
-        localtime_r(&now, &tm);
-        snprintf(base, sizeof(base), "%04d%02d%02d-%02d%02d%02d-script-n%d", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, a->n);
+        snprintf(out, cap, "%s", a->name);
+        return;
     }
-    if (strlen(a->runs_dir) > 2500) return hs_cli_usage_error("--runs-dir %s: path too long", a->runs_dir);
-    if (mkdir(a->runs_dir, 0755) != 0 && errno != EEXIST)
-        return hs_cli_usage_error("cannot create %s: %s", a->runs_dir, strerror(errno));
-    for (int k = 1;; k++) {
-        if (k == 1) snprintf(name, ncap, "%s", base);
-        else snprintf(name, ncap, "%s-%d", base, k);
-        snprintf(dir, dcap, "%s/%s", a->runs_dir, name);
-        if (mkdir(dir, 0755) == 0) return 0;
-        if (errno != EEXIST || k >= 1000)
-            return hs_cli_usage_error("cannot create %s: %s", dir, strerror(errno));
-        if (a->name)
-            return hs_cli_usage_error("run directory %s exists already (choose another --name)", dir);
-    }
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    snprintf(out, cap, "%04d%02d%02d-%02d%02d%02d-script-n%d", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, a->n);
 }
 
 /* In the child: its place in the job, then the command. Never returns. */
@@ -233,10 +202,13 @@ int hs__cmd_launch_script(int argc, char **argv) {
     if (!cmd[0]) return -hs_cli_usage_error("nothing to run after --");
     int port = free_port(a.master);
     if (!port) return -hs_cli_usage_error("--master-addr %s: no free port there", a.master);
-    char name[256], dir[3000], secret[3100], log[3100];
-    if ((rc = make_run_dir(&a, name, sizeof(name), dir, sizeof(dir))) < 0) return -rc;
+    char base[200], name[256], dir[3000], secret[3100], log[3100];
+    base_name(&a, base, sizeof(base));
+    if ((rc = hs__cli_claim_run_dir(a.runs_dir, base, a.name != NULL, name, sizeof(name), dir,
+                                    sizeof(dir))) < 0)
+        return -rc;
     snprintf(secret, sizeof(secret), "%s/secret", dir);
-    if (write_secret(secret) != 0) {
+    if (hs__cli_write_secret(secret) != 0) {
         fprintf(stderr, "hearsay launch: cannot write %s: %s\n", secret, strerror(errno));
         return HS_EXIT_FAIL;
     }
