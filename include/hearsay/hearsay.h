@@ -19,6 +19,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/guard.h"
 #include "hearsay/metrics.h"
+#include "hearsay/log.h"
 #include "hearsay/node.h"
 #include "hearsay/peer.h"
 

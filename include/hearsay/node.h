@@ -57,6 +57,18 @@ int hs_node_options_new(hs_node_options **out);
 int hs_node_options_set(hs_node_options *o, const char *name, const char *value);
 void hs_node_options_free(hs_node_options *o); /* accepts NULL */
 
+/* Typed forms of hs_node_options_set for numbers and switches: the value is written as text
+ * ("%lld", "%.17g", "1"/"0") and checked by the same parser, so an option accepts the same
+ * values either way (set_int "world" 4 is set "world" "4"; set_bool "insecure" 1). */
+int hs_node_options_set_int(hs_node_options *o, const char *name, long long value);
+int hs_node_options_set_double(hs_node_options *o, const char *name, double value);
+int hs_node_options_set_bool(hs_node_options *o, const char *name, int value);
+
+/* The i-th option's name (NULL past the last) and, in *default_value when non-NULL, the
+ * text of its default (NULL: unset unless given, the algorithm's or the runtime's choice).
+ * The table hs_node_options_set reads: bindings check their own signatures against it. */
+const char *hs_node_option_name(size_t i, const char **default_value);
+
 /* A node for vectors of d floats. Checks the options together (paths, algorithm and
  * compressor, topology) and opens nothing yet. The options are copied. */
 int hs_node_new(hs_node **out, const hs_node_options *o, size_t d);
@@ -101,6 +113,17 @@ int hs_node_metrics_json(const hs_node *n, char *buf, size_t cap);
 /* Leaves the job gracefully (BYE), closes the runtime; idempotent. hs_node_free leaves too. */
 int hs_node_leave(hs_node *n);
 void hs_node_free(hs_node *n); /* accepts NULL */
+
+/* Writes a checkpoint of the node now, between two hs_node_step calls, into dir (created when
+ * missing; hearsay/checkpoint.h's file ckpt-RANK-ROUND.hsck, ROUND the next round to run): what
+ * a checkpoint-dir checkpoint holds (the vector, the local step count, the algorithm's state,
+ * the job's end round, the members). A node made with the options checkpoint-dir DIR and
+ * resume 1 continues from it: the vector is written into x at hs_node_start and the job runs
+ * to the saved end from that round (or, when the restarted peers wait for each other, from the
+ * round at which their member list is in force, a few rounds later); as for every resume,
+ * neighbours send each other full replicas at the first round. Returns 0, HS_EINVAL before
+ * hs_node_start, HS_EIO. */
+int hs_node_checkpoint(hs_node *n, const char *dir);
 
 /* Asks the node to stop after the current round (hs_node_step then returns HS_EINTR, after a
  * checkpoint when `checkpoint` is 1 and a checkpoint directory is set). Async-signal-safe. */

@@ -10,8 +10,9 @@ __all__ = ["Node", "Error", "InvalidArgument", "AuthError", "ConnectionFailed", 
            "Canceled", "Interrupted", "LibraryNotFound", "library_path"]
 
 
-def library_path():
-    """The path of the loaded libhearsay.so.0 (loads it if needed)."""
+def library_path() -> str:
+    """The path of the loaded library (loads it if needed)."""
     from . import _lib
 
-    return _lib.lib()._hearsay_path
+    path: str = _lib.lib()._hearsay_path
+    return path

@@ -6,22 +6,24 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from typing import Any, List, Optional
 
 from . import errors
 
 _lock = threading.Lock()
-_lib = None
+_lib: Optional[Any] = None  # the ctypes.CDLL, with _hearsay_path set
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 
 
-def _candidates():
+def _candidates() -> List[str]:
     env = os.environ.get("HEARSAY_LIB")
     if env:
         # An explicit choice is the only one tried: falling back would hide a wrong path.
         return [env]
-    out = []
     here = os.path.dirname(os.path.abspath(__file__))
+    # An installed wheel carries its own copy beside the modules.
+    out = [os.path.join(here, "libhearsay.so")]
     # The package inside a source checkout (python/hearsay/): the meson build directories beside it.
     root = os.path.dirname(os.path.dirname(here))
     for b in ("build", "builddir"):
@@ -33,7 +35,7 @@ def _candidates():
     return out
 
 
-def _declare(lib):
+def _declare(lib: Any) -> None:
     P = ctypes.c_void_p
     sig = {
         "hs_node_options_new": (ctypes.c_int, [ctypes.POINTER(P)]),
@@ -50,6 +52,7 @@ def _declare(lib):
         "hs_node_leave": (ctypes.c_int, [P]),
         "hs_node_free": (None, [P]),
         "hs_node_request_stop": (None, [P, ctypes.c_int]),
+        "hs_node_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p]),
         "hs_error_message": (ctypes.c_char_p, []),
         "hs_err_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
@@ -60,7 +63,7 @@ def _declare(lib):
         f.argtypes = args
 
 
-def lib():
+def lib() -> Any:
     """The loaded library with its signatures declared; raises hearsay.LibraryNotFound."""
     global _lib
     with _lock:
@@ -72,12 +75,15 @@ def lib():
                 tried.append(f"{path} (absent)")
                 continue
             try:
-                cand = ctypes.CDLL(path)
+                cand: Any = ctypes.CDLL(path)
                 _declare(cand)
             except (OSError, AttributeError) as e:
                 tried.append(f"{path} ({e})")
                 continue
             _lib = cand
+            from . import _log
+
+            _log.install(_lib)
             _lib._hearsay_path = path
             return _lib
         raise errors.LibraryNotFound(
@@ -85,7 +91,7 @@ def lib():
             + "; ".join(tried))
 
 
-def check(rc, what):
+def check(rc: int, what: str) -> int:
     """Raises the hearsay.Error subclass of a negative return code, with the C message of the
     calling thread (call it on the thread that made the failing call); returns rc otherwise."""
     if rc >= 0:

@@ -1,13 +1,14 @@
 """Exceptions carrying the C library's error: its code (negative HS_E*), symbolic name and the
 sentence that names what was wrong (hs_error_message)."""
 import errno
+from typing import Dict, Type
 
 
 class Error(Exception):
     """A hearsay call failed. `code` is the negative HS_E* value, `name` its symbol
     ("HS_EAUTH"), `message` the C library's sentence, `call` the C function."""
 
-    def __init__(self, code, name, message, call=""):
+    def __init__(self, code: int, name: str, message: str, call: str = "") -> None:
         super().__init__(f"{message} [{name}]" if name else message)
         self.code = code
         self.name = name
@@ -55,7 +56,7 @@ EDIVERGED = -4006
 EAUTH = -4007
 EINTR = -4008
 
-_by_code = {
+_by_code: Dict[int, Type[Error]] = {
     EINVAL: InvalidArgument,
     EAUTH: AuthError,
     ETLS: AuthError,
@@ -71,5 +72,5 @@ _by_code = {
 }
 
 
-def from_code(code, name, message, call=""):
+def from_code(code: int, name: str, message: str, call: str = "") -> Error:
     return _by_code.get(code, Error)(code, name, message, call)

@@ -6,19 +6,28 @@ accepted; anything else is a TypeError, never a silent copy (a copy would leave 
 model untouched by the gossip). Threading: one thread at a time per node, except
 request_stop, which any thread may call."""
 import ctypes
+import glob
+import inspect
 import json
 import math
 import os
+import shutil
+import tempfile
 import threading
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _lib
-from .errors import Error, EINVAL, ERANGE
+from . import _env, _lib
+from .errors import EINVAL, ERANGE, Error, InvalidArgument
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 _NO_ID = 0xFFFFFFFF  # HS_NODE_NO_ID: no id before hs_node_start
 
 
-def option_value(v):
+OptionValue = Union[str, int, float, bool, os.PathLike[str]]
+StrPath = Union[str, os.PathLike[str]]
+
+
+def option_value(v: OptionValue) -> str:
     """The option string of a Python value: flags as "1"/"0", paths as paths, numbers as the
     shortest text that reads back the same."""
     if isinstance(v, bool):
@@ -30,7 +39,7 @@ def option_value(v):
     return str(v)
 
 
-def buffer_of(x):
+def buffer_of(x: Any) -> Tuple[Any, int]:
     """(pointer, number of floats) of a buffer the library may write in place, or TypeError."""
     mod = type(x).__module__ or ""
     if mod.startswith("numpy"):
@@ -69,10 +78,15 @@ def buffer_of(x):
 
 
 class Node:
-    """One peer of a decentralized job. Options are `hearsay run`'s flags without the dashes,
-    as keyword arguments with underscores (gamma_c=0.1 is --gamma-c 0.1; insecure=True is
-    --insecure) or in `options` under their own names. Invalid options raise
-    hearsay.InvalidArgument here, before anything is opened.
+    """One peer of a decentralized job, gossiping a float32 vector the caller owns.
+
+    The keyword arguments are the node's options (hs_node_options_set; `hearsay run`'s flags
+    without the dashes, with underscores): `gamma_c=0.1` is `--gamma-c 0.1`, `insecure=True`
+    is `--insecure`. None (and any argument left at its default) means the library's own
+    choice: the algorithm's compressor and topology, CHOCO's automatic step, the launcher's
+    rank, world and rendezvous (hearsay._env). `options` takes the same by name ("gamma-c" or
+    "gamma_c"); keyword arguments win. Invalid options raise hearsay.InvalidArgument here,
+    before anything is opened.
 
         with hearsay.Node(algo="choco", compress="topk:0.01", rendezvous="job.addr",
                           world=4, rank=r, secret_file="run.key", rounds=1000) as node:
@@ -81,31 +95,102 @@ class Node:
                 local_update(x)
                 if not node.step(x):   # False after the job's last round
                     break
+
+    Options: algo (dpsgd, dcd, choco, sgp, beer), compress ("topk:0.01", ...), gamma_c
+    (CHOCO/BEER step, (0, 1]), topology (ring, torus:RxC, exponential, ... or a .json file),
+    staleness (SGP), recv_timeout (ms), seed, rounds (0: no end), metrics (a JSON-lines file,
+    "{id}" expanded), quiet (no info lines), on_divergence ("warn" or "stop"), listen,
+    advertise and bootstrap ("HOST:PORT"), secret_file, ca/cert/key (certificates), insecure
+    (plain TCP), run_id, emulate (link emulation spec), max_frame (bytes), peer_timeout,
+    join_timeout and handshake_timeout (ms), max_pending and max_pending_per_addr (strangers
+    at the door), world (shards), rank, rendezvous (a file), wait_peers, checkpoint_dir,
+    checkpoint_every (rounds), resume, same_start (every peer starts from the same vector).
     """
 
-    def __init__(self, options=None, **kwargs):
+    def __init__(
+        self,
+        options: Optional[Mapping[str, OptionValue]] = None,
+        *,
+        algo: Optional[str] = None,
+        compress: Optional[str] = None,
+        gamma_c: Optional[float] = None,
+        topology: Optional[str] = None,
+        staleness: Optional[int] = None,
+        recv_timeout: Optional[int] = None,
+        seed: int = 1,
+        rounds: int = 0,
+        metrics: Optional[StrPath] = None,
+        quiet: bool = False,
+        on_divergence: Optional[str] = None,
+        listen: Optional[str] = None,
+        advertise: Optional[str] = None,
+        bootstrap: Optional[str] = None,
+        secret_file: Optional[StrPath] = None,
+        ca: Optional[StrPath] = None,
+        cert: Optional[StrPath] = None,
+        key: Optional[StrPath] = None,
+        insecure: bool = False,
+        run_id: Optional[str] = None,
+        emulate: Optional[str] = None,
+        max_frame: Optional[int] = None,
+        peer_timeout: Optional[int] = None,
+        join_timeout: Optional[int] = None,
+        handshake_timeout: Optional[int] = None,
+        max_pending: Optional[int] = None,
+        max_pending_per_addr: Optional[int] = None,
+        world: int = 1,
+        rank: Optional[int] = None,
+        rendezvous: Optional[StrPath] = None,
+        wait_peers: Optional[int] = None,
+        checkpoint_dir: Optional[StrPath] = None,
+        checkpoint_every: int = 100,
+        resume: bool = False,
+        same_start: bool = True,
+    ) -> None:
+        args = locals()
         self._L = _lib.lib()
         self._opts = ctypes.c_void_p()
         self._h = ctypes.c_void_p()
-        self._d = None
+        self._d: Optional[int] = None
         self._started = False
         self.running = False
+        self._resume_dir: Optional[str] = None  # load_state_dict's checkpoint, removed at close
+        self._given: Dict[str, OptionValue] = {}
         _lib.check(self._L.hs_node_options_new(ctypes.byref(self._opts)), "hs_node_options_new")
         try:
-            merged = dict(options or {})
-            merged.update({k.replace("_", "-"): v for k, v in kwargs.items()})
+            merged: Dict[str, OptionValue] = {}
+            for name, v in (options or {}).items():
+                merged[_option_name(name)] = v
+            # Arguments left at their defaults are not given: the library (or the launcher's
+            # environment) decides them.
+            for py_name, default in _DEFAULTS.items():
+                v = args[py_name]
+                if v is not None and not (type(v) is type(default) and v == default):
+                    merged[py_name.replace("_", "-")] = v
+            merged = {k: v for k, v in merged.items() if v is not None}
+            # torchrun, srun, mpirun, hearsay launch: rank, world and rendezvous when not given.
+            for k, ev in _env.options(merged, os.environ).items():
+                merged.setdefault(k, ev)
+            self._given = merged
             for name, v in merged.items():
-                if v is None:
-                    continue
-                _lib.check(self._L.hs_node_options_set(self._opts, name.encode(),
-                                                       option_value(v).encode()),
-                           "hs_node_options_set")
+                self._set(name, v)
         except BaseException:
             self.close()
             raise
 
+    def _set(self, name: str, v: OptionValue) -> None:
+        rc = self._L.hs_node_options_set(self._opts, name.encode(), option_value(v).encode())
+        if rc < 0:
+            try:
+                _lib.check(rc, "hs_node_options_set")
+            except Error as e:
+                # The C sentence (e.message) names the option as C does; the text says it as
+                # the Python caller wrote it.
+                e.args = (f"hearsay.Node({name.replace('-', '_')}={v!r}): {e.message} [{e.name}]",)
+                raise
+
     # ------------------------------------------------------------------ lifecycle
-    def start(self, x):
+    def start(self, x: Any) -> Any:
         """Starts or joins the job with x (float32, in place) as this peer's starting vector;
         when the peer joins a running job or resumes, x is overwritten with the job's vector.
         Blocks until the job's peers are there; Ctrl-C asks the node to stop and raises
@@ -121,7 +206,7 @@ class Node:
         self._started = self.running = True
         return x
 
-    def step(self, x):
+    def step(self, x: Any) -> bool:
         """One gossip round on x (float32, d floats, after the local update), in place. Returns
         True while the job goes on and False after its last round; raises hearsay.Error
         (Diverged, Canceled, Interrupted, ...) with the C message otherwise."""
@@ -134,20 +219,20 @@ class Node:
         self.running = rc == 0
         return self.running
 
-    def _check_size(self, d):
+    def _check_size(self, d: int) -> None:
         if not self._started or not self._h:
             raise RuntimeError("hearsay: Node.step needs a started node (Node.start(x) first)")
         if d != self._d:
             raise ValueError(f"hearsay: the vector has {d} floats, the node was started with "
                              f"{self._d}")
 
-    def _interruptible(self, fn, ptr, d, what):
+    def _interruptible(self, fn: Any, ptr: Any, d: int, what: str) -> None:
         # The call runs on a helper thread so that the main thread stays in Python and receives
         # KeyboardInterrupt; the error text is read on the thread that failed (it is
         # thread-local in C).
-        out = {}
+        out: Dict[str, Error] = {}
 
-        def run():
+        def run() -> None:
             try:
                 _lib.check(fn(self._h, ptr, d), what)
             except Error as e:
@@ -165,13 +250,13 @@ class Node:
         if "err" in out:
             raise out["err"]
 
-    def leave(self):
+    def leave(self) -> None:
         """Leaves the job gracefully (BYE); idempotent."""
         self.running = False
         if self._h:
             _lib.check(self._L.hs_node_leave(self._h), "hs_node_leave")
 
-    def close(self):
+    def close(self) -> None:
         """Leaves and frees the node; the object is unusable afterwards. Idempotent."""
         self.running = self._started = False
         if getattr(self, "_h", None):
@@ -180,15 +265,68 @@ class Node:
         if getattr(self, "_opts", None):
             self._L.hs_node_options_free(self._opts)
             self._opts = ctypes.c_void_p()
+        resume_dir = getattr(self, "_resume_dir", None)
+        if resume_dir:
+            shutil.rmtree(resume_dir, ignore_errors=True)
+            self._resume_dir = None
 
-    def __enter__(self):
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> Dict[str, Any]:
+        """The node's state now, between two steps, as a dict of plain values (for torch.save
+        or pickle): the bytes of a checkpoint file (hs_node_checkpoint: the vector, the local
+        step count, the algorithm's state, the job's end round, the members) with its round
+        and rank. A node given it with load_state_dict before start continues from it."""
+        if not self._started or not self._h:
+            raise RuntimeError("hearsay: state_dict needs a started node")
+        tmp = tempfile.mkdtemp(prefix="hearsay-state-")
+        try:
+            _lib.check(self._L.hs_node_checkpoint(self._h, tmp.encode()), "hs_node_checkpoint")
+            files = glob.glob(os.path.join(tmp, "ckpt-*.hsck"))
+            if len(files) != 1:
+                raise RuntimeError(f"hearsay: hs_node_checkpoint wrote {len(files)} files")
+            with open(files[0], "rb") as f:
+                data = f.read()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return {"format": "hearsay-node-state", "version": 1, "round": self.round,
+                "rank": self.rank, "checkpoint": data}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes start() continue from a state_dict() of this peer (the same rank, a vector of
+        the same size): start writes the saved vector into x and the job goes on from the
+        saved round to the saved end. The whole job restarts this way, every peer from its
+        own state; neighbours send each other full replicas at the first round. Before start
+        only."""
+        if self._h or not self._opts:
+            raise RuntimeError("hearsay: load_state_dict must come before start")
+        if not isinstance(state, dict) or state.get("format") != "hearsay-node-state":
+            raise ValueError("hearsay: not a hearsay Node.state_dict()")
+        if state.get("version") != 1:
+            raise ValueError(f"hearsay: node state version {state.get('version')}; this "
+                             "package reads version 1")
+        rank, rnd, data = int(state["rank"]), int(state["round"]), state["checkpoint"]
+        if self._resume_dir:
+            shutil.rmtree(self._resume_dir, ignore_errors=True)
+        self._resume_dir = tempfile.mkdtemp(prefix="hearsay-resume-")
+        # The name the C library looks for (hearsay/checkpoint.h); it validates the bytes.
+        with open(os.path.join(self._resume_dir, f"ckpt-{rank}-{rnd:012d}.hsck"), "wb") as f:
+            f.write(bytes(data))
+        opts = [("checkpoint-dir", self._resume_dir), ("resume", "1"), ("rank", str(rank))]
+        # The whole job restarts: each peer waits for all before going on (a resumed peer
+        # otherwise goes on alone once no member of the old job answers).
+        if "wait-peers" not in self._given and int(str(self._given.get("world", 1))) > 1:
+            opts.append(("wait-peers", str(self._given["world"])))
+        for name, v in opts:
+            _lib.check(self._L.hs_node_options_set(self._opts, name.encode(), v.encode()),
+                       "hs_node_options_set")
+
+    def __enter__(self) -> "Node":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -196,35 +334,35 @@ class Node:
 
     # ------------------------------------------------------------------ queries
     @property
-    def d(self):
+    def d(self) -> Optional[int]:
         """Floats per vector (None before start)."""
         return self._d
 
     @property
-    def round(self):
+    def round(self) -> int:
         """The next round this node will run."""
         return int(self._L.hs_node_round(self._h)) if self._h else 0
 
     @property
-    def id(self):
+    def id(self) -> Optional[int]:
         """This peer's id in the job (the metrics' "peer", the log's "peer N"); None before start.
         A peer removed from the job and let in again has a new one."""
         v = int(self._L.hs_node_id(self._h)) if self._h else _NO_ID
         return None if v == _NO_ID else v
 
     @property
-    def rank(self):
+    def rank(self) -> Optional[int]:
         """The shard this peer stands for (the rank option, the checkpoint's, or id mod world);
         None before start."""
         v = int(self._L.hs_node_rank(self._h)) if self._h else -1
         return None if v < 0 else v
 
-    def report(self, loss=math.nan, accuracy=math.nan):
+    def report(self, loss: float = math.nan, accuracy: float = math.nan) -> None:
         """This round's training loss and test accuracy, for the metrics and the guard."""
         if self._h:
             self._L.hs_node_report(self._h, float(loss), float(accuracy))
 
-    def metrics(self):
+    def metrics(self) -> Optional[Dict[str, Any]]:
         """The last round's metrics record (docs/METRICS.md) as a dict; None before round 1."""
         if not self._h:
             return None
@@ -233,7 +371,8 @@ class Node:
             buf = ctypes.create_string_buffer(cap)
             rc = self._L.hs_node_metrics_json(self._h, buf, cap)
             if rc >= 0:
-                return json.loads(buf.value.decode("utf-8"))
+                rec: Dict[str, Any] = json.loads(buf.value.decode("utf-8"))
+                return rec
             if rc == ERANGE and cap < (1 << 24):  # grow and ask again
                 cap *= 4
                 continue
@@ -241,8 +380,37 @@ class Node:
                 return None
             _lib.check(rc, "hs_node_metrics_json")
 
-    def request_stop(self, checkpoint=False):
+    def request_stop(self, checkpoint: bool = False) -> None:
         """Asks the node to stop after the current round (step then raises Interrupted). Any
         thread may call it."""
         if self._h:
             self._L.hs_node_request_stop(self._h, 1 if checkpoint else 0)
+
+
+# The keyword options of Node.__init__ with their defaults (tests/python/test_api.py checks
+# them against the C table, hs_node_option_name, so that the two cannot drift).
+_DEFAULTS: Dict[str, Any] = {
+    p.name: p.default for p in inspect.signature(Node.__init__).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+# Options of `hearsay run`'s trainer that people pass to a node by habit.
+_TRAINING = {"lr", "epochs", "eval-every", "batch", "batch-size", "momentum", "weight-decay",
+             "model", "data", "optimizer", "local-steps"}
+
+
+def option_names() -> Tuple[str, ...]:
+    """The node's option names as Python keyword arguments (gamma_c, secret_file, ...)."""
+    return tuple(_DEFAULTS)
+
+
+def _option_name(name: str) -> str:
+    """The C name of an option given by either spelling; InvalidArgument listing every option
+    when there is no such option."""
+    c = name.replace("_", "-")
+    if c.replace("-", "_") in _DEFAULTS:
+        return c
+    hint = (" (a training option: it belongs to your own loop and optimizer)"
+            if c in _TRAINING else "")
+    msg = (f"hearsay.Node has no option {name!r}{hint}; its options are: "
+           + ", ".join(_DEFAULTS))
+    raise InvalidArgument(EINVAL, "HS_EINVAL", msg, "hearsay.Node")

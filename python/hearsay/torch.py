@@ -4,16 +4,35 @@ Gossip puts every parameter of the module into one contiguous float32 buffer and
 parameters views of it (as DDP's buckets do), so one hs_node_step works on the whole model in
 place with no copy on the CPU. The Parameter objects stay the same, so an optimizer made before
 or after sees the same tensors. A CUDA model is staged through one pinned host buffer: device to
-host, gossip, host to device, once per step. Buffers (BatchNorm statistics) are not gossiped.
+host, gossip, host to device, once per step. Buffers are not gossiped: a module with BatchNorm
+running statistics is refused (GroupNorm recommended) unless allow_local_buffers=True.
 Threading: as hearsay.Node (one thread at a time)."""
 import time
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from .node import Node
+from ._overlap import Pipeline
+from .errors import Error
+from .node import Node, OptionValue, _option_name
 
 
-def flatten_parameters(module):
+def check_buffers(module: torch.nn.Module) -> None:
+    """Refuses (ValueError) a module whose float buffers would silently differ between peers:
+    BatchNorm's running statistics are buffers, not parameters, so the gossip does not average
+    them and each peer would evaluate with its own. GroupNorm (or LayerNorm) normalises
+    without running statistics and gossips as it is."""
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            raise ValueError(
+                f"hearsay.torch: {name or 'the module'} is {type(m).__name__}: its running "
+                "statistics are buffers that the gossip does not average, so each peer would "
+                "evaluate with its own; use torch.nn.GroupNorm (or BatchNorm with "
+                "track_running_stats=False), or pass allow_local_buffers=True to keep them "
+                "local on purpose")
+
+
+def flatten_parameters(module: torch.nn.Module) -> torch.Tensor:
     """Moves the module's parameters into one new contiguous buffer and makes them views of it;
     returns the buffer. All parameters must be float32 on one device (TypeError otherwise)."""
     params = list(module.parameters())
@@ -51,44 +70,77 @@ class Gossip:
         g.close()
 
     `node` may be a hearsay.Node made beforehand; otherwise the keyword options make one.
-    `g.attach(opt)` instead makes every opt.step() gossip too (check g.running)."""
+    `g.attach(opt)` instead makes every opt.step() gossip too (check g.running).
+    `overlap=True` keeps one round in flight: step() returns at once and the round runs while
+    the next step computes; its change reaches the parameters one step late (hearsay._overlap
+    says why that is sound). For CUDA models this hides the copies and the round behind the
+    compute. `allow_local_buffers=True` accepts BatchNorm running statistics, which then stay
+    each peer's own."""
 
-    def __init__(self, module, node=None, **options):
+    def __init__(self, module: torch.nn.Module, node: Optional[Node] = None,
+                 allow_local_buffers: bool = False, overlap: bool = False,
+                 **options: OptionValue) -> None:
+        if not allow_local_buffers:
+            check_buffers(module)
+        for k in options:
+            _option_name(k)  # InvalidArgument listing every option
         self.module = module
         self.flat = flatten_parameters(module)
-        self.node = node if node is not None else Node(**options)
+        self.node = node if node is not None else Node(options)
         # The C library works in host memory: a CUDA model is staged through pinned memory so
         # the two copies per step run at full bus speed.
         self.host = self.flat
-        if self.flat.device.type != "cpu":
+        self._pipe: Optional[Pipeline] = None
+        self._going = True  # what the round collected outside step() said
+        if overlap:
+            self._pipe = Pipeline(self.flat, self.node)
+            self.host = self._pipe.host  # the pinned buffer serves start() too
+        elif self.flat.device.type != "cpu":
             self.host = torch.empty(self.flat.numel(), dtype=torch.float32, pin_memory=True)
         self.steps = 0
         self.seconds = 0.0  # time spent in step(): staging and the gossip round
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self.node.running
 
-    def _to_host(self):
+    def _to_host(self) -> None:
         if self.host is not self.flat:
             self.host.copy_(self.flat, non_blocking=True)
-            torch.cuda.current_stream(self.flat.device).synchronize()
+            if self.flat.device.type == "cuda":
+                torch.cuda.current_stream(self.flat.device).synchronize()  # type: ignore[no-untyped-call]
 
-    def _from_host(self):
+    def _from_host(self) -> None:
         if self.host is not self.flat:
-            self.flat.copy_(self.host, non_blocking=True)
+            with torch.no_grad():
+                self.flat.copy_(self.host, non_blocking=True)
 
-    def start(self):
+    def _settle(self) -> None:
+        """Applies the round in flight (overlap), so that the node and the parameters agree."""
+        if self._pipe is not None and self._pipe.in_flight():
+            self._going = self._pipe.collect()
+
+    def start(self) -> None:
         """Starts or joins the job from the module's current parameters (every peer of a new job
         should start from the same ones: seed the model's initialisation alike)."""
         self._to_host()
         self.node.start(self.host)
         self._from_host()
 
-    def step(self):
+    def step(self) -> bool:
         """One gossip round on the parameters, after optimizer.step(). True while the job goes
         on, False after its last round; raises hearsay.Error otherwise."""
         t0 = time.perf_counter()
+        if self._pipe is not None:
+            try:
+                going = self._pipe.collect() if self._pipe.in_flight() else self._going
+                self._going = True
+                if going:
+                    self._pipe.submit()
+                    self.steps += 1
+                return going
+            finally:
+                self.seconds += time.perf_counter() - t0
         self._to_host()
         try:
             return self.node.step(self.host)
@@ -99,32 +151,72 @@ class Gossip:
             self.steps += 1
             self.seconds += time.perf_counter() - t0
 
-    def attach(self, optimizer):
+    def state_dict(self) -> Dict[str, Any]:
+        """The gossip state now, between two steps, for torch.save beside the model's and the
+        optimizer's: the node's (Node.state_dict: the vector, the algorithm's state, the round,
+        the job's end; whatever the C node saves, such as an outer optimizer's state, rides in
+        it) and this wrapper's step count. Extra entries of a subclass go under "extra". With
+        overlap, the round in flight is applied first."""
+        self._settle()
+        return {"format": "hearsay-gossip-state", "version": 1, "node": self.node.state_dict(),
+                "steps": self.steps, "extra": self._extra_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes start() continue from a state_dict(): the parameters become the saved vector
+        and the job goes on from the saved round. Before start only."""
+        if not isinstance(state, dict) or state.get("format") != "hearsay-gossip-state":
+            raise ValueError("hearsay.torch: not a Gossip.state_dict()")
+        self.node.load_state_dict(state["node"])
+        self.steps = int(state.get("steps", 0))
+        self._load_extra_state(state.get("extra") or {})
+
+    def _extra_state(self) -> Dict[str, Any]:
+        """Extension point: state of a subclass (plain values), saved under "extra"."""
+        return {}
+
+    def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
+        """Extension point: restores what _extra_state saved."""
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Makes optimizer.step() gossip after each update while the job runs; returns the
         optimizer."""
         inner = optimizer.step
 
-        def step(*args, **kwargs):
+        def step(*args: Any, **kwargs: Any) -> Any:
             out = inner(*args, **kwargs)
             if self.node.running:
                 self.step()
             return out
 
-        optimizer.step = step
+        optimizer.step = step  # type: ignore[assignment]
         return optimizer
 
-    def report(self, loss=float("nan"), accuracy=float("nan")):
-        self.node.report(loss, accuracy)
+    def report(self, loss: float = float("nan"), accuracy: float = float("nan")) -> None:
+        """This step's loss and accuracy, for the metrics and the guard (with overlap they go
+        with the round the next step() hands over)."""
+        if self._pipe is not None:
+            self._pipe.report = (loss, accuracy)
+        else:
+            self.node.report(loss, accuracy)
 
-    def metrics(self):
+    def metrics(self) -> Optional[Dict[str, Any]]:
+        """The last finished round's metrics record (Node.metrics)."""
+        if self._pipe is not None:
+            self._pipe.wait()
         return self.node.metrics()
 
-    def close(self):
+    def close(self) -> None:
+        """Applies a round still in flight, then leaves and frees the node."""
+        if self._pipe is not None:
+            try:
+                self._settle()
+            except Error:
+                pass  # closing after a failed round: the parameters hold what it left
+            self._pipe.close()
         self.node.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Gossip":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False

@@ -18,6 +18,7 @@
 
 #include "cli/launch_config.h"
 #include "cli/precheck.h"
+#include "cli/launch_script.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
 #include "hs_config.h"
@@ -381,6 +382,7 @@ static int find_plot(char *out, size_t cap) {
 }
 
 int hs_cmd_launch(int argc, char **argv) {
+    if (hs__launch_script_wanted(argc, argv)) return hs__cmd_launch_script(argc, argv);
     launch_args a;
     memset(&a, 0, sizeof(a));
     a.n = 8;
@@ -409,7 +411,8 @@ int hs_cmd_launch(int argc, char **argv) {
                       "the launcher sets the others (addresses, ranks, metrics files) itself. The "
                       "summary's accuracy is over the peers that finished; peers that died are "
                       "listed apart. Exit status: 0 when every peer finished, 3 when the runs "
-                      "diverged, 1 otherwise.",
+                      "diverged, 1 otherwise. With -- COMMAND it starts copies of a script "
+                      "instead (hearsay launch --help -- lists those options).",
                       tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;

@@ -1,22 +1,13 @@
-/* Logging to stderr with a level, a wall-clock timestamp and an optional tag (the peer id).
- * Thread-safe: each line is formatted into a local buffer and written with one call. */
+/* Logging inside the library: the level, the peer a line is about, and hs_log, which writes a
+ * line to stderr or hands it to the callback of hearsay/log.h. Thread-safe: each line is
+ * formatted into a local buffer and written with one call. */
 #ifndef HS_CORE_LOG_H
 #define HS_CORE_LOG_H
 
+#include <stdint.h>
+
 #include "core/error_internal.h"
-
-typedef enum hs_log_level {
-    HS_LOG_ERROR = 0,
-    HS_LOG_WARN = 1,
-    HS_LOG_INFO = 2,
-    HS_LOG_DEBUG = 3,
-    HS_LOG_TRACE = 4,
-} hs_log_level;
-
-/* Lines above level are dropped. Default HS_LOG_INFO; the HEARSAY_LOG environment variable
- * (error|warn|info|debug|trace) overrides it at the first log call. */
-void hs_log_set_level(hs_log_level level);
-hs_log_level hs_log_get_level(void);
+#include "hearsay/log.h"
 
 /* A program's or a node's "quiet": info lines are dropped from now on (level warn), unless
  * HEARSAY_LOG chose a level, which the user set on purpose. The level is the process's: this
@@ -25,6 +16,11 @@ void hs_log_quiet(void);
 
 /* A short tag printed on every line ("peer 3"); copied; NULL clears it. */
 void hs_log_set_tag(const char *tag);
+
+/* The peer the lines are about: the process's (the last node to say so) and the calling
+ * thread's, which wins for lines logged on that thread (several nodes, one per thread). */
+void hs__log_set_peer(int rank, uint32_t peer);
+void hs__log_set_thread_peer(int rank, uint32_t peer);
 
 void hs_log(hs_log_level level, const char *fmt, ...) HS__PRINTF(2, 3);
 

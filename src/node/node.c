@@ -150,7 +150,7 @@ void hs_node_request_stop(hs_node *n, int checkpoint) {
 
 /* ---------------------------------------------------------------- snapshots and checkpoints */
 
-static int write_checkpoint(hs_node *n, uint64_t round) {
+static int write_checkpoint_to(hs_node *n, const char *dir, uint64_t round) {
     hs_buf *state = NULL;
     hs_net_member *mem = NULL;
     uint32_t *ids = NULL;
@@ -170,16 +170,27 @@ static int write_checkpoint(hs_node *n, uint64_t round) {
     }
     hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs, &n->tl};
     size_t bytes = 0;
-    if ((err = hs_checkpoint_write(n->cfg.checkpoint_dir, &info, state->data, state->len,
-                                   &bytes)) == 0)
-        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round,
-                n->cfg.checkpoint_dir, bytes);
+    if ((err = hs_checkpoint_write(dir, &info, state->data, state->len, &bytes)) == 0)
+        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round, dir,
+                bytes);
 out:
     free(ids);
     free(addrs);
     free(mem);
     hs_buf_unref(state);
     return err;
+}
+
+static int write_checkpoint(hs_node *n, uint64_t round) {
+    return write_checkpoint_to(n, n->cfg.checkpoint_dir, round);
+}
+
+int hs_node_checkpoint(hs_node *n, const char *dir) {
+    if (!n || !dir) return hs__err(HS_EINVAL, "hs_node_checkpoint: no %s", n ? "directory" : "node");
+    if (n->state != ST_RUNNING && n->state != ST_ENDED)
+        return hs__err(HS_EINVAL, "hs_node_checkpoint: the node has not started");
+    int err = hs_checkpoint_dir_check(dir);
+    return err < 0 ? err : write_checkpoint_to(n, dir, n->r);
 }
 
 /* The terms and the timeline alone (no model: joiners keep theirs). */
@@ -329,6 +340,7 @@ int hs__node_connect(hs_node *n) {
     n->rank = cfg->rank >= 0 ? cfg->rank % world
               : n->have_ck   ? n->ck.rank % world
                              : (int)(n->self % (uint32_t)world);
+    hs__log_set_peer(n->rank, n->self);
     /* A writer killed mid-write left its temporary behind: it is of no use to anyone. */
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
@@ -434,10 +446,13 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         ((err = hs__node_expand_id(cfg->metrics, n->self, path, sizeof(path))) < 0 ||
          (err = hs_metrics_open(&n->metrics, path, cfg->resume)) < 0))
         return err;
+    /* rounds 0 has no end: its end round is a sentinel, not a number to show. */
+    char end[48] = "with no end (rounds 0)";
+    if (n->jt.rounds != HS__NODE_NO_END)
+        snprintf(end, sizeof(end), "ending at round %llu", (unsigned long long)n->jt.end);
     if (!cfg->quiet)
-        HS_LOGI("starting at round %llu, ending at round %llu: shard %d of %d, %s, %s",
-                (unsigned long long)r, (unsigned long long)n->jt.end, n->rank,
-                cfg->world > 0 ? cfg->world : 1, hs_algo_kind_name(cfg->algo.kind),
+        HS_LOGI("starting at round %llu, %s: shard %d of %d, %s, %s", (unsigned long long)r, end,
+                n->rank, cfg->world > 0 ? cfg->world : 1, hs_algo_kind_name(cfg->algo.kind),
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
@@ -468,6 +483,7 @@ static int recover(hs_node *n, int err) {
     if ((err = hs__node_rejoin(&n->net, &n->nc, &n->w, n->join_ms, &n->stop)) < 0) return err;
     n->self = hs_net_self(n->net);
     set_tag(n->self);
+    hs__log_set_peer(n->rank, n->self);
     if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = read_job_terms(&n->w, &n->jt)) < 0 ||
         (err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0 ||
         (err = adopt_welcome(n)) < 0)

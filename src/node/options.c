@@ -338,10 +338,39 @@ int hs_node_options_set(hs_node_options *o, const char *name, const char *value)
         o->val[i] = s;
         return 0;
     }
+    /* Every name, so that the message is the reference: a guess ("lr", "epochs") is usually
+     * a training option, which belongs to the caller's own loop. */
+    char names[700];
+    size_t at = 0;
+    for (size_t i = 0; i < N_OPTS && at < sizeof(names); i++) {
+        int w = snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "", opts[i].name);
+        if (w > 0) at += (size_t)w;
+    }
     return hs__err(HS_EINVAL,
-                   "node option '%s' is unknown (options are those of `hearsay run`: algo, "
-                   "compress, topology, listen, bootstrap, secret-file, world, ...)",
-                   name);
+                   "node option '%s' is unknown; a node's options are: %s (training options "
+                   "such as lr or epochs belong to the caller's own loop)",
+                   name, names);
+}
+
+/* The typed forms write the value as its text and go through the one parser above. */
+int hs_node_options_set_int(hs_node_options *o, const char *name, long long value) {
+    char v[32];
+    snprintf(v, sizeof(v), "%lld", value);
+    return hs_node_options_set(o, name, v);
+}
+
+int hs_node_options_set_double(hs_node_options *o, const char *name, double value) {
+    char v[40];
+    snprintf(v, sizeof(v), "%.17g", value);
+    return hs_node_options_set(o, name, v);
+}
+
+int hs_node_options_set_bool(hs_node_options *o, const char *name, int value) {
+    return hs_node_options_set(o, name, value ? "1" : "0");
+}
+
+const char *hs_node_option_name(size_t i, const char **default_value) {
+    return hs__node_option(i, default_value);
 }
 
 static int is_file_spec(const char *spec) {

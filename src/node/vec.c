@@ -7,6 +7,7 @@
 
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
+#include "core/log.h"
 #include "node/node_internal.h"
 #include "train/outer.h"
 
@@ -253,6 +254,8 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     if (err < 0) return err;
     caller_vec *v = hs__node_vec(n);
     if (!v) return hs__err(HS_EINVAL, "hs_node_step before hs_node_start");
+    /* This thread's lines are about this node (several nodes may share a process). */
+    hs__log_set_thread_peer(hs__node_rank(n), hs__node_self(n));
     if (v->z) {
         /* SGP: the caller stepped z; the numerator takes the same change. */
         for (size_t k = 0; k < d; k++) v->x[k] += x[k] - v->z[k];

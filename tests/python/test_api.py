@@ -66,8 +66,16 @@ def bad_option_value_carries_the_c_message():
 
 @case
 def unknown_option_and_underscore_names():
-    e = raises(hearsay.InvalidArgument, hearsay.Node, no_such_option=1)
-    assert "no-such-option" in str(e), str(e)
+    # An unknown keyword is Python's TypeError (the signature lists the options); by name in
+    # `options`, or through Gossip, it is InvalidArgument naming every option as Python spells it.
+    raises(TypeError, hearsay.Node, no_such_option=1)
+    e = raises(hearsay.InvalidArgument, hearsay.Node, {"no-such-option": 1})
+    assert "no-such-option" in str(e) and "gamma_c, " in str(e) and "same_start" in str(e), str(e)
+    e = raises(hearsay.InvalidArgument, hearsay.Node, {"lr": 0.1})
+    assert "training option" in str(e), str(e)
+    # A bad value: the C sentence, and the option as the caller wrote it.
+    e = raises(hearsay.InvalidArgument, hearsay.Node, gamma_c=7.0)
+    assert "hearsay.Node(gamma_c=7.0)" in str(e) and "gamma-c" in e.message, str(e)
     with hearsay.Node(gamma_c=0.25, compress="topk:0.01", algo="choco") as n:
         assert n.d is None and n.round == 0 and n.metrics() is None
 
@@ -217,9 +225,270 @@ def torch_parameters_become_views_of_one_buffer():
         for _ in range(3):
             opt.step()
         assert g.steps == 2 and not g.running, g.steps
+    # Gossip.state_dict through torch.save: a new Gossip on a fresh model continues from it.
+    import io
+    g = hearsay.torch.Gossip(model, world=1, insecure=True, listen=f"{IP}:0", rounds=5,
+                             quiet=True)
+    with g:
+        raises(RuntimeError, g.state_dict)
+        g.start()
+        for _ in range(2):
+            opt.step()
+            g.step()
+        buf = io.BytesIO()
+        torch.save({"gossip": g.state_dict()}, buf)
+        want, at = g.flat.clone(), g.node.round
+    sd = torch.load(io.BytesIO(buf.getvalue()))["gossip"]
+    other = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    g = hearsay.torch.Gossip(other, world=1, insecure=True, listen=f"{IP}:0", rounds=5,
+                             quiet=True)
+    with g:
+        g.load_state_dict(sd)
+        g.start()
+        assert torch.equal(g.flat, want) and g.node.round == at and g.steps == 2, g.node.round
+        n = 0
+        while g.step():
+            n += 1
+        assert g.node.round == at + 3, (g.node.round, at)
+    raises(ValueError, hearsay.torch.Gossip(other, world=1).load_state_dict, {"x": 1})
+    # BatchNorm's running statistics would stay each peer's own: refused, GroupNorm named.
+    bn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4))
+    e = raises(ValueError, hearsay.torch.Gossip, bn, world=1, insecure=True)
+    assert "GroupNorm" in str(e) and "1" in str(e) and "BatchNorm2d" in str(e), str(e)
+    hearsay.torch.Gossip(bn, allow_local_buffers=True, world=1, insecure=True).close()
+    hearsay.torch.Gossip(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.GroupNorm(2, 4)),
+                         world=1, insecure=True).close()
     raises(TypeError, hearsay.torch.flatten_parameters, torch.nn.Linear(2, 2).double())
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, dtype=torch.float64))
     raises(TypeError, hearsay.Node(world=1).start, torch.zeros(4, 2)[:, 0])
+
+
+@case
+def launcher_environments():
+    from hearsay._env import options
+    tr = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.9", "MASTER_PORT": "2950",
+          "TORCHELASTIC_RUN_ID": "r1"}
+    o = options({}, tr)
+    assert o == {"rank": "1", "world": "4", "run-id": "hearsay-r1",
+                 "bootstrap": "127.0.0.9:2950", "listen": "127.0.0.9:0"}, o
+    o = options({}, dict(tr, RANK="0"))
+    assert o["listen"] == "127.0.0.9:2950" and "bootstrap" not in o, o
+    # torchrun's static rendezvous keeps its store on MASTER_PORT: the next port is hearsay's.
+    o = options({}, dict(tr, RANK="0", TORCHELASTIC_USE_AGENT_STORE="True"))
+    assert o["listen"] == "127.0.0.9:2951", o
+    # mpirun inside a Slurm allocation: Open MPI's rank, not the batch step's SLURM_PROCID.
+    o = options({}, {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "5",
+                     "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "OMPI_MCA_ess_base_jobid": "7"})
+    assert o["rank"] == "3" and o["world"] == "5" and o["rendezvous"] == "hearsay-7.addr", o
+    o = options({}, {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9",
+                     "SLURM_STEP_ID": "0", "HEARSAY_SECRET_FILE": "/k"})
+    assert o["rendezvous"] == "hearsay-9.0.addr" and o["secret-file"] == "/k", o
+    # The caller's placement wins whole; its other options too.
+    assert options({"world": 2}, tr) == {}, options({"world": 2}, tr)
+    o = options({"listen": "127.0.0.2:0", "run-id": "mine", "insecure": True}, tr)
+    assert "listen" not in o and "run-id" not in o and "secret-file" not in o, o
+    assert options({}, {}) == {}
+    raises(ValueError, options, {}, dict(tr, RANK="4"))
+    raises(ValueError, options, {}, dict(tr, WORLD_SIZE="x"))
+
+
+@case
+def signature_matches_c_option_table():
+    """Node's keyword arguments are the C table's options (hs_node_option_name), with the same
+    defaults: neither can change without the other."""
+    import ctypes
+    import inspect
+    f = hearsay._lib.lib().hs_node_option_name
+    f.restype, f.argtypes = ctypes.c_char_p, [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p)]
+    table, i = {}, 0
+    while True:
+        d = ctypes.c_char_p()
+        name = f(i, ctypes.byref(d))
+        if not name:
+            break
+        table[name.decode().replace("-", "_")] = None if d.value is None else d.value.decode()
+        i += 1
+    params = {p.name: p for p in inspect.signature(hearsay.Node.__init__).parameters.values()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert set(params) == set(table), (set(params) ^ set(table))
+    assert hearsay.node.option_names() == tuple(params)
+    for name, c_default in table.items():
+        p = params[name]
+        assert p.annotation is not inspect.Parameter.empty, name
+        if c_default is None:
+            assert p.default is None, (name, p.default)
+        else:
+            assert hearsay.node.option_value(p.default) == c_default, (name, p.default, c_default)
+    # Documented in the class docstring too.
+    for name in table:
+        assert name in hearsay.Node.__doc__, name
+
+
+LOG_CHILD = """
+import logging, sys, threading, numpy as np, hearsay
+records = []
+class Keep(logging.Handler):
+    def emit(self, r):
+        records.append(r)
+logging.getLogger("hearsay").addHandler(Keep())
+logging.getLogger("hearsay").setLevel(logging.INFO)
+def peer(rank):
+    x = np.full(10, float(rank), np.float32)
+    with hearsay.Node(world=2, rank=rank, insecure=True, listen=sys.argv[1] + ":0", rounds=3,
+                      rendezvous=sys.argv[2], run_id="logtest", on_divergence="warn") as n:
+        n.start(x)
+        going = True
+        while going:
+            n.report(accuracy=0.5)  # an info line of the round, from this thread
+            going = n.step(x)
+threads = [threading.Thread(target=peer, args=(r,), name=f"r{r}") for r in (0, 1)]
+for t in threads: t.start()
+for t in threads: t.join()
+rounds = [r for r in records if r.getMessage().startswith("round ")]
+assert rounds, [r.getMessage() for r in records]
+for r in rounds:
+    assert r.levelno == logging.INFO and r.name == "hearsay", r
+    assert r.rank == int(r.threadName[1]), (r.rank, r.threadName, r.getMessage())
+assert {r.rank for r in rounds} == {0, 1}, {r.rank for r in rounds}
+warns = [r for r in records if "--insecure" in r.getMessage()]
+assert warns and all(r.levelno == logging.WARNING for r in warns), warns
+assert all(hasattr(r, "rank") and hasattr(r, "peer") for r in records)
+print("records", len(records), "round records", len(rounds))
+"""
+
+
+@case
+def log_records_reach_python_logging_with_the_rank():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        env = {k: v for k, v in os.environ.items() if k != "HEARSAY_LOG"}
+        r = subprocess.run([sys.executable, "-c", LOG_CHILD, IP, os.path.join(d, "rv")], env=env,
+                           capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A configured "hearsay" logger takes every line: nothing of the library's on stderr.
+    assert " info: " not in r.stderr and " warn: " not in r.stderr, r.stderr
+
+
+class FakeNode:
+    """A node whose round is a fixed map of the vector (host = 0.5 host + 1) and whose job ends
+    after `rounds` rounds: the overlap's bookkeeping against a reference, with no network."""
+
+    def __init__(self, rounds):
+        self.rounds, self.done, self.running, self.reports = rounds, 0, True, []
+
+    def report(self, loss=float("nan"), accuracy=float("nan")):
+        self.reports.append(loss)
+
+    def step(self, host):
+        host.mul_(0.5).add_(1.0)
+        self.done += 1
+        self.running = self.done < self.rounds
+        return self.running
+
+    def close(self):
+        pass
+
+
+@case
+def overlap_applies_each_round_one_step_late():
+    """Gossip(overlap=True) on CPU tensors: step k hands its parameters to the round, step k+1
+    adds the round's change (result - sent); the job's end, close() and report() follow."""
+    try:
+        import torch
+    except ImportError:
+        print("skip: no torch")
+        return
+    import hearsay.torch
+
+    def run(rounds, steps):
+        torch.manual_seed(3)
+        model = torch.nn.Linear(6, 5)
+        node = FakeNode(rounds)
+        g = hearsay.torch.Gossip(model, node=node, overlap=True)
+        got = []
+        with g:
+            for k in range(steps):
+                with torch.no_grad():
+                    g.flat.mul_(0.9)  # the local update
+                g.report(loss=float(k))
+                going = g.step()
+                got.append(going)
+                if not going:
+                    break
+        return g.flat.clone(), got, node
+    def reference(rounds, steps):
+        torch.manual_seed(3)
+        theta = torch.cat([p.detach().reshape(-1) for p in torch.nn.Linear(6, 5).parameters()])
+        sent, done, got = None, 0, []
+        for k in range(steps):
+            theta.mul_(0.9)
+            going = True
+            if sent is not None:
+                mixed = sent.clone().mul_(0.5).add_(1.0)
+                done += 1
+                going = done < rounds
+                theta.add_(mixed - sent)
+                sent = None
+            got.append(going)
+            if not going:
+                break
+            sent = theta.clone()
+        if sent is not None:  # close() applies the round in flight
+            theta.add_(sent.clone().mul_(0.5).add_(1.0) - sent)
+        return theta, got
+    for rounds, steps in ((4, 10), (10, 4), (1, 3)):
+        flat, got, node = run(rounds, steps)
+        want, want_got = reference(rounds, steps)
+        assert got == want_got, (rounds, steps, got, want_got)
+        assert torch.equal(flat, want), (rounds, steps, (flat - want).abs().max())
+        # Each round reported the loss of the step that handed it over.
+        assert node.reports == [float(k) for k in range(node.done)], node.reports
+
+
+@case
+def overlap_two_peers_reach_the_average():
+    """Two CPU models on two threads, D-PSGD through real nodes with overlap=True: with no
+    local update the delayed gossip is the synchronous one, so both end at the average."""
+    try:
+        import torch
+    except ImportError:
+        print("skip: no torch")
+        return
+    import tempfile
+    import threading
+    import hearsay.torch
+
+    out, errs = {}, []
+
+    def peer(rank, rv):
+        try:
+            model = torch.nn.Linear(4, 3)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float(rank))
+            g = hearsay.torch.Gossip(model, overlap=True, algo="dpsgd", world=2, rank=rank,
+                                     rendezvous=rv, insecure=True, listen=f"{IP}:0", rounds=6,
+                                     same_start=False, on_divergence="warn", quiet=True,
+                                     run_id="overlap")
+            with g:
+                g.start()
+                n = 0
+                while g.step():
+                    n += 1
+                out[rank] = (g.flat.clone(), n, g.node.round)
+        except Exception as e:  # reported by the main thread
+            errs.append(e)
+
+    with tempfile.TemporaryDirectory() as d:
+        ts = [threading.Thread(target=peer, args=(r, os.path.join(d, "rv"))) for r in (0, 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+    assert not errs, errs
+    for r in (0, 1):
+        flat, n, rnd = out[r]
+        assert n == 6 and torch.allclose(flat, torch.full_like(flat, 0.5)), (r, n, flat)
 
 
 sys.exit(1 if failures else 0)

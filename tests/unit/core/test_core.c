@@ -184,6 +184,82 @@ static void test_log_tag_threads(void **state) {
     assert_int_equal(n, 2000);
 }
 
+/* The peer of a line: the calling thread's (a node stepping on it) or else the process's; the
+ * stderr tag follows it, and a callback (hearsay/log.h) receives it in the record instead. */
+typedef struct got_line {
+    int level, rank;
+    uint32_t peer;
+    char msg[64];
+} got_line;
+static got_line got[8];
+static int n_got;
+static pthread_mutex_t got_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep_record(const hs_log_record *r, void *user) {
+    if (user != &n_got) return; /* the count below then says so (no assert off the main thread) */
+    pthread_mutex_lock(&got_lock);
+    if (n_got < 8) {
+        got[n_got] = (got_line){(int)r->level, r->rank, r->peer, ""};
+        snprintf(got[n_got].msg, sizeof(got[n_got].msg), "%s", r->message);
+        n_got++;
+    }
+    pthread_mutex_unlock(&got_lock);
+}
+
+static void *as_node_7(void *arg) {
+    hs__log_set_thread_peer(3, 7);
+    hs_log(HS_LOG_WARN, "from %s", (const char *)arg);
+    return NULL;
+}
+
+static void *as_nobody(void *arg) {
+    hs_log(HS_LOG_WARN, "from %s", (const char *)arg);
+    return NULL;
+}
+
+static void test_log_peer_and_callback(void **state) {
+    (void)state;
+    hs__log_set_peer(2, 5); /* the process's peer, and this thread's */
+    char path[] = "/tmp/hs-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    hs_log_set_tag("peer 5");
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, as_node_7, "node 7"), 0);
+    pthread_join(th, NULL);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fd);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[256] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    unlink(path);
+    assert_non_null(strstr(line, " peer 7 warn: from node 7"));
+    hs_log_set_callback(keep_record, &n_got);
+    hs_log(HS_LOG_ERROR, "from main");
+    assert_int_equal(pthread_create(&th, NULL, as_node_7, "node 7"), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(pthread_create(&th, NULL, as_nobody, "nobody"), 0);
+    pthread_join(th, NULL);
+    hs_log_set_callback(NULL, NULL);
+    hs_log_set_tag(NULL);
+    assert_int_equal(n_got, 3);
+    assert_int_equal(got[0].level, HS_LOG_ERROR);
+    assert_int_equal(got[0].rank, 2);
+    assert_int_equal(got[0].peer, 5);
+    assert_string_equal(got[0].msg, "from main");
+    assert_int_equal(got[1].level, HS_LOG_WARN);
+    assert_int_equal(got[1].rank, 3);
+    assert_int_equal(got[1].peer, 7);
+    assert_string_equal(got[1].msg, "from node 7");
+    assert_int_equal(got[2].rank, 2); /* no node on that thread: the process's */
+    assert_int_equal(got[2].peer, 5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_messages),
@@ -193,6 +269,7 @@ int main(void) {
         cmocka_unit_test(test_shuffle_is_permutation),
         cmocka_unit_test(test_buf),
         cmocka_unit_test(test_log_tag_threads),
+        cmocka_unit_test(test_log_peer_and_callback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

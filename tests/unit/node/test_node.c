@@ -311,6 +311,40 @@ static void test_option_errors(void **state) {
     hs_node_options_free(NULL);
 }
 
+/* The typed setters go through the string parser: same values accepted, same refused; the
+ * option list is the table, and an unknown name's message lists every option. */
+static void test_typed_setters(void **state) {
+    (void)state;
+    hs_node_options *o;
+    assert_int_equal(hs_node_options_new(&o), 0);
+    assert_int_equal(hs_node_options_set_int(o, "world", 4), 0);
+    assert_int_equal(hs_node_options_set_int(o, "world", 0), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "world"));
+    assert_int_equal(hs_node_options_set_double(o, "gamma-c", 0.25), 0);
+    assert_int_equal(hs_node_options_set_double(o, "gamma-c", 2.0), HS_EINVAL);
+    assert_int_equal(hs_node_options_set_bool(o, "insecure", 1), 0);
+    assert_int_equal(hs_node_options_set_bool(o, "quiet", 0), 0);
+    assert_int_equal(hs_node_options_set_int(o, "seed", -1), HS_EINVAL);
+    hs_node *n = NULL;
+    assert_int_equal(hs_node_options_set_int(o, "rank", 3), 0);
+    assert_int_equal(hs_node_new(&n, o, 10), 0); /* world 4, rank 3, insecure: a whole node */
+    hs_node_free(n);
+    size_t count = 0;
+    const char *def = "x";
+    for (const char *name; (name = hs_node_option_name(count, &def)); count++) {
+        hs_node_options *p;
+        assert_int_equal(hs_node_options_new(&p), 0);
+        if (def) assert_int_equal(hs_node_options_set(p, name, def), 0); /* its own default */
+        hs_node_options_free(p);
+    }
+    assert_true(count > 30);
+    assert_int_equal(hs_node_options_set(o, "lr", "0.1"), HS_EINVAL);
+    const char *m = hs_error_message();
+    for (size_t i = 0; i < count; i++) assert_non_null(strstr(m, hs_node_option_name(i, NULL)));
+    assert_non_null(strstr(m, "own loop"));
+    hs_node_options_free(o);
+}
+
 static void test_sgp_consensus(void **state) {
     (void)state;
     /* Callers that do no work run rounds as fast as the loop goes: SGP, which never waits by
@@ -635,6 +669,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_option_messages),
+        cmocka_unit_test(test_typed_setters),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_default_compress_follows_algo),
         cmocka_unit_test(test_options_match_run),
