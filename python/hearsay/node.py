@@ -104,7 +104,8 @@ class Node:
     (plain TCP), run_id, emulate (link emulation spec), max_frame (bytes), peer_timeout,
     join_timeout and handshake_timeout (ms), max_pending and max_pending_per_addr (strangers
     at the door), world (shards), rank, rendezvous (a file), wait_peers, checkpoint_dir,
-    checkpoint_every (rounds), resume, same_start (every peer starts from the same vector).
+    checkpoint_every (rounds), resume, same_start (every peer starts from the same vector),
+    outer_lr and outer_momentum (the outer Nesterov step over the gossip; either turns it on).
     """
 
     def __init__(
@@ -146,6 +147,8 @@ class Node:
         checkpoint_every: int = 100,
         resume: bool = False,
         same_start: bool = True,
+        outer_lr: Optional[float] = None,
+        outer_momentum: Optional[float] = None,
     ) -> None:
         args = locals()
         self._L = _lib.lib()
