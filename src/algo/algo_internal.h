@@ -179,6 +179,10 @@ float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix);
  * loop vectorises). */
 double hs__step_sq(float *x, const float *m, float g, size_t d);
 
+/* The contraction of c on the consensus step's probe (step.c): v and out are scratch of c's d
+ * floats. */
+int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *delta_probe);
+
 /* Little-endian serialisation helpers for save/load. */
 int hs__put_u32(hs_buf *b, uint32_t v);
 int hs__put_u64(hs_buf *b, uint64_t v);
