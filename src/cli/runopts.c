@@ -22,16 +22,16 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
      HELP_PAD "ef:; dcd with a biased one (default: topk:0.01 for choco, qsgd:16 for dcd, none"
      HELP_PAD "otherwise)"},
-    {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: delta / "
-                                 "(2 - delta) of the compressor, 0.005 for topk:0.01; printed at "
+    {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
+                                 "compressor's contraction, 0.0135 for topk:0.01; printed at "
                                  "start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"topology", RO_TOPOLOGY, "T",
      "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
      "or a topology file (default: ring; onepeer-exp for sgp)"},
     {"partition", RO_PARTITION, "P", "iid or dirichlet:ALPHA (default: iid)"},
-    {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up "
-                                     "(default: 0, never wait)"},
+    {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up; "
+                                     "0: never wait (default: 1)"},
     {"recv-timeout", RO_RECV_TIMEOUT, "MS", "how long a round waits for a neighbour (default: 10000)"},
     {"data", RO_DATA, "DIR", "image set: IDX files or CIFAR-10 binary batches (default: "
                              "Fashion-MNIST in " HS_DATA_DEFAULT_DIR ")"},
@@ -51,7 +51,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
      "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: local)"},
+     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with sgd and"
+     HELP_PAD "momentum, local otherwise)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -113,6 +114,7 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
+        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs_cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -142,7 +144,9 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
         o->partition_spec = v;
         return hs_partition_parse(v, &o->partition) < 0 ? usage_from_error("--partition") : 0;
     case RO_SLOWDOWN: o->slowdown = v; return 0;
-    case RO_STALENESS: return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
+    case RO_STALENESS:
+        o->staleness_set = 1;
+        return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
     case RO_RECV_TIMEOUT:
         return hs_cli_int("--recv-timeout", v, 1, 3600 * 1000, &o->algo.recv_timeout_ms);
     case RO_METRICS: o->metrics = v; return 0;
@@ -209,6 +213,12 @@ int hs_runopts_finish(hs_runopts *o) {
     if (!o->gamma_c_set) o->algo.gamma_c = 0; /* automatic: hs_algo_new resolves it */
     if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind))
         return hs_cli_usage_error("--gamma-c applies to --algo choco and beer only");
+    /* The algorithm's own defaults, as for its compressor and topology (hs_algo_kind_default_*). */
+    if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
+    if (!o->momentum_kind_set && o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f &&
+        hs_momentum_kind_parse(hs_algo_kind_default_momentum(o->algo.kind),
+                               &o->optim.momentum_kind) < 0)
+        return hs_cli_usage_error("%s", hs_error_message());
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         if (o->algo.kind != HS_ALGO_DPSGD && o->algo.kind != HS_ALGO_CHOCO)
             return hs_cli_usage_error("--momentum-kind qg applies to --algo dpsgd and choco only "

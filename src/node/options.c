@@ -359,6 +359,12 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     return g;
 }
 
+static int option_given(const hs_node_options *o, const char *name) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (!strcmp(opts[i].name, name)) return o->val[i] != NULL;
+    return 0;
+}
+
 int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c) {
     cfg_base(c);
     int err;
@@ -368,6 +374,7 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     }
     hs_algo_kind k = c->algo.kind;
     if (!c->algo.compress) c->algo.compress = hs_algo_kind_default_compress(k);
+    if (!option_given(o, "staleness")) c->algo.staleness = hs_algo_kind_default_staleness(k);
     if (!c->net.topo_spec) c->net.topo_spec = hs_algo_kind_default_topology(k);
     hs_compressor *cm;
     if ((err = hs_compressor_new(&cm, c->algo.compress, d, c->algo.seed)) < 0)

@@ -38,7 +38,7 @@ cnn-small-sim)
         --topology ring --subset 4000 --test-subset 1000 --rounds 40 --eval-every 10 \
         --metrics "$tmp/m.jsonl" >"$tmp/out" 2>&1 || fail "sim failed: $(tail -5 "$tmp/out")"
     cat "$tmp/out"
-    grep -q 'gamma_c = 0.0050[0-9]* (automatic' "$tmp/out" || fail "not the automatic gamma_c"
+    grep -q 'gamma_c = 0.01[0-9]* (automatic' "$tmp/out" || fail "not the automatic gamma_c"
     grep -qi nan "$tmp/m.jsonl" && fail "NaN in the metrics"
     recs=$(grep -c '"loss"' "$tmp/m.jsonl")
     [[ $recs -eq 4 ]] || fail "$recs evaluation records, expected 4 (rounds 10..40)"
