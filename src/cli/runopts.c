@@ -31,7 +31,7 @@ const hs_cli_opt hs_runopts_table[] = {
      "or a topology file (default: ring; onepeer-exp for sgp)"},
     {"partition", RO_PARTITION, "P", "iid or dirichlet:ALPHA (default: iid)"},
     {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up; "
-                                     "0: never wait (default: 1)"},
+                                     "0: never wait (default: 1 for sgp)"},
     {"recv-timeout", RO_RECV_TIMEOUT, "MS", "how long a round waits for a neighbour (default: 10000)"},
     {"data", RO_DATA, "DIR", "image set: IDX files or CIFAR-10 binary batches (default: "
                              "Fashion-MNIST in " HS_DATA_DEFAULT_DIR ")"},

@@ -578,7 +578,7 @@ static void test_options_match_run(void **state) {
     static char base[4096], got[4096];
     assert_int_equal(resolved(NULL, NULL, base, sizeof(base)), 0);
     /* Defaults run's help states in words, not as a value (checked by test_defaults). */
-    const char *in_words[] = {"advertise", "gamma-c", "rank", "wait-peers", NULL};
+    const char *in_words[] = {"advertise", "gamma-c", "rank", "staleness", "wait-peers", NULL};
     int checked = 0;
     const char *def, *name;
     for (size_t i = 0; (name = hs__node_option(i, &def)); i++) {
