@@ -83,7 +83,8 @@ sgp-straggler-net)
     printf 'straggler-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
     rounds=300
-    common=(--secret-file "$tmp/secret" --algo sgp --synthetic --subset 4000 --test-subset 200
+    # --staleness 0: the mode that never waits (the default, 1, waits for peers that keep up).
+    common=(--secret-file "$tmp/secret" --algo sgp --staleness 0 --synthetic --subset 4000 --test-subset 200
         --batch 32 --rounds $rounds --world 4 --wait-peers 4 --quiet --metrics "$tmp/m{id}.jsonl")
     "$hs" run --listen "$ip:7270" --slowdown 4 "${common[@]}" >"$tmp/p0.out" 2>"$tmp/p0.err" &
     pids+=($!)
