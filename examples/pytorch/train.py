@@ -5,8 +5,8 @@ Every peer runs the same number of rounds (the job's `rounds`), so all end toget
 "peer R: test accuracy A% ..." at the end.
 
     train.py --rank R --world N --rendezvous FILE [--secret-file F | --insecure]
-             [--algo choco] [--compress topk:0.01] [--epochs 2] [--subset 0] [--listen HOST:0]
-             [--save FILE]
+             [--algo choco] [--compress C (default: the algorithm's)] [--epochs 2]
+             [--subset 0] [--listen HOST:0] [--save FILE]
 """
 import argparse
 import math
