@@ -61,10 +61,8 @@ int hs_algo_kind_split_eval(hs_algo_kind k);
 /* The compressor and topology the CLI uses for algorithm k when none is given. */
 const char *hs_algo_kind_default_compress(hs_algo_kind k);
 const char *hs_algo_kind_default_topology(hs_algo_kind k);
-/* The momentum kind ("local" or "qg") the CLI uses for algorithm k with a momentum optimizer
- * when none is given (qg for choco), and the staleness when none is given (1 for sgp, 0 for the
- * others); the node API and the CLI share the latter. */
-const char *hs_algo_kind_default_momentum(hs_algo_kind k);
+/* The staleness algorithm k uses when none is given (1 for sgp, 0 for the others); the node API
+ * and the CLI share it. */
 int hs_algo_kind_default_staleness(hs_algo_kind k);
 
 typedef struct hs_algo_cfg {

@@ -69,11 +69,6 @@ const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     return o && o->default_compress ? o->default_compress : "none";
 }
 
-const char *hs_algo_kind_default_momentum(hs_algo_kind k) {
-    const hs__algo_ops *o = hs__algo_ops_of(k);
-    return o && o->default_momentum ? o->default_momentum : "local";
-}
-
 int hs_algo_kind_default_staleness(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o ? o->default_staleness : 0;

@@ -50,8 +50,6 @@ typedef struct hs__algo_ops {
     int uses_gamma_c;        /* takes the CHOCO consensus step (cfg.gamma_c, automatic when 0) */
     const char *default_compress; /* the CLI's --compress when none is given */
     const char *default_topology; /* the CLI's --topology when none is given */
-    const char *default_momentum; /* the CLI's --momentum-kind when none is given and the
-                                     optimizer has momentum (NULL: local) */
     int default_staleness;   /* --staleness when none is given (sgp) */
     int needs_replicas;      /* the neighbour table keeps a replica of each in-neighbour */
     int pub_vectors;         /* vectors of d floats in a replica (0 means 1): one per quantity

@@ -127,9 +127,6 @@ const hs__algo_ops hs__algo_choco = {
      * docs/RESULTS.md). */
     .default_compress = "topk:0.03:fp16",
     .default_topology = "ring",
-    /* Quasi-global momentum: +0.9 points on IID shards and +6 to +13 on Dirichlet ones at the
-     * same bytes (docs/RESULTS.md, issue 14 and issue 19). */
-    .default_momentum = "qg",
     .needs_replicas = 1,
     .priv_size = sizeof(choco_state),
     .check_compressor = choco_check_compressor,

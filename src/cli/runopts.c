@@ -51,8 +51,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
      "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with sgd and"
-     HELP_PAD "momentum, local otherwise)"},
+     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: local)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -114,7 +113,6 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
-        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs_cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -213,12 +211,8 @@ int hs_runopts_finish(hs_runopts *o) {
     if (!o->gamma_c_set) o->algo.gamma_c = 0; /* automatic: hs_algo_new resolves it */
     if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind))
         return hs_cli_usage_error("--gamma-c applies to --algo choco and beer only");
-    /* The algorithm's own defaults, as for its compressor and topology (hs_algo_kind_default_*). */
+    /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
-    if (!o->momentum_kind_set && o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f &&
-        hs_momentum_kind_parse(hs_algo_kind_default_momentum(o->algo.kind),
-                               &o->optim.momentum_kind) < 0)
-        return hs_cli_usage_error("%s", hs_error_message());
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         if (o->algo.kind != HS_ALGO_DPSGD && o->algo.kind != HS_ALGO_CHOCO)
             return hs_cli_usage_error("--momentum-kind qg applies to --algo dpsgd and choco only "

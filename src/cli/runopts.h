@@ -38,7 +38,6 @@ typedef struct hs_runopts {
     char compress[96];
     int gamma_c_set;
     int staleness_set;     /* --staleness given: else the algorithm's default */
-    int momentum_kind_set; /* --momentum-kind given: else the algorithm's default */
     int local_steps;
     const char *topology;
     hs_partition partition;
