@@ -20,12 +20,12 @@
  *   x - xhat is) is measured here on a probe: delta_p = 1 - ||C(v) - v||^2 / ||v||^2 for a
  *   seeded bell-shaped v of the compressor's own d. The effective contraction is the geometric
  *   mean of the worst case and the probe, delta_e = sqrt(delta max(delta, delta_p)): the
- *   measured limits are 0.8-2.2 delta_e for every compressor and topology measured (top-k,
+ *   measured limits are 0.77-2.2 delta_e for every compressor and topology measured (top-k,
  *   sign, QSGD, random-k; rings, tori, exponential, complete, random regular, 8-64 peers),
  *   where they were 1.0-5.6 delta.
  * - gamma_c = delta_e / (2 - delta_e), the old rule's shape (1 at delta_e = 1, exact
  *   messages, plain gossip that is stable for every step in (0, 1]): about delta_e / 2 for
- *   small delta_e, so a margin of 1.5 or more below every measured limit (0.0147 for top-1%,
+ *   small delta_e, so a margin of 1.49 or more below every measured limit (0.0135 for top-1%,
  *   3x the old default), and unchanged for random-k.
  * The probe uses only exact IEEE operations (sums of uniform draws), so machines with different
  * math libraries compute the same step. */
