@@ -340,7 +340,8 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
         hs_algo_cfg_set_topology(acfg, t);
     float g = 0.0f;
     double dp = 0;
-    if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 && hs_algo_auto_gamma_c(c, &g, &dp) == 0) {
+    if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 &&
+        hs_algo_auto_gamma_c(c, &g, &dp) == 0) {
         double delta = hs_compressor_delta(c);
         /* The rule does not depend on the gap (src/algo/step.c says why); it is shown because
          * it says what the step was chosen for. */
