@@ -5,8 +5,8 @@ Every peer runs the same number of rounds (the job's `rounds`), so all end toget
 "peer R: test accuracy A% ..." at the end.
 
     train.py --rank R --world N --rendezvous FILE [--secret-file F | --insecure]
-             [--algo choco] [--compress topk:0.01] [--epochs 2] [--subset 0] [--listen HOST:0]
-             [--save FILE]
+             [--algo choco] [--compress C (default: the algorithm's)] [--epochs 2]
+             [--subset 0] [--listen HOST:0] [--save FILE] [--alone]
 """
 import argparse
 import math
@@ -33,6 +33,7 @@ def main():
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--algo", default="choco")
     p.add_argument("--compress", default=None)
+    p.add_argument("--gamma-c", type=float, default=None, help="default: automatic")
     p.add_argument("--topology", default="ring")
     p.add_argument("--epochs", type=float, default=2)
     p.add_argument("--batch", type=int, default=128)
@@ -42,6 +43,8 @@ def main():
     p.add_argument("--data", default=hearsay.datasets.DEFAULT_DIR)
     p.add_argument("--metrics", default=None)
     p.add_argument("--save", default=None, help="write the final parameters (raw float32)")
+    p.add_argument("--alone", action="store_true",
+                   help="train on this rank's shard without gossip: the baseline gossip must beat")
     a = p.parse_args()
     torch.set_num_threads(1)
 
@@ -50,10 +53,13 @@ def main():
     opt = fmnist.sgd(model, a.lr)
     per_epoch = fmnist.steps_per_epoch(len(y), a.batch)
     rounds = max(1, int(a.epochs * per_epoch))
+    if a.alone:
+        return train_alone(a, model, opt, x, y, tx, ty, rounds, per_epoch)
     gossip = hearsay.torch.Gossip(
         model, algo=a.algo, compress=a.compress, topology=a.topology, world=a.world,
         rank=a.rank, rendezvous=a.rendezvous, listen=a.listen, secret_file=a.secret_file,
-        insecure=a.insecure or None, rounds=rounds, metrics=a.metrics, quiet=True)
+        insecure=a.insecure or None, rounds=rounds, metrics=a.metrics, quiet=True,
+        gamma_c=a.gamma_c)
     with gossip:
         gossip.start()
         t0 = time.perf_counter()
@@ -74,6 +80,24 @@ def main():
               f"({rounds / per_epoch:.2f} epochs), loss {loss:.4f}, "
               f"{m.get('bytes_sent', 0) / 1e6:.3f} MB sent, {dt:.1f} s, "
               f"{1e3 * gossip.seconds / max(1, gossip.steps):.2f} ms/round in gossip", flush=True)
+    return 0
+
+
+def train_alone(a, model, opt, x, y, tx, ty, rounds, per_epoch):
+    """The same steps on the same shard with no communication at all."""
+    t0 = time.perf_counter()
+    steps, epoch, loss = 0, 0, math.nan
+    while steps < rounds:
+        for idx in fmnist.batches(len(y), a.batch, epoch):
+            loss = fmnist.local_step(model, opt, x[idx], y[idx])
+            steps += 1
+            if steps == rounds:
+                break
+        epoch += 1
+    acc = fmnist.accuracy(model, tx, ty)
+    print(f"peer {a.rank}: test accuracy {100 * acc:.2f}% after {steps} steps alone "
+          f"({rounds / per_epoch:.2f} epochs), loss {loss:.4f}, 0 MB sent, "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 
 

@@ -61,16 +61,18 @@ int hs_algo_kind_split_eval(hs_algo_kind k);
 /* The compressor and topology the CLI uses for algorithm k when none is given. */
 const char *hs_algo_kind_default_compress(hs_algo_kind k);
 const char *hs_algo_kind_default_topology(hs_algo_kind k);
+/* The staleness algorithm k uses when none is given (1 for sgp, 0 for the others); the node API
+ * and the CLI share it. */
+int hs_algo_kind_default_staleness(hs_algo_kind k);
 
 typedef struct hs_algo_cfg {
     hs_algo_kind kind;
     const char *compress; /* compressor spec (hearsay/compress.h); NULL = "none" */
     float gamma_c;        /* CHOCO consensus step size in (0, 1]; 0 (the default): automatic,
-                             hs_algo_default_gamma_c of the compressor's delta and `gap` */
-    double gap;           /* spectral gap 1 - |lambda_2| of the mixing matrix, an input of the
-                             automatic gamma_c: filled by whoever knows the topology (hs_sim from
-                             its topology, a peer from its topology spec at the job's size); 0:
-                             unknown, the most conservative step for the compressor */
+                             hs_algo_auto_gamma_c of the compressor */
+    double gap;           /* spectral gap 1 - |lambda_2| of the mixing matrix when known (hs_sim
+                             from its topology, a peer from its topology spec at the job's size),
+                             else 0; shown with the automatic gamma_c, which does not use it */
     int staleness;        /* SGP: wait for messages older than this many rounds from peers
                              that keep up (0: never wait); stragglers are never waited for */
     int recv_timeout_ms;  /* how long a synchronous round waits for a neighbour */
@@ -83,13 +85,19 @@ typedef struct hs_algo_cfg {
 
 void hs_algo_cfg_default(hs_algo_cfg *cfg);
 
-/* The default CHOCO consensus step for a compressor of contraction delta (hs_compressor_delta,
- * in (0, 1]) on a mixing matrix of spectral gap `gap` (in (0, 1]; 0: unknown): delta / (2 -
- * delta), in (0, 1], increasing in delta. The measured stable steps do not grow with the gap
- * (docs/RESULTS.md, the gamma_c table), so the value is the one for the least favourable
- * topology measured and does not depend on gap: an unknown gap gives the same step. Every peer
- * computes it from the same inputs, so all get the same float. src/algo/algo.c says why. */
-float hs_algo_default_gamma_c(double delta, double gap);
+/* The automatic CHOCO and BEER consensus step for a compressor of worst-case contraction delta
+ * (hs_compressor_delta, in (0, 1]) that keeps 1 - ||C(v) - v||^2 / ||v||^2 = delta_probe of a
+ * bell-shaped probe vector v: gamma_c = delta_e / (2 - delta_e) with delta_e =
+ * sqrt(delta max(delta, delta_probe)), in (0, 1], increasing in both. It does not depend on the
+ * topology: the measured stable steps do not grow with the spectral gap (docs/RESULTS.md, "CHOCO
+ * consensus step"; src/algo/step.c says why), so every peer computes the same float whether or
+ * not it knows the job's size. */
+float hs_algo_default_gamma_c(double delta, double delta_probe);
+
+/* The automatic step of compressor c (at its own d): probes c with a fixed seeded vector and
+ * applies hs_algo_default_gamma_c. The same float on every machine for the same compressor spec,
+ * d and seed. delta_probe (may be NULL) receives the probe's contraction. HS_ENOMEM. */
+int hs_algo_auto_gamma_c(const hs_compressor *c, float *gamma_c, double *delta_probe);
 
 /* Whether algorithm k can work with compressor c: HS_EINVAL with the reason and the fix for a
  * combination that cannot (CHOCO with a compressor that is not a contraction, ef: around CHOCO

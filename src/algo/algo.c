@@ -69,6 +69,11 @@ const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     return o && o->default_compress ? o->default_compress : "none";
 }
 
+int hs_algo_kind_default_staleness(hs_algo_kind k) {
+    const hs__algo_ops *o = hs__algo_ops_of(k);
+    return o ? o->default_staleness : 0;
+}
+
 const char *hs_algo_kind_default_topology(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o && o->default_topology ? o->default_topology : "ring";
@@ -97,33 +102,8 @@ int hs_algo_check_topology(hs_algo_kind k, int directed, int period, const char 
     return 0;
 }
 
-/* The default CHOCO step, gamma_c = delta / (2 - delta), calibrated on the largest step that
- * keeps pure CHOCO-gossip bounded over 5,000 rounds (tools/bench/gamma, docs/RESULTS.md):
- * - Koloskova et al. 2019 (Theorem 2) guarantee rho^2 delta / (16 rho + rho^2 + 4 beta^2 +
- *   2 rho beta^2 - 8 rho delta), 3.5e-5 for top-1% on a ring of 8, over 1000x below what is
- *   measured to be stable, and it shrinks as rho^2 where the measured limit does not.
- * - At a given delta the measured limit is smallest for unscaled random-k, whose delta is tight
- *   (E||C(x) - x||^2 = (1 - k/d) ||x||^2 for every x): 1.0-1.33 delta at delta = 0.01. Top-k
- *   tolerates 2.4-5.6 delta (its selection keeps far more than k/d of a gossip difference),
- *   sign and QSGD 1.4-3.1 delta. For small delta the rule is delta / 2: half the random-k limit,
- *   at most half the limit in every cell, and room for the noise training adds.
- * - The limits do not follow the spectral gap: over gaps 0.003 (ring of 64) to 1 (complete
- *   graph) they vary by at most 2.4x at a given compressor and are lowest on the densest graphs,
- *   not the sparsest. So the rule takes the smallest over the measured topologies and does not
- *   depend on the gap: every peer of a job gets the same step whether or not it knows the job's
- *   size, and an unknown gap costs nothing.
- * - delta = 1 (exact messages) is plain gossip x <- (I + gamma_c (W - I)) x, stable for every
- *   gamma_c in (0, 1] on a doubly stochastic W (its eigenvalues lie in [-1, 1]): the rule gives
- *   1 there, and delta / (2 - delta) joins the two ends monotonically. */
-float hs_algo_default_gamma_c(double delta, double gap) {
-    (void)gap;
-    if (!(delta > 1e-9)) delta = 1e-9; /* not a contraction: refused before a step is needed */
-    if (delta > 1.0) delta = 1.0;
-    return (float)(delta / (2.0 - delta));
-}
-
 /* The gap is a dense eigenproblem, O(n^3): beyond this many peers it is left unknown, which the
- * rule does not need (it is the same for every gap). */
+ * automatic step does not need (step.c). */
 #define GAP_MAX_PEERS 1024
 
 int hs_algo_cfg_set_topology(hs_algo_cfg *cfg, const hs_topo *t) {
@@ -181,13 +161,6 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
         goto fail;
     }
     if ((err = hs_algo_check_compressor(cfg->kind, a->comp)) < 0) goto fail;
-    if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
-        double delta = hs_compressor_delta(a->comp);
-        a->cfg.gamma_c = hs_algo_default_gamma_c(delta, cfg->gap);
-        /* The CLI prints the value once per process (hs_runopts_choco_step). */
-        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, spectral gap %.4g)",
-                ops->name, (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, cfg->gap);
-    }
     a->dpub = d * (size_t)(ops->pub_vectors > 1 ? ops->pub_vectors : 1);
     if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = malloc(sizeof(float) * d)) ||
         !(a->tmp2 = malloc(sizeof(float) * d))) {
@@ -195,6 +168,14 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
         goto fail;
     }
     memcpy(a->own, x0, sizeof(float) * d);
+    if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
+        double delta = hs_compressor_delta(a->comp), dp = 0;
+        if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->tmp2, &dp)) < 0) goto fail;
+        a->cfg.gamma_c = hs_algo_default_gamma_c(delta, dp);
+        /* The CLI prints the value once per process (hs_runopts_choco_step). */
+        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g)", ops->name,
+                (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp);
+    }
     if (ops->priv_size && !(a->priv = calloc(1, ops->priv_size))) {
         err = hs__err(HS_ENOMEM, "%s: out of memory", ops->name);
         goto fail;

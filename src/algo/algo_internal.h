@@ -50,6 +50,7 @@ typedef struct hs__algo_ops {
     int uses_gamma_c;        /* takes the CHOCO consensus step (cfg.gamma_c, automatic when 0) */
     const char *default_compress; /* the CLI's --compress when none is given */
     const char *default_topology; /* the CLI's --topology when none is given */
+    int default_staleness;   /* --staleness when none is given (sgp) */
     int needs_replicas;      /* the neighbour table keeps a replica of each in-neighbour */
     int pub_vectors;         /* vectors of d floats in a replica (0 means 1): one per quantity
                                 gossiped with compressed differences (beer: model, tracker) */
@@ -178,6 +179,10 @@ float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix);
 /* x[k] += g * m[k] for k < d; returns sum_k m[k]^2 (a statistic, summed in float lanes so the
  * loop vectorises). */
 double hs__step_sq(float *x, const float *m, float g, size_t d);
+
+/* The contraction of c on the consensus step's probe (step.c): v and out are scratch of c's d
+ * floats. */
+int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *delta_probe);
 
 /* Little-endian serialisation helpers for save/load. */
 int hs__put_u32(hs_buf *b, uint32_t v);

@@ -297,6 +297,9 @@ const hs__algo_ops hs__algo_sgp = {
     .synchronous = 0,
     .default_compress = "none",
     .default_topology = "onepeer-exp",
+    /* Waiting for the shares of the round before from peers that keep up: with 0 (never wait)
+     * momentum SGD diverged on a loaded machine, where shares arrive rounds late (issue 19). */
+    .default_staleness = 1,
     .needs_replicas = 0,
     .priv_size = sizeof(sgp_state),
     .check_compressor = sgp_check_compressor,

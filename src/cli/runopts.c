@@ -20,11 +20,11 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
-     HELP_PAD "ef:; dcd with a biased one (default: topk:0.01 for choco, qsgd:16 for dcd, none"
-     HELP_PAD "otherwise)"},
-    {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: delta / "
-                                 "(2 - delta) of the compressor, 0.005 for topk:0.01; printed at "
-                                 "start)"},
+     HELP_PAD "ef:; dcd with a biased one (default: topk:0.03:fp16 for choco, topk:0.01 for beer,"
+     HELP_PAD "qsgd:16 for dcd, none otherwise)"},
+    {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
+                                 "compressor's contraction, 0.0375 for topk:0.03:fp16; printed "
+                                 "at start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
@@ -37,8 +37,8 @@ const hs_cli_opt hs_runopts_table[] = {
      "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
      "or a topology file (default: ring; onepeer-exp for sgp)"},
     {"partition", RO_PARTITION, "P", "iid or dirichlet:ALPHA (default: iid)"},
-    {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up "
-                                     "(default: 0, never wait)"},
+    {"staleness", RO_STALENESS, "N", "sgp: wait for shares N rounds old from peers that keep up; "
+                                     "0: never wait (default: 1 for sgp)"},
     {"recv-timeout", RO_RECV_TIMEOUT, "MS", "how long a round waits for a neighbour (default: 10000)"},
     {"data", RO_DATA, "DIR", "image set: IDX files or CIFAR-10 binary batches (default: "
                              "Fashion-MNIST in " HS_DATA_DEFAULT_DIR ")"},
@@ -161,7 +161,9 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
         o->partition_spec = v;
         return hs_partition_parse(v, &o->partition) < 0 ? usage_from_error("--partition") : 0;
     case RO_SLOWDOWN: o->slowdown = v; return 0;
-    case RO_STALENESS: return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
+    case RO_STALENESS:
+        o->staleness_set = 1;
+        return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
     case RO_RECV_TIMEOUT:
         return hs_cli_int("--recv-timeout", v, 1, 3600 * 1000, &o->algo.recv_timeout_ms);
     case RO_METRICS: o->metrics = v; return 0;
@@ -228,6 +230,8 @@ int hs_runopts_finish(hs_runopts *o) {
     if (!o->gamma_c_set) o->algo.gamma_c = 0; /* automatic: hs_algo_new resolves it */
     if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind))
         return hs_cli_usage_error("--gamma-c applies to --algo choco and beer only");
+    /* The algorithm's own default, as for its compressor and topology. */
+    if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         if (o->algo.kind != HS_ALGO_DPSGD && o->algo.kind != HS_ALGO_CHOCO)
             return hs_cli_usage_error("--momentum-kind qg applies to --algo dpsgd and choco only "

@@ -37,6 +37,7 @@ typedef struct hs_runopts {
     hs_algo_cfg algo;
     char compress[96];
     int gamma_c_set;
+    int staleness_set;     /* --staleness given: else the algorithm's default */
     int local_steps;
     hs_outer_cfg outer; /* --outer-lr / --outer-momentum (on when either is given) */
     const char *topology;

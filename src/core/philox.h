@@ -26,6 +26,7 @@ enum hs_rng_purpose {
     HS_RNG_TEST = 9,      /* tests and benchmarks */
     HS_RNG_SIM = 10,      /* simulator scheduling */
     HS_RNG_AUGMENT = 11,  /* data augmentation (crop offsets, flips) */
+    HS_RNG_PROBE = 12,    /* the consensus step's probe vector (algo/step.c) */
 };
 
 HS_HD static void hs__philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {

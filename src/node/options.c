@@ -391,23 +391,31 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     if ((is_file || n > 1) && hs_topo_new(&t, topology, is_file ? 0 : n, seed) == 0)
         hs_algo_cfg_set_topology(acfg, t);
     float g = 0.0f;
-    if (hs_compressor_new(&c, acfg->compress, d, seed) == 0) {
+    double dp = 0;
+    if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 &&
+        hs_algo_auto_gamma_c(c, &g, &dp) == 0) {
         double delta = hs_compressor_delta(c);
-        g = hs_algo_default_gamma_c(delta, acfg->gap);
-        /* The rule does not depend on the gap (hs_algo_default_gamma_c says why); it is shown
-         * because it is an input. */
+        /* The rule does not depend on the gap (src/algo/step.c says why); it is shown because
+         * it says what the step was chosen for. */
         char gs[64] = "not known";
         if (acfg->gap > 0)
             snprintf(gs, sizeof(gs), "%.4g (%s on %d peers)", acfg->gap, topology,
                      t ? hs_topo_n(t) : n);
         if (why)
             snprintf(why, why_len,
-                     "automatic: delta / (2 - delta) for %s, delta %.4g; spectral gap %s",
-                     acfg->compress, delta, gs);
+                     "automatic: delta_e / (2 - delta_e) for %s, delta_e = sqrt(delta %.4g x "
+                     "%.4g on a probe); spectral gap %s",
+                     acfg->compress, delta, dp > delta ? dp : delta, gs);
     }
     hs_compressor_free(c);
     hs_topo_free(t);
     return g;
+}
+
+static int option_given(const hs_node_options *o, const char *name) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (!strcmp(opts[i].name, name)) return o->val[i] != NULL;
+    return 0;
 }
 
 int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c) {
@@ -419,6 +427,7 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     }
     hs_algo_kind k = c->algo.kind;
     if (!c->algo.compress) c->algo.compress = hs_algo_kind_default_compress(k);
+    if (!option_given(o, "staleness")) c->algo.staleness = hs_algo_kind_default_staleness(k);
     if (!c->net.topo_spec) c->net.topo_spec = hs_algo_kind_default_topology(k);
     hs_compressor *cm;
     if ((err = hs_compressor_new(&cm, c->algo.compress, d, c->algo.seed)) < 0)

@@ -3,7 +3,7 @@
  * (no local update), peers starting from different random vectors (same_start = 0), and
  * bisects gamma_c over a fixed log grid. docs/RESULTS.md has its table.
  *
- *   gamma_bench [--d D] [--rounds R] [--only COMPRESS@TOPO:N] [--check GAMMA]
+ *   gamma_bench [--d D] [--rounds R] [--only COMPRESS@TOPO:N] [--check GAMMA|auto]
  *
  * "Bounded" (with R rounds, w = R / 5, D(r) the exact consensus distance after round r):
  *   every D(r) is finite and at most 10 D(0), and
@@ -156,19 +156,24 @@ int main(int argc, char **argv) {
     size_t d = 20000;
     int rounds = 5000;
     double check = 0;
+    int check_auto = 0;
     cell only;
     const cell *cells = default_cells;
     size_t n_cells = sizeof(default_cells) / sizeof(default_cells[0]);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--d") && i + 1 < argc) d = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--check") && i + 1 < argc) {
+            /* auto: the automatic step, which hs_algo_new resolves from gamma_c = 0. */
+            check_auto = !strcmp(argv[++i], "auto");
+            check = check_auto ? 1 : atof(argv[i]);
+        }
         else if (!strcmp(argv[i], "--only") && i + 1 < argc && parse_cell(argv[++i], &only) == 0) {
             cells = &only;
             n_cells = 1;
         } else {
             fprintf(stderr, "usage: gamma_bench [--d D] [--rounds R] [--only COMPRESS@TOPO:N] "
-                            "[--check GAMMA]\n");
+                            "[--check GAMMA|auto]\n");
             return 2;
         }
     }
@@ -196,17 +201,22 @@ int main(int argc, char **argv) {
             return 1;
         }
         double gap = gap_of(t), delta = hs_compressor_delta(comp);
-        float def = hs_algo_default_gamma_c(delta, gap);
+        float def = 0;
+        if (hs_algo_auto_gamma_c(comp, &def, NULL) < 0) {
+            fprintf(stderr, "gamma_bench: %s\n", hs_error_message());
+            return 1;
+        }
         hs_topo_free(t);
         hs_compressor_free(comp);
         result res;
         if (check > 0) {
-            if (run(c, d, rounds, (float)check, &res) < 0) {
+            if (run(c, d, rounds, check_auto ? 0.0f : (float)check, &res) < 0) {
                 fprintf(stderr, "gamma_bench: %s\n", hs_error_message());
                 return 1;
             }
             printf("| %s | %s | %d | %.4f | %.4g | %.4g | %s | %d | %.3g | %.3g | %.3g |\n",
-                   c->compress, c->topo, c->n, gap, delta, check, res.bounded ? "yes" : "NO",
+                   c->compress, c->topo, c->n, gap, delta, check_auto ? (double)def : check,
+                   res.bounded ? "yes" : "NO",
                    res.rounds_run, res.d0, res.w1_max, res.w2_max);
             fflush(stdout);
             continue;

@@ -7,6 +7,7 @@
 #   long-run-N   the defaults on a ring of N peers with top-1% for 5,000 rounds: the consensus
 #                distance does not grow over the last 1,000 rounds and the final accuracy is within
 #                1 point of the best (EXTRA options, e.g. --gamma-c 0.1, show the check can fail)
+#   long-run-default-N  the same with CHOCO's default compressor (top-3% fp16) instead of top-1%
 # Every command is bounded by `timeout`; nothing runs in the background.
 set -uo pipefail
 hs=$1
@@ -75,7 +76,12 @@ long-run-*)
     # 5,000 rounds on a small model (hidden 32, batch 16) to stay within a couple of minutes;
     # consensus every 10 rounds.
     n=${case#long-run-}
-    timeout 600 "$hs" sim -n "$n" --algo choco --compress topk:0.01 --topology ring --synthetic \
+    comp=(--compress topk:0.01)
+    if [[ $n == default-* ]]; then
+        n=${n#default-}
+        comp=()
+    fi
+    timeout 600 "$hs" sim -n "$n" --algo choco "${comp[@]}" --topology ring --synthetic \
         --subset 4000 --test-subset 500 --hidden 32 --batch 16 --rounds 5000 --eval-every 10 \
         --metrics "$tmp/m.jsonl" "${extra[@]}" >"$tmp/out" 2>&1
     rc=$?

@@ -474,10 +474,24 @@ static void test_defaults(void **state) {
     assert_int_equal(c.algo.seed, 1);
     assert_int_equal(c.algo.recv_timeout_ms, 10000);
     assert_true(c.algo.gamma_c == 0.0f); /* automatic, resolved by the algorithm */
+    assert_int_equal(c.algo.staleness, 0);
+    /* The guard is told the step the algorithm will resolve 0 to. */
+    hs_compressor *cm;
+    float g;
+    assert_int_equal(hs_compressor_new(&cm, c.algo.compress, 1000, c.algo.seed), 0);
+    assert_int_equal(hs_algo_auto_gamma_c(cm, &g, NULL), 0);
+    hs_compressor_free(cm);
+    assert_true(c.guard.gamma_c == g);
     assert_int_equal(hs_node_options_set(o, "algo", "sgp"), 0);
     assert_int_equal(hs__node_options_resolve(o, 1000, &c), 0);
     assert_string_equal(c.net.topo_spec, "onepeer-exp");
     assert_string_equal(c.algo.compress, "none");
+    /* SGP waits for the shares of the round before unless told otherwise (issue 19: staleness 0
+     * with momentum diverged on a loaded machine). */
+    assert_int_equal(c.algo.staleness, 1);
+    assert_int_equal(hs_node_options_set(o, "staleness", "0"), 0);
+    assert_int_equal(hs__node_options_resolve(o, 1000, &c), 0);
+    assert_int_equal(c.algo.staleness, 0);
     hs_node_options_free(o);
 }
 
@@ -622,7 +636,7 @@ static void test_options_match_run(void **state) {
     static char base[4096], got[4096];
     assert_int_equal(resolved(NULL, NULL, base, sizeof(base)), 0);
     /* Defaults run's help states in words, not as a value (checked by test_defaults). */
-    const char *in_words[] = {"advertise", "gamma-c", "rank", "wait-peers", NULL};
+    const char *in_words[] = {"advertise", "gamma-c", "rank", "staleness", "wait-peers", NULL};
     int checked = 0;
     const char *def, *name;
     for (size_t i = 0; (name = hs__node_option(i, &def)); i++) {
