@@ -204,8 +204,34 @@ int hs__conn_local_ip(hs__conn *c, char *buf, size_t cap) {
 
 /* ------------------------------------------------------------------ periodic checks */
 
+/* This process did not run for gap_us (SIGSTOP, a VM pause, a suspended job, starvation): the
+ * ticks run before the loop reads its sockets, so what the peers sent meanwhile is still
+ * unread. Time this process slept counts against nobody: every open connection's clocks move
+ * by the gap, and the next ticks judge silence after the loop has read what arrived. */
+static void slept(hs__transport *tr, uint64_t now, uint64_t gap_us) {
+    int n = 0;
+    for (hs__conn *c = tr->conns; c; c = c->next) {
+        if (c->state == HS__C_CLOSING || c->state < HS__C_OPEN)
+            continue;
+        c->last_recv_us = c->last_recv_us + gap_us > now ? now : c->last_recv_us + gap_us;
+        c->last_progress_us =
+            c->last_progress_us + gap_us > now ? now : c->last_progress_us + gap_us;
+        n++;
+    }
+    if (n)
+        HS_LOGW("this process did not run for %llu ms (stopped or starved): the silence of its "
+                "%d connections is judged after reading what arrived meanwhile",
+                (unsigned long long)(gap_us / 1000), n);
+}
+
 void hs__conn_tick(hs__transport *tr, uint64_t now) {
     hs__conn *next;
+    /* Ticks come at least every heartbeat/2 (<= peer timeout/8): a gap of half the peer
+     * timeout is this process's own, not the network's. */
+    uint64_t gap = tr->last_tick_us && now > tr->last_tick_us ? now - tr->last_tick_us : 0;
+    tr->last_tick_us = now;
+    if (gap > (uint64_t)tr->cfg->peer_timeout_ms * 500)
+        slept(tr, now, gap);
     for (hs__conn *c = tr->conns; c; c = next) {
         next = c->next;
         if (c->state == HS__C_CLOSING)

@@ -152,6 +152,7 @@ struct hs__transport {
     int n_conns;
     uint64_t refuse_log_us; /* when a refusal was last logged */
     uint64_t refuse_quiet;  /* refusals not logged since */
+    uint64_t last_tick_us;  /* the previous hs__conn_tick: a long gap means this process slept */
 };
 
 /* The transport's operations: what the layers above call. */

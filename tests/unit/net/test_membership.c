@@ -139,13 +139,13 @@ static const hs__mb_env fenv = {
 
 static hs_net_config cfg;
 
-/* Peer 0 (the sequencer: the lowest id) with members 0..n-1 in force from round 0. */
-static void start(hs__mb *mb, fake *f, int n) {
+/* Peer self with members 0..n-1 in force from round 0 (peer 0 is the sequencer). */
+static void start_as(hs__mb *mb, fake *f, int n, uint32_t self) {
     memset(f, 0, sizeof(*f));
     memset(mb, 0, sizeof(*mb));
     hs_net_config_init(&cfg);
     f->now_us = 1000000;
-    f->self = 0;
+    f->self = self;
     mb->env = &fenv;
     mb->ctx = f;
     mb->cfg = &cfg;
@@ -161,8 +161,11 @@ static void start(hs__mb *mb, fake *f, int n) {
     hs__members m = {1, 0, 0, (uint32_t)n, (uint32_t)n, mm};
     assert_int_equal(hs__mb_accept(mb, &m, "the test"), 0);
     assert_int_equal(mb->n_sched, 1);
-    assert_true(mb->is_sequencer);
+    assert_int_equal(mb->is_sequencer, self == 0);
 }
+
+/* Peer 0 (the sequencer: the lowest id) with members 0..n-1 in force from round 0. */
+static void start(hs__mb *mb, fake *f, int n) { start_as(mb, f, n, 0); }
 
 static fpeer *peer(hs__mb *mb, uint32_t id) {
     hs__mpeer *p = hs__mb_find(mb, id);
@@ -189,6 +192,14 @@ static void disconnect(hs__mb *mb, uint32_t id, int err, int got_bye) {
     fpeer *p = peer(mb, id);
     p->m.conn = NULL;
     hs__mb_conn_lost(mb, &p->m, err, 0, 1, got_bye, "test");
+}
+
+/* The sequencer (peer 0) says it reaches a majority: this member is in the job. */
+static void sequencer_ok(hs__mb *mb) {
+    hs__heartbeat hb = {HS__HB_QUORUM, 1, 0, hs__mb_newest(mb)->m.version,
+                        hs__mb_newest(mb)->m.issuer};
+    hs__q_on_status(mb, &peer(mb, 0)->m, 0, &hb);
+    assert_true(mb->in_job);
 }
 
 static int sent_to(const fake *f, uint32_t to, uint8_t type) {
@@ -344,6 +355,117 @@ static void test_members_ordering(void **state) {
     hs__mb_free(&mb);
 }
 
+/* A member declared dead here that the sequencer keeps ("alive here": a stall or a lost link
+ * fooled only this peer) is redialled, once a second, by the lower id, and the connection
+ * revives it; its suspicions stop. */
+static void test_wrongly_dead_redialled(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start_as(&mb, &f, 3, 1);
+    assert_int_equal(f.dials, 1); /* peer 2: the lower id dials; peer 0 dials us */
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 2, 0);
+    disconnect(&mb, 2, HS_ETIMEDOUT, 0);
+    assert_true(mb.in_job); /* in the job: not a cut-off peer's redials (hs__q_redial) */
+    assert_true(peer(&mb, 2)->m.dead);
+    assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), 1);
+    /* The sequencer sends no list without it. Not at once (a cut-off peer waits a second)... */
+    int dials = f.dials;
+    for (int i = 0; i < 5; i++) {
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(f.dials, dials);
+    /* ...but within the next second, and not again while that dial is under way. */
+    for (int i = 0; i < 10; i++) {
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(f.dials, dials + 1);
+    assert_non_null(peer(&mb, 2)->m.dialing);
+    /* The dial fails (the other side was still frozen): once a second again, not every tick. */
+    peer(&mb, 2)->m.dialing = NULL;
+    hs__mb_conn_lost(&mb, &peer(&mb, 2)->m, HS_ETIMEDOUT, 1, 0, 0, "test");
+    for (int i = 0; i < 4; i++) { /* the dial went at +1.0 s; now +1.5 s, up to +1.9 s */
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(f.dials, dials + 1);
+    for (int i = 0; i < 2; i++) {
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(f.dials, dials + 2);
+    connect(&mb, &f, 2, 0);
+    assert_false(peer(&mb, 2)->m.dead);
+    int suspects = sent_to(&f, 0, HS__T_SUSPECT);
+    for (int i = 0; i < 30; i++) {
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = peer(&mb, 2)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), suspects);
+    assert_false(peer(&mb, 2)->m.dead);
+    /* The higher id waits for the lower one's dial. */
+    hs__mb_free(&mb);
+    start_as(&mb, &f, 3, 2);
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 1, 0);
+    disconnect(&mb, 1, HS_ETIMEDOUT, 0);
+    dials = f.dials;
+    for (int i = 0; i < 30; i++) {
+        f.now_us += 100000;
+        peer(&mb, 0)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_int_equal(f.dials, dials);
+    connect(&mb, &f, 1, 0);
+    assert_false(peer(&mb, 1)->m.dead);
+    hs__mb_free(&mb);
+}
+
+/* A tick half a peer timeout late means this process slept (SIGSTOP, a paused VM): that time
+ * counts against no peer. A needed peer still unreachable is declared dead only after a full
+ * timeout of ticks that came on time. */
+static void test_own_sleep_not_counted(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    connect(&mb, &f, 1, 0);
+    connect(&mb, &f, 2, 0);
+    disconnect(&mb, 2, HS_ECONNRESET, 1); /* no verdict: unreachable from now */
+    hs__mb_tick(&mb, f.now_us);
+    uint64_t to = (uint64_t)cfg.peer_timeout_ms * 1000;
+    f.now_us += to / 2;
+    peer(&mb, 1)->heard_us = f.now_us;
+    hs__mb_tick(&mb, f.now_us);
+    f.now_us += 7000000; /* stopped for 7 s */
+    peer(&mb, 1)->heard_us = f.now_us;
+    hs__mb_tick(&mb, f.now_us);
+    assert_false(peer(&mb, 2)->m.dead);
+    for (uint64_t t = 0; t + 100000 < to / 2; t += 100000) {
+        f.now_us += 100000;
+        peer(&mb, 1)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+        assert_false(peer(&mb, 2)->m.dead);
+    }
+    for (int i = 0; i < 20 && !peer(&mb, 2)->m.dead; i++) {
+        f.now_us += 100000;
+        peer(&mb, 1)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_true(peer(&mb, 2)->m.dead);
+    hs__mb_free(&mb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -351,6 +473,8 @@ int main(void) {
         cmocka_unit_test(test_no_change_without_majority),
         cmocka_unit_test(test_view_at_agreed_round),
         cmocka_unit_test(test_members_ordering),
+        cmocka_unit_test(test_wrongly_dead_redialled),
+        cmocka_unit_test(test_own_sleep_not_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
