@@ -321,6 +321,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
         net->tr.ops->close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
         return;
     }
+    c->joiner = HS__JOINER_ASKED; /* its deadline is now the admission's (hs__conn_tick) */
     hs__pending_join *pj = pjoin_by_nonce(net, j->nonce);
     if (!pj) {
         for (int i = 0; i < net->n_pjoins; i++)
