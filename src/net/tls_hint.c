@@ -21,7 +21,7 @@ const char *hs__tls_hint(hs_net_security mode, int server, const char *err, cons
                         strcasestr(alert, "certificate required")))
             return " (the other side uses certificates (--ca --cert --key); this peer a secret "
                    "(--secret-file))";
-        return " (wrong secret?)";
+        return HS__TLS_HINT_WRONG_SECRET;
     }
     if (strstr(err, "peer did not return a certificate") ||
         strcasestr(alert, "certificate required"))

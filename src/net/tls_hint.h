@@ -6,6 +6,9 @@
 
 #include "hearsay/net.h"
 
+/* The hint of a refusal for a wrong secret (a key under this run's identity that differs). */
+#define HS__TLS_HINT_WRONG_SECRET " (wrong secret?)"
+
 /* mode: this peer's; server: 1 on the accepting side; err: OpenSSL's first error text; alert:
  * "sent alert '...'" or "received alert '...'" or ""; verify_failed: the other side's
  * certificate did not verify. Returns " (hint)" or "" (static text). */

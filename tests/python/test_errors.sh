@@ -49,8 +49,6 @@ PY
         fail "$name: $(cat "$tmp/$name.py")"
     echo "ok: $name: $(tail -1 "$tmp/$name.py")"
 }
-expect wrong-secret AuthError world=2 rank=1 rounds=5 listen=$ip:0 rendezvous="$tmp/rv" \
-    secret-file="$tmp/bad" join-timeout=3000 quiet=1
 # Nothing listens at port 1 of this test's own loopback address.
 expect refused ConnectionFailed world=2 rank=1 rounds=5 listen=$ip:0 bootstrap=$ip:1 \
     secret-file="$tmp/good" join-timeout=2000 quiet=1
@@ -59,3 +57,66 @@ expect mismatch ConnectionFailed world=2 rank=1 rounds=5 algo=dpsgd listen=$ip:0
     rendezvous="$tmp/rv" secret-file="$tmp/good" join-timeout=3000 quiet=1
 expect bad-option InvalidArgument compress=topk:2.5x
 kill -0 "${pids[0]}" || fail "the member died: $(cat "$tmp/member.log")"
+
+# A wrong secret, against a member of a 2-peer job that waits for its second peer: the joiner
+# raises AuthError (C: exits with HS_EAUTH) and so does the member, neither waiting out its
+# timeouts (10 minutes here: only the authentication verdict ends them) and each with a few
+# log lines. Once a Python member with a C joiner, once the other way round.
+pynode() { # pynode EXCEPTION OPTIONS...: one Python node; exit 0 when it raises EXCEPTION
+    "$py" - "$@" <<'PY'
+import sys, numpy as np, hearsay
+exc, opts = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
+x = np.zeros(100, np.float32)
+try:
+    with hearsay.Node(opts) as n:
+        n.start(x)
+        while n.step(x):
+            pass
+except hearsay.Error as e:
+    print(f"{type(e).__name__}: {e}")
+    sys.exit(0 if type(e).__name__ == exc else f"raised {type(e).__name__}, expected {exc}")
+sys.exit("no exception")
+PY
+}
+lines() { grep -vc '^$' "$1"; }
+for member in py c; do
+    rv="$tmp/rv-$member"
+    mopts=(world=2 rank=0 rounds=5 listen=$ip:0 rendezvous="$rv" secret-file="$tmp/good"
+        join-timeout=600000)
+    jopts=(world=2 rank=1 rounds=5 listen=$ip:0 rendezvous="$rv" secret-file="$tmp/bad"
+        join-timeout=600000)
+    if [[ $member == py ]]; then
+        timeout 120 bash -c "$(declare -f pynode); py=$py pynode AuthError ${mopts[*]}" \
+            >"$tmp/ws-member.log" 2>&1 &
+    else
+        timeout 120 "$cpeer" --dim 100 --out "$tmp/xm" "${mopts[@]}" >"$tmp/ws-member.log" 2>&1 &
+    fi
+    mpid=$!
+    pids+=($mpid)
+    for _ in $(seq 100); do [[ -s $rv ]] && break; sleep 0.1; done
+    [[ -s $rv ]] || fail "wrong secret: the member wrote no rendezvous file: $(cat "$tmp/ws-member.log")"
+    if [[ $member == py ]]; then
+        timeout 120 "$cpeer" --dim 100 --out "$tmp/xj" "${jopts[@]}" >"$tmp/ws-joiner.log" 2>&1 &&
+            fail "wrong secret: the C joiner succeeded"
+        grep -q "HS_EAUTH" "$tmp/ws-joiner.log" ||
+            fail "wrong secret: the C joiner did not fail with HS_EAUTH: $(tail -2 "$tmp/ws-joiner.log")"
+    else
+        timeout 120 bash -c "$(declare -f pynode); py=$py pynode AuthError ${jopts[*]}" \
+            >"$tmp/ws-joiner.log" 2>&1 ||
+            fail "wrong secret: the Python joiner: $(tail -2 "$tmp/ws-joiner.log")"
+    fi
+    wait "$mpid"
+    rc=$?
+    if [[ $member == py ]]; then
+        [[ $rc -eq 0 ]] || fail "wrong secret: the Python member (exit $rc): $(tail -2 "$tmp/ws-member.log")"
+    else
+        [[ $rc -ne 0 ]] && grep -q "HS_EAUTH" "$tmp/ws-member.log" ||
+            fail "wrong secret: the C member (exit $rc): $(tail -2 "$tmp/ws-member.log")"
+    fi
+    for f in joiner member; do
+        n=$(lines "$tmp/ws-$f.log")
+        [[ $n -le 10 ]] || fail "wrong secret: the $f logged $n lines: $(head -20 "$tmp/ws-$f.log")"
+    done
+    echo "ok: wrong secret ($member member): joiner: $(tail -1 "$tmp/ws-joiner.log")"
+    echo "    member: $(tail -1 "$tmp/ws-member.log")"
+done
