@@ -105,21 +105,24 @@ sys.exit(0 if len(files) >= 3 and worst <= 10 * cons + 1e-12 else 1)
 EOF
 }
 
-# healed: in the log of each peer that exited 0, since it last joined, every peer declared
-# dead that is in its last member list was reachable again afterwards.
+# healed: in the log of each peer that exited 0, from when it last joined until the first
+# peer left at the end, every peer declared dead that is in its last member list was reachable
+# again afterwards.
 healed() {
     for i in "${ok[@]}"; do
         $py - "$tmp/e$i" <<'EOF' || fail "peer $i trained on without a member it declared dead"
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 start = max([k for k, l in enumerate(lines) if "joined as peer" in l] + [0])
+# Until the job ends: peers that finish leave, and the last ones see the first ones gone.
+end = min([k for k, l in enumerate(lines) if k > start and "left the run" in l] + [len(lines)])
 final = set()
 for l in lines:
     m = re.search(r"members v\d+ .*: \d+ peers \[([\d ]*)\]", l)
     if m:
         final = set(m.group(1).split())
 dead = {}
-for l in lines[start:]:
+for l in lines[start:end]:
     m = re.search(r"peer (\d+) \([^)]*\) (declared dead|is reachable again)", l)
     if m:
         dead[m.group(1)] = m.group(2) == "declared dead"
