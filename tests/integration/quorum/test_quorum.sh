@@ -5,10 +5,10 @@
 #              the 2 (among them the first peer, the sequencer) is down for 8 s, then up
 #   stall-all  all 5 peers frozen with SIGSTOP for 7 s, then SIGCONT (a suspended job)
 #   stall-3of5 ranks 1-3 frozen for 7 s: the 2 that run on are no majority
-# In the stall cases any peer may have been removed (and joined again), and every peer that
-# exits 0 must have healed: a member it declared dead and still holds in its last list was
-# reached again (a peer that woke judges no silence before reading, and members declared dead
-# here only are redialled).
+# In the stall cases any peer may have been removed (and joined again); no peer judged a
+# silence as long as the stall (a peer that woke reads before it judges: the time it was
+# stopped counts against nobody); and every peer that exits 0 healed: a member it declared dead
+# and still holds in its last list was reached again (members dead here only are redialled).
 # At the end there is one job: every peer that exits 0 holds its model (the saved final models
 # lie within the run's consensus distance of their mean), the peers that were never cut off
 # exit 0, and a peer that was cut off either joined again and finished (exit 0) or exited
@@ -133,19 +133,28 @@ EOF
     done
 }
 
-# stall RANK...: the 5 peers start, train a while; RANKs are frozen for 7 s, then resumed.
-stall() {
-    rounds=600
+# start5: the 5 peers on loopback, training for 2 s once all have started.
+start5() {
     ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
     start 0 "" "$ip:7600"
     wait_for 30 listening "$tmp/e0" || fail "peer 0 did not start"
     for i in 1 2 3 4; do start "$i" "" "$ip:760$i" "$ip:7600"; done
     for i in 0 1 2 3 4; do wait_for 60 started "$tmp/e$i" || fail "peer $i did not start"; done
     sleep 2
+}
+
+# stall RANK...: RANKs of the 5 are frozen for 7 s, then resumed.
+stall() {
+    rounds=600
+    start5
     for i in "$@"; do kill -STOP "${pids[$i]}"; done
     sleep 7
     for i in "$@"; do kill -CONT "${pids[$i]}"; done
     finish 0 1 2 3 4
+    # Silence verdicts are at most the peer timeout (1.5 s) plus a late tick's slack.
+    local long
+    long=$(grep -ho "nothing received for [0-9]* ms" "$tmp"/e* | awk '$4 >= 5000' | head -3)
+    [[ -z $long ]] || fail "a silence judged with the stall in it: $long"
     healed
 }
 
@@ -158,12 +167,7 @@ stall-3of5)
     ;;
 freeze)
     rounds=1000
-    ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
-    start 0 "" "$ip:7600"
-    wait_for 30 listening "$tmp/e0" || fail "peer 0 did not start"
-    for i in 1 2 3 4; do start "$i" "" "$ip:760$i" "$ip:7600"; done
-    for i in 0 1 2 3 4; do wait_for 60 started "$tmp/e$i" || fail "peer $i did not start"; done
-    sleep 2
+    start5
     kill -STOP "${pids[3]}"
     sleep 6
     kill -CONT "${pids[3]}"

@@ -202,6 +202,17 @@ static void sequencer_ok(hs__mb *mb) {
     assert_true(mb->in_job);
 }
 
+/* n ticks of 100 ms in which peer a (and b, unless HS__ID_NONE) is heard from. */
+static void ticks(hs__mb *mb, fake *f, int n, uint32_t a, uint32_t b) {
+    for (int i = 0; i < n; i++) {
+        f->now_us += 100000;
+        peer(mb, a)->heard_us = f->now_us;
+        if (b != HS__ID_NONE)
+            peer(mb, b)->heard_us = f->now_us;
+        hs__mb_tick(mb, f->now_us);
+    }
+}
+
 static int sent_to(const fake *f, uint32_t to, uint8_t type) {
     int n = 0;
     for (int i = 0; i < f->n_sent; i++)
@@ -373,43 +384,24 @@ static void test_wrongly_dead_redialled(void **state) {
     assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), 1);
     /* The sequencer sends no list without it. Not at once (a cut-off peer waits a second)... */
     int dials = f.dials;
-    for (int i = 0; i < 5; i++) {
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    ticks(&mb, &f, 5, 0, HS__ID_NONE);
     assert_int_equal(f.dials, dials);
     /* ...but within the next second, and not again while that dial is under way. */
-    for (int i = 0; i < 10; i++) {
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    ticks(&mb, &f, 10, 0, HS__ID_NONE);
     assert_int_equal(f.dials, dials + 1);
     assert_non_null(peer(&mb, 2)->m.dialing);
     /* The dial fails (the other side was still frozen): once a second again, not every tick. */
     peer(&mb, 2)->m.dialing = NULL;
     hs__mb_conn_lost(&mb, &peer(&mb, 2)->m, HS_ETIMEDOUT, 1, 0, 0, "test");
-    for (int i = 0; i < 4; i++) { /* the dial went at +1.0 s; now +1.5 s, up to +1.9 s */
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    /* the dial went at +1.0 s; now +1.5 s, up to +1.9 s */
+    ticks(&mb, &f, 4, 0, HS__ID_NONE);
     assert_int_equal(f.dials, dials + 1);
-    for (int i = 0; i < 2; i++) {
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    ticks(&mb, &f, 2, 0, HS__ID_NONE);
     assert_int_equal(f.dials, dials + 2);
     connect(&mb, &f, 2, 0);
     assert_false(peer(&mb, 2)->m.dead);
     int suspects = sent_to(&f, 0, HS__T_SUSPECT);
-    for (int i = 0; i < 30; i++) {
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = peer(&mb, 2)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    ticks(&mb, &f, 30, 0, 2);
     assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), suspects);
     assert_false(peer(&mb, 2)->m.dead);
     /* The higher id waits for the lower one's dial. */
@@ -420,11 +412,7 @@ static void test_wrongly_dead_redialled(void **state) {
     connect(&mb, &f, 1, 0);
     disconnect(&mb, 1, HS_ETIMEDOUT, 0);
     dials = f.dials;
-    for (int i = 0; i < 30; i++) {
-        f.now_us += 100000;
-        peer(&mb, 0)->heard_us = f.now_us;
-        hs__mb_tick(&mb, f.now_us);
-    }
+    ticks(&mb, &f, 30, 0, HS__ID_NONE);
     assert_int_equal(f.dials, dials);
     connect(&mb, &f, 1, 0);
     assert_false(peer(&mb, 1)->m.dead);
