@@ -1,6 +1,7 @@
 /* Joining a running job, on both sides.
  *
- * Joiner: dials the bootstrap address (retrying while nobody listens, until join_timeout),
+ * Joiner: dials the bootstrap address (retrying while nobody listens or connections close
+ * without a reason, until join_timeout),
  * says HELLO with no id, sends JOIN (a random nonce and its listen address) and waits for
  * WELCOME: its id, the member list that adds it (and so its first round), the topology, the
  * application's config and a snapshot. The connection then serves as an ordinary one.
@@ -56,11 +57,11 @@ static int join_state(hs_net *net) {
 /* ------------------------------------------------------------------ joiner */
 
 /* What a join that timed out saw: closes during the handshake without a reason. */
-static const char *handshake_hint(hs_net *net) {
-    static _Thread_local char hint[400];
+static const char *handshake_hint(const hs_net *net, char *hint, size_t cap) {
+    hint[0] = '\0';
     if (!net->join_handshake_fails)
-        return "";
-    snprintf(hint, sizeof(hint),
+        return hint;
+    snprintf(hint, cap,
              "; it closed the connection during the handshake %d times without a reason: is it "
              "at its limit of unauthenticated connections from this address "
              "(--max-pending-per-addr), or does it use another security mode?",
@@ -142,8 +143,10 @@ void hs__bs_join_conn_failed(hs_net *net, hs__conn *c, int err, const char *why)
     if (c->connected && c->state_before_close < HS__C_OPEN && !c->refused_retry)
         net->join_handshake_fails++;
     if (now >= net->join_deadline_us) {
+        char hint[400];
         hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: %s (gave up after %d ms)%s",
-                    net->s_bootstrap, why, net->cfg.join_timeout_ms, handshake_hint(net));
+                    net->s_bootstrap, why, net->cfg.join_timeout_ms,
+                    handshake_hint(net, hint, sizeof(hint)));
         return;
     }
     /* Nobody listening yet, or the connection broke: try again (a repeated JOIN is safe). */
@@ -170,8 +173,10 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
     int s = join_state(net);
     if (s == HS__JOIN_DIALING || s == HS__JOIN_WAITING) {
         if (net->join_deadline_us && now >= net->join_deadline_us) {
+            char hint[400];
             hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: no WELCOME within %d ms%s",
-                        net->s_bootstrap, net->cfg.join_timeout_ms, handshake_hint(net));
+                        net->s_bootstrap, net->cfg.join_timeout_ms,
+                        handshake_hint(net, hint, sizeof(hint)));
             return;
         }
         if (s == HS__JOIN_DIALING && !net->join_conn && now >= net->join_next_dial_us)

@@ -183,10 +183,11 @@ void hs__mb_connect_needed(hs__mb *mb) {
         if (hs__q_redial(mb, p, now))
             continue;
         /* A member dead here but kept by the sequencer (it hears from it: "alive here") was
-         * wrongly declared dead, by a stall or a lost link: redialled like a live one, once a
-         * second, until a connection revives it (hs__mb_on_open) or a list drops it. */
+         * wrongly declared dead, by a stall or a lost link: redialled, needed or not (it still
+         * counts in whom this peer takes for the sequencer), once a second, until a
+         * connection revives it (hs__mb_on_open) or a list drops it. */
         if (p->member && !p->left && !p->gone) {
-            needed = mb->is_sequencer || p->id == mb->sequencer;
+            needed = mb->is_sequencer || p->id == mb->sequencer || p->dead;
             for (int i = first; i < mb->n_sched && !needed; i++) {
                 hs__mview *mv = mb->sched[i];
                 for (int j = 0; j < mv->n_needs; j++)

@@ -138,6 +138,7 @@ static const hs__mb_env fenv = {
 };
 
 static hs_net_config cfg;
+static const char *topo = "complete"; /* the topology start_as gives the run */
 
 /* Peer self with members 0..n-1 in force from round 0 (peer 0 is the sequencer). */
 static void start_as(hs__mb *mb, fake *f, int n, uint32_t self) {
@@ -151,7 +152,7 @@ static void start_as(hs__mb *mb, fake *f, int n, uint32_t self) {
     mb->cfg = &cfg;
     mb->self = &f->self;
     mb->advertise = "127.0.0.1:7000";
-    mb->topo_spec = "complete";
+    mb->topo_spec = topo;
     hs__member mm[MAXP];
     memset(mm, 0, sizeof(mm));
     for (int i = 0; i < n; i++) {
@@ -419,6 +420,31 @@ static void test_wrongly_dead_redialled(void **state) {
     hs__mb_free(&mb);
 }
 
+/* Not a neighbour either (a connection left from an earlier view, or the sequencer's
+ * reports): a member dead here is redialled all the same, since it still counts in whom this
+ * peer takes for the sequencer and its suspicions would go on for ever. */
+static void test_wrongly_dead_redialled_not_needed(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    topo = "ring"; /* 0-1-2-3-4-0: peer 1 exchanges with 0 and 2 */
+    start_as(&mb, &f, 5, 1);
+    topo = "complete";
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 2, 0);
+    connect(&mb, &f, 3, 0);
+    disconnect(&mb, 3, HS_ETIMEDOUT, 0);
+    assert_true(peer(&mb, 3)->m.dead);
+    int dials = f.dials;
+    ticks(&mb, &f, 15, 0, 2);
+    assert_int_equal(f.dials, dials + 1);
+    assert_non_null(peer(&mb, 3)->m.dialing);
+    connect(&mb, &f, 3, 0);
+    assert_false(peer(&mb, 3)->m.dead);
+    hs__mb_free(&mb);
+}
+
 /* A tick half a peer timeout late means this process slept (SIGSTOP, a paused VM): that time
  * counts against no peer. A needed peer still unreachable is declared dead only after a full
  * timeout of ticks that came on time. */
@@ -462,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_view_at_agreed_round),
         cmocka_unit_test(test_members_ordering),
         cmocka_unit_test(test_wrongly_dead_redialled),
+        cmocka_unit_test(test_wrongly_dead_redialled_not_needed),
         cmocka_unit_test(test_own_sleep_not_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
