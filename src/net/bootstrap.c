@@ -1,6 +1,7 @@
 /* Joining a running job, on both sides.
  *
- * Joiner: dials the bootstrap address (retrying while nobody listens, until join_timeout),
+ * Joiner: dials the bootstrap address (retrying while nobody listens or connections close
+ * without a reason, until join_timeout),
  * says HELLO with no id, sends JOIN (a random nonce and its listen address) and waits for
  * WELCOME: its id, the member list that adds it (and so its first round), the topology, the
  * application's config and a snapshot. The connection then serves as an ordinary one.
@@ -54,6 +55,19 @@ static int join_state(hs_net *net) {
 }
 
 /* ------------------------------------------------------------------ joiner */
+
+/* What a join that timed out saw: closes during the handshake without a reason. */
+static const char *handshake_hint(const hs_net *net, char *hint, size_t cap) {
+    hint[0] = '\0';
+    if (!net->join_handshake_fails)
+        return hint;
+    snprintf(hint, cap,
+             "; it closed the connection during the handshake %d times without a reason: is it "
+             "at its limit of unauthenticated connections from this address "
+             "(--max-pending-per-addr), or does it use another security mode?",
+             net->join_handshake_fails);
+    return hint;
+}
 
 static void join_dial(hs_net *net) {
     uint64_t now = hs__now_us();
@@ -122,23 +136,17 @@ void hs__bs_join_conn_failed(hs_net *net, hs__conn *c, int err, const char *why)
     if (s == HS__JOIN_DONE || s == HS__JOIN_FAILED)
         return;
     uint64_t now = hs__now_us();
+    /* A close during the handshake without a reason is no verdict: a member at its limit of
+     * unauthenticated connections (strangers may hold them all, --max-pending-per-addr) closes
+     * at once, and so does one still starting. A peer that will not have us says so (REFUSE,
+     * or a TLS alert: hs__bs_on_refused), so only the deadline ends this. */
+    if (c->connected && c->state_before_close < HS__C_OPEN && !c->refused_retry)
+        net->join_handshake_fails++;
     if (now >= net->join_deadline_us) {
-        hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: %s (gave up after %d ms)",
-                    net->s_bootstrap, why, net->cfg.join_timeout_ms);
-        return;
-    }
-    /* A hearsay peer that will not talk to us says REFUSE (and one that cannot take us yet, a
-     * member still starting or leaving, says so: we retry until the deadline). One that closes
-     * during the handshake again and again, saying nothing, most likely runs another security
-     * mode (it cannot even read us). */
-    if (c->connected && c->state_before_close < HS__C_OPEN && !c->refused_retry &&
-        ++net->join_handshake_fails >= 3) {
-        hs__bs_fail(net, HS_EAUTH,
-                    "join through %s: it closed the connection during the handshake %d times "
-                    "without a reason (%s): does it use another security mode (TLS there, "
-                    "--insecure here?), or is it at its limit of unauthenticated connections "
-                    "from this address (--max-pending-per-addr)?",
-                    net->s_bootstrap, net->join_handshake_fails, why);
+        char hint[400];
+        hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: %s (gave up after %d ms)%s",
+                    net->s_bootstrap, why, net->cfg.join_timeout_ms,
+                    handshake_hint(net, hint, sizeof(hint)));
         return;
     }
     /* Nobody listening yet, or the connection broke: try again (a repeated JOIN is safe). */
@@ -165,8 +173,10 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
     int s = join_state(net);
     if (s == HS__JOIN_DIALING || s == HS__JOIN_WAITING) {
         if (net->join_deadline_us && now >= net->join_deadline_us) {
-            hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: no WELCOME within %d ms",
-                        net->s_bootstrap, net->cfg.join_timeout_ms);
+            char hint[400];
+            hs__bs_fail(net, HS_ETIMEDOUT, "join through %s: no WELCOME within %d ms%s",
+                        net->s_bootstrap, net->cfg.join_timeout_ms,
+                        handshake_hint(net, hint, sizeof(hint)));
             return;
         }
         if (s == HS__JOIN_DIALING && !net->join_conn && now >= net->join_next_dial_us)
@@ -316,6 +326,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
         net->tr.ops->close(c, HS_EPROTO, 0, HS_LOG_WARN, "JOIN with listen address '%s'", j->addr);
         return;
     }
+    c->joiner = HS__JOINER_ASKED; /* its deadline is now the admission's (hs__conn_tick) */
     hs__pending_join *pj = pjoin_by_nonce(net, j->nonce);
     if (!pj) {
         for (int i = 0; i < net->n_pjoins; i++)

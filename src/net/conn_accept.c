@@ -30,6 +30,11 @@ static void log_refusal(hs__transport *tr, const char *who, const char *why) {
     tr->refuse_quiet = 0;
 }
 
+/* A joiner's connection that got no WELCOME yet: HELLO without an id, then only JOIN. */
+static int pending_joiner(const hs__conn *c) {
+    return !c->outgoing && c->joiner && c->joiner_id == HS__ID_NONE;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     hs__transport *tr = server->data;
     if (status < 0) {
@@ -52,12 +57,13 @@ static void on_connection(uv_stream_t *server, int status) {
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
         hs__conn_sa_format((struct sockaddr *)&ss, c->remote_ip, sizeof(c->remote_ip), c->remote,
                            sizeof(c->remote));
-    /* The limits are for strangers: only connections that have not finished TLS and HELLO
-     * count. Members' and joiners' authenticated connections never do, so nobody can crowd
-     * them out by holding connections open (those are closed at the handshake deadline). */
+    /* The limits are for strangers: connections that have not finished TLS and HELLO, and
+     * joiners not welcomed yet (with --insecure anyone's HELLO passes: a joiner proves nothing
+     * until the job admits it). Members' connections never count, so nobody can crowd them
+     * out by holding connections open (those are closed at their deadlines: hs__conn_tick). */
     int same = 0, pending = 0;
     for (hs__conn *o = tr->conns; o; o = o->next) {
-        if (o == c || o->state == HS__C_CLOSING || o->state >= HS__C_OPEN)
+        if (o == c || o->state == HS__C_CLOSING || (o->state >= HS__C_OPEN && !pending_joiner(o)))
             continue;
         pending++;
         if (!strcmp(o->remote_ip, c->remote_ip))
@@ -204,8 +210,34 @@ int hs__conn_local_ip(hs__conn *c, char *buf, size_t cap) {
 
 /* ------------------------------------------------------------------ periodic checks */
 
+/* This process did not run for gap_us (SIGSTOP, a VM pause, a suspended job, starvation): the
+ * ticks run before the loop reads its sockets, so what the peers sent meanwhile is still
+ * unread. Time this process slept counts against nobody: every open connection's clocks move
+ * by the gap, and the next ticks judge silence after the loop has read what arrived. */
+static void slept(hs__transport *tr, uint64_t now, uint64_t gap_us) {
+    int n = 0;
+    for (hs__conn *c = tr->conns; c; c = c->next) {
+        if (c->state == HS__C_CLOSING || c->state < HS__C_OPEN)
+            continue;
+        c->last_recv_us = c->last_recv_us + gap_us > now ? now : c->last_recv_us + gap_us;
+        c->last_progress_us =
+            c->last_progress_us + gap_us > now ? now : c->last_progress_us + gap_us;
+        n++;
+    }
+    if (n)
+        HS_LOGW("this process did not run for %llu ms (stopped or starved): the silence of its "
+                "%d connections is judged after reading what arrived meanwhile",
+                (unsigned long long)(gap_us / 1000), n);
+}
+
 void hs__conn_tick(hs__transport *tr, uint64_t now) {
     hs__conn *next;
+    /* Ticks come at least every heartbeat/2 (<= peer timeout/8): a gap of half the peer
+     * timeout is this process's own, not the network's. */
+    uint64_t gap = tr->last_tick_us && now > tr->last_tick_us ? now - tr->last_tick_us : 0;
+    tr->last_tick_us = now;
+    if (gap > (uint64_t)tr->cfg->peer_timeout_ms * 500)
+        slept(tr, now, gap);
     for (hs__conn *c = tr->conns; c; c = next) {
         next = c->next;
         if (c->state == HS__C_CLOSING)
@@ -228,6 +260,23 @@ void hs__conn_tick(hs__transport *tr, uint64_t now) {
                                (unsigned long long)c->app_bytes);
             }
             continue;
+        }
+        if (pending_joiner(c)) {
+            /* JOIN within the handshake's time; then the sequencer's answer, the version that
+             * adds it and a snapshot (snapshot timeout), with a peer timeout to spare. */
+            int joined = c->joiner == HS__JOINER_ASKED;
+            uint64_t limit = hs_to + (joined ? (uint64_t)tr->cfg->snapshot_timeout_ms * 1000 +
+                                                   peer_to
+                                             : 0);
+            if (now - c->t_start_us > limit) {
+                uv_mutex_lock(tr->mu);
+                tr->st->conns_refused++;
+                uv_mutex_unlock(tr->mu);
+                hs__conn_close(c, HS_ETIMEDOUT, 0, HS_LOG_DEBUG,
+                               "refused: a joiner %s within %llu ms", joined ? "not admitted" :
+                               "that sent no JOIN", (unsigned long long)(limit / 1000));
+                continue;
+            }
         }
         if (!c->reading_paused && now - c->last_recv_us > peer_to) {
             hs__conn_close(c, HS_ETIMEDOUT, 1, HS_LOG_WARN, "nothing received for %llu ms",

@@ -9,6 +9,7 @@
 
 #include "core/error_internal.h"
 #include "net/runtime.h"
+#include "net/tls_hint.h"
 
 /* ------------------------------------------------------------------ HELLO */
 
@@ -161,6 +162,15 @@ static void on_closed(void *owner, hs__conn *c, int err, int dial_failed) {
         return;
     }
     hs__bs_conn_gone(net, c);
+    if (!c->outgoing && err == HS_EAUTH && strstr(c->why, HS__TLS_HINT_WRONG_SECRET)) {
+        uv_mutex_lock(&net->mu);
+        net->wrong_secret_us = hs__now_us();
+        net->wrong_secret_n = net->mb.n_sched ? (int)hs__mb_newest(&net->mb)->m.n : 0;
+        snprintf(net->wrong_secret_msg, sizeof(net->wrong_secret_msg), "%s: %s", c->remote,
+                 c->why);
+        uv_cond_broadcast(&net->cv);
+        uv_mutex_unlock(&net->mu);
+    }
     if (c->bootstrap && net->join_conn == c) {
         hs__bs_join_conn_failed(net, c, err, c->why);
         if (!c->peer)

@@ -11,6 +11,8 @@
 #include "core/error_internal.h"
 #include "net/membership.h"
 
+#define REDIAL_DEAD_US 1000000
+
 static void send_suspect(hs__mb *mb, hs__mpeer *dead) {
     hs__mpeer *seq = hs__mb_find(mb, mb->sequencer);
     dead->last_suspect_us = mb->env->now_us(mb->ctx);
@@ -180,8 +182,12 @@ void hs__mb_connect_needed(hs__mb *mb) {
         int needed = 0;
         if (hs__q_redial(mb, p, now))
             continue;
-        if (p->member && !p->dead) {
-            needed = mb->is_sequencer || p->id == mb->sequencer;
+        /* A member dead here but kept by the sequencer (it hears from it: "alive here") was
+         * wrongly declared dead, by a stall or a lost link: redialled, needed or not (it still
+         * counts in whom this peer takes for the sequencer), once a second, until a
+         * connection revives it (hs__mb_on_open) or a list drops it. */
+        if (p->member && !p->left && !p->gone) {
+            needed = mb->is_sequencer || p->id == mb->sequencer || p->dead;
             for (int i = first; i < mb->n_sched && !needed; i++) {
                 hs__mview *mv = mb->sched[i];
                 for (int j = 0; j < mv->n_needs; j++)
@@ -198,6 +204,8 @@ void hs__mb_connect_needed(hs__mb *mb) {
             hs__conn *c;
             if (mb->env->dial(mb->ctx, p, &c) == 0) {
                 p->dialing = c;
+                if (p->dead) /* its failures are not counted (hs__mb_conn_lost): pace it here */
+                    p->next_dial_us = now + REDIAL_DEAD_US;
             } else {
                 HS_LOGW("dial peer %u: %s", p->id, hs_error_message());
                 p->next_dial_us = now + 1000000;
@@ -207,7 +215,7 @@ void hs__mb_connect_needed(hs__mb *mb) {
         if (!p->ever_connected)
             limit +=
                 (uint64_t)mb->cfg->snapshot_timeout_ms + (uint64_t)mb->cfg->handshake_timeout_ms;
-        if (now - p->unreachable_since_us > limit * 1000)
+        if (!p->dead && now - p->unreachable_since_us > limit * 1000)
             hs__mb_peer_dead(mb, p, "unreachable for %llu ms",
                              (unsigned long long)((now - p->unreachable_since_us) / 1000));
     }
@@ -216,6 +224,18 @@ void hs__mb_connect_needed(hs__mb *mb) {
 
 void hs__mb_tick(hs__mb *mb, uint64_t now) {
     uint64_t round = mb->env->round(mb->ctx);
+    /* A tick that comes half a peer timeout late: this process slept (SIGSTOP, a paused VM).
+     * That time counts against no peer's reachability; the transport does the same for
+     * silence (hs__conn_tick). */
+    uint64_t gap = mb->last_tick_us && now > mb->last_tick_us ? now - mb->last_tick_us : 0;
+    mb->last_tick_us = now;
+    if (gap > (uint64_t)mb->cfg->peer_timeout_ms * 500)
+        for (int k = 0; k < mb->n_peers; k++) {
+            hs__mpeer *p = mb->peers[k];
+            if (p->unreachable_since_us)
+                p->unreachable_since_us =
+                    p->unreachable_since_us + gap > now ? now : p->unreachable_since_us + gap;
+        }
     /* The window starts at the first round the application reports: a resumed peer jumps from
      * 0 to its checkpoint's round, which is no speed. */
     if (!mb->round_rate_t_us || (mb->round_rate_r == 0 && round > 0 && mb->round_rate == 0)) {

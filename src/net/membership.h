@@ -123,6 +123,7 @@ typedef struct hs__mb {
     int change_pending;
     uint64_t round_rate_t_us, round_rate_r;
     double round_rate; /* rounds per second, smoothed */
+    uint64_t last_tick_us; /* the previous hs__mb_tick: a long gap means this process slept */
 
     int in_job;                           /* (mu) in touch with a majority */
     int removed;                          /* (mu) this peer was removed from the run */

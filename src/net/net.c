@@ -20,6 +20,7 @@
 #include "net/resend.h"
 
 #define TICK_MS_MAX 25
+#define WRONG_SECRET_GRACE_US 2000000
 
 /* ------------------------------------------------------------------ loop thread */
 
@@ -443,13 +444,28 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
         if (mv && (int)mv->m.n >= n)
             break;
         uint64_t now = hs__now_us();
+        int have = mv ? (int)mv->m.n : 0;
+        /* A peer of this job with another secret will not get in by waiting: said at once,
+         * after a moment for the others still on their way. */
+        uint64_t auth_end = net->wrong_secret_us && have <= net->wrong_secret_n
+                                ? net->wrong_secret_us + WRONG_SECRET_GRACE_US
+                                : UINT64_MAX;
+        if (now >= auth_end) {
+            char msg[sizeof(net->wrong_secret_msg)];
+            snprintf(msg, sizeof(msg), "%s", net->wrong_secret_msg);
+            uv_mutex_unlock(&net->mu);
+            return hs__err(HS_EAUTH,
+                           "%d members, waiting for %d: a peer with another secret was refused "
+                           "and nobody joined since (every peer needs the same --secret-file): %s",
+                           have, n, msg);
+        }
         if (now >= deadline || net->stopping || net->mb.removed) {
-            int have = mv ? (int)mv->m.n : 0;
             uv_mutex_unlock(&net->mu);
             return hs__err(HS_ETIMEDOUT, "%d members after %d ms, waiting for %d", have, timeout_ms,
                            n);
         }
-        uv_cond_timedwait(&net->cv, &net->mu, (deadline - now) * 1000);
+        uv_cond_timedwait(&net->cv, &net->mu,
+                          ((auth_end < deadline ? auth_end : deadline) - now) * 1000);
     }
     uv_mutex_unlock(&net->mu);
     return 0;

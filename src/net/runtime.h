@@ -119,6 +119,11 @@ struct hs_net {
     int join_handshake_fails; /* closed by the other side before HELLO_ACK */
     hs__conn *join_conn;
     struct sockaddr_storage bootstrap_sa;
+    /* A connection refused for a wrong secret (our key's identity, another key): while this
+     * peer waits for its first members, a misconfigured peer of the job, not a delay. */
+    uint64_t wrong_secret_us;         /* (mu) when the last one was refused; 0 none */
+    char wrong_secret_msg[600];       /* (mu) its refusal */
+    int wrong_secret_n;               /* (mu) members then */
     hs_net_welcome *welcome; /* (mu) filled by the loop for hs_net_start */
 
     /* shared with the application threads */

@@ -2,6 +2,7 @@
  * OpenSSL. Threading: a context is built once and then only read (OpenSSL locks SSL_CTX
  * internally); a session belongs to the loop thread. */
 #include "net/tls.h"
+#include "net/tls_hint.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -309,24 +310,10 @@ void hs__tls_out_consume(hs__tls *t, size_t n) {
 static int handshake_error(hs__tls *t, int code) {
     char e[256];
     ssl_errstr(e, sizeof(e));
-    const char *hint = "";
     long v = SSL_get_verify_result(t->ssl);
-    int received = strstr(t->alert, "received") != NULL;
-    if (strstr(e, "wrong version number") || strstr(e, "http request") ||
-        strstr(e, "packet length too long") || strstr(e, "record layer failure")) {
-        hint = " (the other side does not speak TLS: started with --insecure?)";
-    } else if (t->ctx->mode == HS_NET_SECRET) {
-        hint = " (wrong secret?)";
-    } else if (strstr(e, "peer did not return a certificate") ||
-               strcasestr(t->alert, "certificate required")) {
-        hint = " (no client certificate?)";
-    } else if (v != X509_V_OK) {
+    const char *hint = hs__tls_hint(t->ctx->mode, t->server, e, t->alert, v != X509_V_OK);
+    if (v != X509_V_OK && t->ctx->mode != HS_NET_SECRET)
         snprintf(e + strlen(e), sizeof(e) - strlen(e), ": %s", X509_verify_cert_error_string(v));
-        hint = " (certificate from another CA?)";
-    } else if (received &&
-               (strcasestr(t->alert, "unknown ca") || strcasestr(t->alert, "certificate"))) {
-        hint = " (the peer rejected this peer's certificate: from another CA?)";
-    }
     return hs__err(code, "TLS handshake failed: %s%s%s%s", e, t->alert[0] ? "; " : "", t->alert,
                    hint);
 }

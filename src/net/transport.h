@@ -55,6 +55,7 @@ void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f);
 
 /* ------------------------------------------------------------------ connections */
 enum { HS__C_CONNECTING, HS__C_TLS, HS__C_HELLO, HS__C_OPEN, HS__C_CLOSING };
+#define HS__JOINER_ASKED 2 /* c->joiner once its JOIN arrived */
 
 typedef struct hs__transport hs__transport;
 
@@ -95,7 +96,7 @@ struct hs__conn {
     int nwrites;
     uint64_t t_start_us, last_recv_us, last_send_us, last_progress_us;
     uint64_t app_bytes; /* plaintext bytes taken after the handshake */
-    int joiner;         /* accepted from a peer without an id: it may only join */
+    int joiner;         /* accepted from a peer without an id: it may only join (2: it did) */
     int got_bye;        /* BYE received: 1 close, 2 leave */
     int timer_armed;
     int connected;                /* TCP established */
@@ -152,6 +153,7 @@ struct hs__transport {
     int n_conns;
     uint64_t refuse_log_us; /* when a refusal was last logged */
     uint64_t refuse_quiet;  /* refusals not logged since */
+    uint64_t last_tick_us;  /* the previous hs__conn_tick: a long gap means this process slept */
 };
 
 /* The transport's operations: what the layers above call. */

@@ -30,6 +30,10 @@ static void sleep_s(atomic_int *stop, double s) {
     }
 }
 
+/* How long a refusal for good from a rendezvous address older than this peer waits for the
+ * file to change before it is believed. */
+#define STALE_REFUSAL_S 2.0
+
 /* Refusals that no retry through another member can change (wrong secret, model, job). */
 int hs__node_refusal_final(int err) {
     return err == HS_EMISMATCH || err == HS_EAUTH || err == HS_ETLS || err == HS_EINVAL;
@@ -149,6 +153,25 @@ int hs__node_join_rendezvous(const char *path, const char *run_id, hs_net_config
                 fresh ? "written by this job" : "written before this peer started",
                 hs_error_message());
         hs_net_welcome_clear(w);
+        if (hs__node_refusal_final(err)) {
+            /* A refusal for good (a wrong secret) from an address older than this peer: it is
+             * this job's unless the file changes within a moment. Not asked again meanwhile,
+             * which would only repeat the refusal and its log lines. */
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", hs_error_message());
+            struct timespec now_m = mtime;
+            double until = hs__node_now() + STALE_REFUSAL_S;
+            while (!*stop && hs__node_now() < until && now_m.tv_sec == mtime.tv_sec &&
+                   now_m.tv_nsec == mtime.tv_nsec) {
+                sleep_s(stop, 0.1);
+                if (read_rendezvous(path, run_id, 0, started.tv_sec - 120, addr, cap, &now_m,
+                                    stop) < 0)
+                    now_m = mtime;
+            }
+            if (now_m.tv_sec == mtime.tv_sec && now_m.tv_nsec == mtime.tv_nsec)
+                return hs__err(err, "%s", msg);
+            continue;
+        }
         sleep_s(stop, 0.2);
     }
     return err;

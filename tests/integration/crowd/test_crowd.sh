@@ -4,6 +4,11 @@
 #   idle     20 idle connections from the joiner's own address and 40 from other loopback
 #            addresses, held open against the first peer: a legitimate peer still joins within
 #            its 5 s --join-timeout, and the strangers' refusals are logged at most once a second
+#   same16, same60
+#            16 (the default --max-pending-per-addr) or 60 idle connections from the joiner's own
+#            address, held open against the first peer: the joiner, whose first tries are
+#            closed during the handshake without a reason, keeps trying until --join-timeout
+#            (generous here: the test asserts that it joins, not how fast) and gets in
 #   launch32 hearsay launch -n 32 on one machine: every peer finishes, 32 metrics files
 # Every wait is bounded; everything started is killed by PID on exit.
 set -uo pipefail
@@ -42,6 +47,25 @@ idle)
     echo "refusal lines: $refusals over ${secs:-0} s: $(grep "connection refused" "$tmp/p0.err" | head -2)"
     [[ $refusals -le $((secs + 1)) ]] || fail "$refusals refusal lines in $secs s: not throttled"
     echo "ok: joined despite 60 idle strangers: $(grep "joined as peer" "$tmp/p1.err")"
+    ;;
+same16 | same60)
+    n=${case#same}
+    small=(--insecure --synthetic --subset 2000 --test-subset 200 --batch 32 --rounds 30)
+    "$hs" run --listen "$ip:7440" "${small[@]}" --wait-peers 2 >"$tmp/p0.out" 2>"$tmp/p0.err" &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q "listening on" "$tmp/p0.err" && break; sleep 0.1; done
+    # A peer dials from the loopback's default source, 127.0.0.1, whatever it listens on.
+    /usr/bin/python3 "$here/hold.py" "$ip" 7440 "127.0.0.1:$n" >"$tmp/hold.out" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q held "$tmp/hold.out" && break; sleep 0.1; done
+    cat "$tmp/hold.out"
+    timeout 90 "$hs" run --listen "$ip:7441" --bootstrap "$ip:7440" --join-timeout 60000 \
+        "${small[@]}" >"$tmp/p1.out" 2>"$tmp/p1.err"
+    rc=$?
+    grep -q "joined as peer" "$tmp/p1.err" || fail "the joiner did not join (exit $rc): $(tail -3 "$tmp/p1.err")"
+    [[ $rc -eq 0 ]] || fail "the joiner failed (exit $rc): $(tail -3 "$tmp/p1.err")"
+    grep -q "join request from 127.0.0.1:" "$tmp/p0.err" || fail "the joiner did not come from 127.0.0.1"
+    echo "ok: joined despite $n idle strangers from its own address: $(grep "joined as peer" "$tmp/p1.err")"
     ;;
 launch32)
     timeout 600 "$hs" launch -n 32 --synthetic --subset 8000 --test-subset 200 --batch 32 --rounds 200 \

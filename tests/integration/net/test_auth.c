@@ -3,7 +3,8 @@
  * tools/hearsay-certs) a certificate from another CA and a client without a certificate; and
  * `openssl s_client` without credentials against a secret-mode and a certificate-mode peer.
  * Each refusal is logged by the server with its reason and "0 application bytes processed"
- * (TLS) and the member list never grows. Parts that need the openssl command are skipped, with
+ * (TLS) and the member list never grows. A peer with a secret against one with certificates,
+ * and back, is told on both sides that the other uses the other mode. Parts that need the openssl command are skipped, with
  * a message, where it is missing. */
 #include <signal.h>
 #include <stdio.h>
@@ -143,7 +144,7 @@ int main(void) {
     if (!have_openssl()) {
         h_note("SKIP: the openssl command is missing: no certificates, no s_client checks");
     } else {
-        s_client(7070, "", s0err, "(wrong secret?)");
+        s_client(7070, "", s0err, "(no secret offered");
 
         char cmd[2048];
         snprintf(cmd, sizeof(cmd),
@@ -177,6 +178,12 @@ int main(void) {
         H_CHECK(joiner(7080, "cert from the run's CA", good1, logp) == 0,
                 "a certificate from the run's CA was refused");
         h_note("%-24s accepted", "cert from the run's CA");
+        /* Two security modes: each side's message names the other's. */
+        char *psk[] = {"--secret-file", (char *)good, "--algo", "choco", NULL};
+        expect_refused(7080, "secret vs certificates", psk, "HS_EAUTH",
+                       "the other side uses certificates", s1err, "(no client certificate?)", 1);
+        expect_refused(7070, "certificates vs secret", good1, "HS_EAUTH",
+                       "the other side uses a secret", s0err, "(no secret offered", 1);
         h_kill(&s1, SIGTERM);
         H_CHECK(h_wait(&s1, 10) == 0, "the certificate server did not leave cleanly");
     }

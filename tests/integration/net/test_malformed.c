@@ -191,6 +191,10 @@ static void start_peer(hproc *p, int i, const char *logp, const char *errp, cons
                     "10000",
                     "--recv-timeout-ms",
                     "20000",
+                    /* the well-behaved raw connection is a joiner that never sends JOIN: it
+                     * must outlive the test (a joiner's deadline is the handshake's) */
+                    "--handshake-timeout-ms",
+                    "60000",
                     "--linger-ms",
                     (char *)linger,
                     "--log",

@@ -3,6 +3,12 @@
 #   freeze     one of 5 peers on loopback frozen with SIGSTOP for 6 s, then SIGCONT
 #   partition  5 peers in two network namespaces (2 + 3) on a bridge in a third; the link of
 #              the 2 (among them the first peer, the sequencer) is down for 8 s, then up
+#   stall-all  all 5 peers frozen with SIGSTOP for 7 s, then SIGCONT (a suspended job)
+#   stall-3of5 ranks 1-3 frozen for 7 s: the 2 that run on are no majority
+# In the stall cases any peer may have been removed (and joined again); no peer judged a
+# silence as long as the stall (a peer that woke reads before it judges: the time it was
+# stopped counts against nobody); and every peer that exits 0 healed: a member it declared dead
+# and still holds in its last list was reached again (members dead here only are redialled).
 # At the end there is one job: every peer that exits 0 holds its model (the saved final models
 # lie within the run's consensus distance of their mean), the peers that were never cut off
 # exit 0, and a peer that was cut off either joined again and finished (exit 0) or exited
@@ -49,7 +55,8 @@ start() {
 # finish CUT...: waits for all 5; the peers not in CUT must exit 0; those in CUT exit 0 or say
 # why not; then compares the models of every peer that exited 0.
 finish() {
-    local cut=" $* " ok=()
+    local cut=" $* "
+    ok=()
     for i in 0 1 2 3 4; do
         timeout 240 tail --pid="${pids[$i]}" -f /dev/null || fail "peer $i did not finish"
         wait "${pids[$i]}"
@@ -98,15 +105,69 @@ sys.exit(0 if len(files) >= 3 and worst <= 10 * cons + 1e-12 else 1)
 EOF
 }
 
-case $case in
-freeze)
-    rounds=1000
+# healed: in the log of each peer that exited 0, from when it last joined until the first
+# peer left at the end, every peer declared dead that is in its last member list was reachable
+# again afterwards.
+healed() {
+    for i in "${ok[@]}"; do
+        $py - "$tmp/e$i" <<'EOF' || fail "peer $i trained on without a member it declared dead"
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = max([k for k, l in enumerate(lines) if "joined as peer" in l] + [0])
+# Until the job ends: peers that finish leave, and the last ones see the first ones gone.
+end = min([k for k, l in enumerate(lines) if k > start and "left the run" in l] + [len(lines)])
+final = set()
+for l in lines:
+    m = re.search(r"members v\d+ .*: \d+ peers \[([\d ]*)\]", l)
+    if m:
+        final = set(m.group(1).split())
+dead = {}
+for l in lines[start:end]:
+    m = re.search(r"peer (\d+) \([^)]*\) (declared dead|is reachable again)", l)
+    if m:
+        dead[m.group(1)] = m.group(2) == "declared dead"
+bad = sorted(p for p, d in dead.items() if d and p in final)
+print(f"{sys.argv[1].split('/')[-1]}: dead here yet members: {bad or 'none'}")
+sys.exit(1 if bad else 0)
+EOF
+    done
+}
+
+# start5: the 5 peers on loopback, training for 2 s once all have started.
+start5() {
     ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
     start 0 "" "$ip:7600"
     wait_for 30 listening "$tmp/e0" || fail "peer 0 did not start"
     for i in 1 2 3 4; do start "$i" "" "$ip:760$i" "$ip:7600"; done
     for i in 0 1 2 3 4; do wait_for 60 started "$tmp/e$i" || fail "peer $i did not start"; done
     sleep 2
+}
+
+# stall RANK...: RANKs of the 5 are frozen for 7 s, then resumed.
+stall() {
+    rounds=600
+    start5
+    for i in "$@"; do kill -STOP "${pids[$i]}"; done
+    sleep 7
+    for i in "$@"; do kill -CONT "${pids[$i]}"; done
+    finish 0 1 2 3 4
+    # Silence verdicts are at most the peer timeout (1.5 s) plus a late tick's slack.
+    local long
+    long=$(grep -ho "nothing received for [0-9]* ms" "$tmp"/e* | awk '$4 >= 5000' | head -3)
+    [[ -z $long ]] || fail "a silence judged with the stall in it: $long"
+    healed
+}
+
+case $case in
+stall-all)
+    stall 0 1 2 3 4
+    ;;
+stall-3of5)
+    stall 1 2 3
+    ;;
+freeze)
+    rounds=1000
+    start5
     kill -STOP "${pids[3]}"
     sleep 6
     kill -CONT "${pids[3]}"

@@ -138,20 +138,21 @@ static const hs__mb_env fenv = {
 };
 
 static hs_net_config cfg;
+static const char *topo = "complete"; /* the topology start_as gives the run */
 
-/* Peer 0 (the sequencer: the lowest id) with members 0..n-1 in force from round 0. */
-static void start(hs__mb *mb, fake *f, int n) {
+/* Peer self with members 0..n-1 in force from round 0 (peer 0 is the sequencer). */
+static void start_as(hs__mb *mb, fake *f, int n, uint32_t self) {
     memset(f, 0, sizeof(*f));
     memset(mb, 0, sizeof(*mb));
     hs_net_config_init(&cfg);
     f->now_us = 1000000;
-    f->self = 0;
+    f->self = self;
     mb->env = &fenv;
     mb->ctx = f;
     mb->cfg = &cfg;
     mb->self = &f->self;
     mb->advertise = "127.0.0.1:7000";
-    mb->topo_spec = "complete";
+    mb->topo_spec = topo;
     hs__member mm[MAXP];
     memset(mm, 0, sizeof(mm));
     for (int i = 0; i < n; i++) {
@@ -161,8 +162,11 @@ static void start(hs__mb *mb, fake *f, int n) {
     hs__members m = {1, 0, 0, (uint32_t)n, (uint32_t)n, mm};
     assert_int_equal(hs__mb_accept(mb, &m, "the test"), 0);
     assert_int_equal(mb->n_sched, 1);
-    assert_true(mb->is_sequencer);
+    assert_int_equal(mb->is_sequencer, self == 0);
 }
+
+/* Peer 0 (the sequencer: the lowest id) with members 0..n-1 in force from round 0. */
+static void start(hs__mb *mb, fake *f, int n) { start_as(mb, f, n, 0); }
 
 static fpeer *peer(hs__mb *mb, uint32_t id) {
     hs__mpeer *p = hs__mb_find(mb, id);
@@ -189,6 +193,25 @@ static void disconnect(hs__mb *mb, uint32_t id, int err, int got_bye) {
     fpeer *p = peer(mb, id);
     p->m.conn = NULL;
     hs__mb_conn_lost(mb, &p->m, err, 0, 1, got_bye, "test");
+}
+
+/* The sequencer (peer 0) says it reaches a majority: this member is in the job. */
+static void sequencer_ok(hs__mb *mb) {
+    hs__heartbeat hb = {HS__HB_QUORUM, 1, 0, hs__mb_newest(mb)->m.version,
+                        hs__mb_newest(mb)->m.issuer};
+    hs__q_on_status(mb, &peer(mb, 0)->m, 0, &hb);
+    assert_true(mb->in_job);
+}
+
+/* n ticks of 100 ms in which peer a (and b, unless HS__ID_NONE) is heard from. */
+static void ticks(hs__mb *mb, fake *f, int n, uint32_t a, uint32_t b) {
+    for (int i = 0; i < n; i++) {
+        f->now_us += 100000;
+        peer(mb, a)->heard_us = f->now_us;
+        if (b != HS__ID_NONE)
+            peer(mb, b)->heard_us = f->now_us;
+        hs__mb_tick(mb, f->now_us);
+    }
 }
 
 static int sent_to(const fake *f, uint32_t to, uint8_t type) {
@@ -344,6 +367,119 @@ static void test_members_ordering(void **state) {
     hs__mb_free(&mb);
 }
 
+/* A member declared dead here that the sequencer keeps ("alive here": a stall or a lost link
+ * fooled only this peer) is redialled, once a second, by the lower id, and the connection
+ * revives it; its suspicions stop. */
+static void test_wrongly_dead_redialled(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start_as(&mb, &f, 3, 1);
+    assert_int_equal(f.dials, 1); /* peer 2: the lower id dials; peer 0 dials us */
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 2, 0);
+    disconnect(&mb, 2, HS_ETIMEDOUT, 0);
+    assert_true(mb.in_job); /* in the job: not a cut-off peer's redials (hs__q_redial) */
+    assert_true(peer(&mb, 2)->m.dead);
+    assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), 1);
+    /* The sequencer sends no list without it. Not at once (a cut-off peer waits a second)... */
+    int dials = f.dials;
+    ticks(&mb, &f, 5, 0, HS__ID_NONE);
+    assert_int_equal(f.dials, dials);
+    /* ...but within the next second, and not again while that dial is under way. */
+    ticks(&mb, &f, 10, 0, HS__ID_NONE);
+    assert_int_equal(f.dials, dials + 1);
+    assert_non_null(peer(&mb, 2)->m.dialing);
+    /* The dial fails (the other side was still frozen): once a second again, not every tick. */
+    peer(&mb, 2)->m.dialing = NULL;
+    hs__mb_conn_lost(&mb, &peer(&mb, 2)->m, HS_ETIMEDOUT, 1, 0, 0, "test");
+    /* the dial went at +1.0 s; now +1.5 s, up to +1.9 s */
+    ticks(&mb, &f, 4, 0, HS__ID_NONE);
+    assert_int_equal(f.dials, dials + 1);
+    ticks(&mb, &f, 2, 0, HS__ID_NONE);
+    assert_int_equal(f.dials, dials + 2);
+    connect(&mb, &f, 2, 0);
+    assert_false(peer(&mb, 2)->m.dead);
+    int suspects = sent_to(&f, 0, HS__T_SUSPECT);
+    ticks(&mb, &f, 30, 0, 2);
+    assert_int_equal(sent_to(&f, 0, HS__T_SUSPECT), suspects);
+    assert_false(peer(&mb, 2)->m.dead);
+    /* The higher id waits for the lower one's dial. */
+    hs__mb_free(&mb);
+    start_as(&mb, &f, 3, 2);
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 1, 0);
+    disconnect(&mb, 1, HS_ETIMEDOUT, 0);
+    dials = f.dials;
+    ticks(&mb, &f, 30, 0, HS__ID_NONE);
+    assert_int_equal(f.dials, dials);
+    connect(&mb, &f, 1, 0);
+    assert_false(peer(&mb, 1)->m.dead);
+    hs__mb_free(&mb);
+}
+
+/* Not a neighbour either (a connection left from an earlier view, or the sequencer's
+ * reports): a member dead here is redialled all the same, since it still counts in whom this
+ * peer takes for the sequencer and its suspicions would go on for ever. */
+static void test_wrongly_dead_redialled_not_needed(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    topo = "ring"; /* 0-1-2-3-4-0: peer 1 exchanges with 0 and 2 */
+    start_as(&mb, &f, 5, 1);
+    topo = "complete";
+    connect(&mb, &f, 0, 0);
+    sequencer_ok(&mb);
+    connect(&mb, &f, 2, 0);
+    connect(&mb, &f, 3, 0);
+    disconnect(&mb, 3, HS_ETIMEDOUT, 0);
+    assert_true(peer(&mb, 3)->m.dead);
+    int dials = f.dials;
+    ticks(&mb, &f, 15, 0, 2);
+    assert_int_equal(f.dials, dials + 1);
+    assert_non_null(peer(&mb, 3)->m.dialing);
+    connect(&mb, &f, 3, 0);
+    assert_false(peer(&mb, 3)->m.dead);
+    hs__mb_free(&mb);
+}
+
+/* A tick half a peer timeout late means this process slept (SIGSTOP, a paused VM): that time
+ * counts against no peer. A needed peer still unreachable is declared dead only after a full
+ * timeout of ticks that came on time. */
+static void test_own_sleep_not_counted(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 3);
+    connect(&mb, &f, 1, 0);
+    connect(&mb, &f, 2, 0);
+    disconnect(&mb, 2, HS_ECONNRESET, 1); /* no verdict: unreachable from now */
+    hs__mb_tick(&mb, f.now_us);
+    uint64_t to = (uint64_t)cfg.peer_timeout_ms * 1000;
+    f.now_us += to / 2;
+    peer(&mb, 1)->heard_us = f.now_us;
+    hs__mb_tick(&mb, f.now_us);
+    f.now_us += 7000000; /* stopped for 7 s */
+    peer(&mb, 1)->heard_us = f.now_us;
+    hs__mb_tick(&mb, f.now_us);
+    assert_false(peer(&mb, 2)->m.dead);
+    for (uint64_t t = 0; t + 100000 < to / 2; t += 100000) {
+        f.now_us += 100000;
+        peer(&mb, 1)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+        assert_false(peer(&mb, 2)->m.dead);
+    }
+    for (int i = 0; i < 20 && !peer(&mb, 2)->m.dead; i++) {
+        f.now_us += 100000;
+        peer(&mb, 1)->heard_us = f.now_us;
+        hs__mb_tick(&mb, f.now_us);
+    }
+    assert_true(peer(&mb, 2)->m.dead);
+    hs__mb_free(&mb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -351,6 +487,9 @@ int main(void) {
         cmocka_unit_test(test_no_change_without_majority),
         cmocka_unit_test(test_view_at_agreed_round),
         cmocka_unit_test(test_members_ordering),
+        cmocka_unit_test(test_wrongly_dead_redialled),
+        cmocka_unit_test(test_wrongly_dead_redialled_not_needed),
+        cmocka_unit_test(test_own_sleep_not_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
