@@ -140,24 +140,20 @@ void hs_guard_advice_for(const hs_guard_cfg *cfg, char *out, size_t cap) {
         snprintf(out, cap, "lower --gamma-c (now %g; try %g), or %s", g, g / 2, lrs);
         return;
     }
-    switch (cfg->algo) {
-    case HS_ALGO_DCD:
-        /* DCD replicas drift with the compression error; more bits is the cure. */
+    if (hs_algo_kind_drifts_with_compression(cfg->algo)) {
+        /* Replicas that drift with the compression error (DCD): more bits is the cure. */
         if (less)
             snprintf(out, cap, "compress less than --compress %s (e.g. %s: more levels or a "
                                "larger kept fraction), or lower %s", c, less, lrs);
         else
             snprintf(out, cap, "compress less than --compress %s, or lower %s", c, lrs);
-        break;
-    default:
-        if (less)
-            snprintf(out, cap, "lower %s, or compress less than --compress %s (e.g. %s)", lrs, c,
-                     less);
-        else if (compressed)
-            snprintf(out, cap, "lower %s, or compress less than --compress %s", lrs, c);
-        else
-            snprintf(out, cap, "lower %s", lrs);
-        break;
+    } else if (less) {
+        snprintf(out, cap, "lower %s, or compress less than --compress %s (e.g. %s)", lrs, c,
+                 less);
+    } else if (compressed) {
+        snprintf(out, cap, "lower %s, or compress less than --compress %s", lrs, c);
+    } else {
+        snprintf(out, cap, "lower %s", lrs);
     }
 }
 

@@ -64,16 +64,15 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     int err = hs__outer_check(&cfg->outer);
     if (err < 0) return err;
     /* Quasi-global momentum is defined (Lin et al. 2021) and kept here for a mixing step that
-     * averages models with a doubly stochastic W: D-PSGD, and CHOCO, whose gossip step keeps
-     * the average too. SGP steps z = x / w, whose round change carries the push-sum weight's
-     * rebalancing; DCD's x moves by the neighbours' compressed differences, whose error
-     * the buffer would accumulate; neither is covered by the paper. */
+     * averages models with a doubly stochastic W (the algorithm's qg_momentum property). */
     if (!acfg && cfg->outer.on)
         return hs__err(HS_EINVAL, "the outer step needs an algorithm to gossip with");
-    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg && acfg->kind != HS_ALGO_DPSGD &&
-        acfg->kind != HS_ALGO_CHOCO)
-        return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo dpsgd and choco, not %s",
+    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg && !hs_algo_kind_qg_momentum(acfg->kind)) {
+        char ok[96];
+        hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
+        return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo %s, not %s", ok,
                        hs_algo_kind_name(acfg->kind));
+    }
     hs_trainer *t = calloc(1, sizeof(*t));
     if (!t) return hs__err(HS_ENOMEM, "trainer: out of memory");
     t->be = be;
