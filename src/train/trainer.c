@@ -18,6 +18,7 @@
 #include "model/devshard.h"
 #include "model/lossacc.h"
 #include "train/outer.h"
+#include "train/round.h"
 #include "train/state.h"
 
 struct hs_trainer {
@@ -164,12 +165,6 @@ int hs_trainer_round_close(hs_trainer *t) {
 
 float *hs_trainer_gossip_x(hs_trainer *t) { return t->x_host; }
 
-int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_trainer_round_open(t);
-    if (err < 0) return err;
-    return hs_algo_begin(t->algo, ex, r, t->x_host);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -220,21 +215,21 @@ int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
     return 0;
 }
 
-int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    return hs_algo_push(t->algo, ex, r, t->x_host);
+static hs_algo *rm_algo(void *c) { return ((hs_trainer *)c)->algo; }
+static float *rm_x(void *c) { return ((hs_trainer *)c)->x_host; }
+static int rm_open(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_open(c);
+}
+static int rm_local(void *c, uint64_t r, hs_round_stats *st) { return hs_trainer_local(c, r, st); }
+static int rm_close(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_close(c);
 }
 
-int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_algo_pull(t->algo, ex, r, t->x_host);
-    return err < 0 ? err : hs_trainer_round_close(t);
-}
-
-int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st) {
-    int err = hs_trainer_begin(t, ex, r);
-    if (err < 0) return err;
-    if ((err = hs_trainer_local(t, r, st)) < 0) return err;
-    if ((err = hs_trainer_push(t, ex, r)) < 0) return err;
-    return hs_trainer_pull(t, ex, r);
+hs__round_model hs__trainer_round_model(hs_trainer *t) {
+    hs__round_model m = {t, rm_algo, rm_x, rm_open, rm_local, rm_close, NULL};
+    return m;
 }
 
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy) {
