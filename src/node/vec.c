@@ -168,7 +168,7 @@ static int v_renew(void *c, uint32_t self) {
 }
 
 static const hs__node_model vec_model_ops = {
-    NULL, v_algo, v_x, v_eval, v_steps, v_snapshot, v_adopt, v_save, v_load,
+    NULL, v_algo, v_x, v_eval, v_steps, NULL, v_snapshot, v_adopt, v_save, v_load,
     v_round_begin, v_round_end, v_renew,
 };
 

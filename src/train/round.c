@@ -22,7 +22,7 @@ void hs__round_restart(hs__round *e, uint64_t r) {
 static int run_phase(hs__round *e, hs__phase ph) {
     void *c = e->m.ctx;
     hs_algo *a = e->m.algo ? e->m.algo(c) : NULL;
-    int err = 0;
+    int err;
     switch (ph) {
     case HS__PH_OPEN:
         if (e->m.open && (err = e->m.open(c, e->r)) < 0) return err;
@@ -32,7 +32,8 @@ static int run_phase(hs__round *e, hs__phase ph) {
     case HS__PH_PUSH:
         return a ? hs_algo_push(a, e->ex, e->r, e->m.x(c)) : 0;
     case HS__PH_PULL:
-        if (a && (err = hs_algo_pull(a, e->ex, e->r, e->m.x(c))) < 0) return err;
+        return a ? hs_algo_pull(a, e->ex, e->r, e->m.x(c)) : 0;
+    case HS__PH_CLOSE:
         return e->m.close ? e->m.close(c, e->r) : 0;
     case HS__PH_END:
         return e->m.end ? e->m.end(c, e->r) : 0;

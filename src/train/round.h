@@ -18,7 +18,8 @@ typedef enum hs__phase {
                      hs_algo_begin: messages that travel while the peer computes */
     HS__PH_LOCAL, /* the inner optimizer's steps: the owner's, or the caller's between calls */
     HS__PH_PUSH,  /* hs_algo_push */
-    HS__PH_PULL,  /* hs_algo_pull, then the owner's close (the outer step, optimizer's hook) */
+    HS__PH_PULL,  /* hs_algo_pull */
+    HS__PH_CLOSE, /* the owner's close: the outer step, the optimizer's round hook */
     HS__PH_END,   /* the round's bookkeeping: guard, metrics record, checkpoint timing */
     HS__PH_COUNT
 } hs__phase;
