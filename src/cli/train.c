@@ -1,9 +1,10 @@
 /* hearsay train: one peer alone, the single-node baseline every decentralized run is compared
  * with. Loads the data, trains the model (--model) with SGD or AdamW through a trainer with no
  * neighbours, whose rounds the round engine runs (train/round.h: the same phases and local-step
- * loop as sim and run; no gossip, and a round's local steps are those up to the next report), evaluates on the
- * test set, prints progress and writes JSON-lines metrics. Ctrl-C stops after the current step
- * (on a device, after the steps queued up to the next report) and still prints the summary. */
+ * loop as sim and run; no gossip, and a round's local steps are those up to the next report),
+ * evaluates on the test set, prints progress and writes JSON-lines metrics. Ctrl-C stops after
+ * the current step (on a device, after the steps queued up to the next report) and still prints
+ * the summary. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
