@@ -68,6 +68,8 @@ int hs_algo_kind_drifts_with_compression(hs_algo_kind k);
  * "a, b and c" in out (cap bytes, truncated); returns how many. For messages that must not
  * name algorithms by hand. */
 int hs_algo_kind_names(int (*has)(hs_algo_kind), int want, char *out, size_t cap);
+/* 1 for every algorithm (with hs_algo_kind_names: all of them). */
+int hs_algo_kind_any(hs_algo_kind k);
 /* The compressor and topology the CLI uses for algorithm k when none is given. */
 const char *hs_algo_kind_default_compress(hs_algo_kind k);
 const char *hs_algo_kind_default_topology(hs_algo_kind k);

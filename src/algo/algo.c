@@ -74,6 +74,8 @@ int hs_algo_kind_drifts_with_compression(hs_algo_kind k) {
     return o && o->drifts_with_compression;
 }
 
+int hs_algo_kind_any(hs_algo_kind k) { return hs__algo_ops_of(k) != NULL; }
+
 int hs_algo_kind_names(int (*has)(hs_algo_kind), int want, char *out, size_t cap) {
     size_t m = 0, len = 0;
     for (size_t i = 0; i < N_ALGOS; i++) m += !has((hs_algo_kind)i) == !want;
