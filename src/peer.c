@@ -44,6 +44,7 @@ typedef struct peer_model {
     hs_algo_cfg acfg;
     const hs_dataset *shard, *test;
     long eval_every;
+    double slowdown;
 } peer_model;
 
 static hs_algo *m_algo(void *c) { return hs_trainer_algo(((peer_model *)c)->t); }
@@ -60,6 +61,22 @@ static int m_save(void *c, hs_buf *out) { return hs_trainer_save(((peer_model *)
 static int m_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     return hs_trainer_load(((peer_model *)c)->t, p, len, with_algo);
 }
+/* The round's local steps, as a straggler when told (this peer's compute takes `slowdown`
+ * times as long), and what the node's metrics record of the round takes from them. */
+static int m_local(void *c, uint64_t r) {
+    peer_model *pm = c;
+    hs_round_stats st;
+    int err = hs_trainer_local(pm->t, r, &st);
+    if (err < 0) return err;
+    if (pm->slowdown > 1.0) sleep_s((pm->slowdown - 1.0) * st.compute_s);
+    hs_node_report(pm->node, st.loss, NAN);
+    /* Passes over this peer's shard, counting steps adopted from a snapshot. */
+    hs__node_report_train(pm->node, st.lr,
+                          (double)hs_trainer_steps(pm->t) /
+                              (double)hs_trainer_steps_per_epoch(pm->t));
+    return 0;
+}
+
 static int m_round_begin(void *c, uint64_t r) {
     (void)r;
     return hs_trainer_round_open(((peer_model *)c)->t);
@@ -86,7 +103,7 @@ static int m_renew(void *c, uint32_t self) {
 }
 
 static const hs__node_model trainer_model = {
-    NULL, m_algo, m_x, m_eval, m_steps, m_snapshot, m_adopt, m_save, m_load,
+    NULL, m_algo, m_x, m_eval, m_steps, m_local, m_snapshot, m_adopt, m_save, m_load,
     m_round_begin, m_round_end, m_renew,
 };
 
@@ -111,25 +128,12 @@ static void node_cfg(const hs_peer_cfg *cfg, hs__node_cfg *nc) {
     nc->guard = cfg->guard;
 }
 
-/* Rounds until the job ends, a stop request is honoured, or the run diverges; local steps here,
- * the gossip in the node. Returns 0 or the error that ended the run. */
-static int train(const hs_peer_cfg *cfg, hs_node *node, peer_model *pm, hs_peer_result *res) {
+/* Rounds until the job ends, a stop request is honoured, or the run diverges: the node's round
+ * engine runs each round, the trainer's local steps included. Returns 0 or the error that
+ * ended the run. */
+static int train(hs_node *node, hs_peer_result *res) {
     for (;;) {
-        hs_round_stats st;
-        int err = hs_trainer_local(pm->t, hs_node_round(node), &st);
-        if (err == HS_EDIVERGED) {
-            hs__node_fail(node, hs_error_message());
-            return 0;
-        }
-        if (err < 0) return err;
-        /* A straggler: this peer's compute takes `slowdown` times as long. */
-        if (cfg->slowdown > 1.0) sleep_s((cfg->slowdown - 1.0) * st.compute_s);
-        hs_node_report(node, st.loss, NAN);
-        /* Passes over this peer's shard, counting steps adopted from a snapshot. */
-        hs__node_report_train(node, st.lr,
-                              (double)hs_trainer_steps(pm->t) /
-                                  (double)hs_trainer_steps_per_epoch(pm->t));
-        err = hs__node_step(node);
+        int err = hs__node_step(node);
         if (err == 1 || err == HS_EDIVERGED) return 0;
         if (err == HS_EINTR && hs__node_stopped(node)) {
             res->stopped = 1;
@@ -145,7 +149,8 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train_
     stop_requested = checkpoint_requested = 0;
     hs_node *node = NULL;
     hs_dataset *shard = NULL;
-    peer_model pm = {NULL, NULL, be, cfg->trainer, cfg->algo, NULL, test, cfg->eval_every};
+    peer_model pm = {NULL,    NULL, be, cfg->trainer, cfg->algo, NULL, test, cfg->eval_every,
+                     cfg->slowdown};
     double t0 = hs__node_now();
     char sig[128];
     hs_model_spec_format(&cfg->trainer.model, sig, sizeof(sig));
@@ -181,7 +186,7 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train_
     err = hs__node_begin(node, &m);
     res->first_round = hs__node_first_round(node);
     if (err == HS_EINTR && hs__node_stopped(node)) res->stopped = 1;
-    else if (err < 0 || (err = train(cfg, node, &pm, res)) < 0)
+    else if (err < 0 || (err = train(node, res)) < 0)
         goto out;
     res->id = hs__node_self(node);
     res->last_round = hs_node_round(node);

@@ -58,6 +58,18 @@ int hs_algo_kind_synchronous(hs_algo_kind k);
 int hs_algo_kind_uses_gamma_c(hs_algo_kind k);
 /* 1 for algorithms whose gradient is taken elsewhere than x (hs_algo_eval_point; sgp). */
 int hs_algo_kind_split_eval(hs_algo_kind k);
+/* 1 for algorithms under which quasi-global momentum applies (their mixing step keeps the
+ * average: dpsgd, choco). */
+int hs_algo_kind_qg_momentum(hs_algo_kind k);
+/* 1 for algorithms whose replicas drift with the compression error (dcd): the cure for a
+ * divergence is compressing less. */
+int hs_algo_kind_drifts_with_compression(hs_algo_kind k);
+/* The names of the algorithms for which has(k) is true (want 1) or false (want 0), as
+ * "a, b and c" in out (cap bytes, truncated); returns how many. For messages that must not
+ * name algorithms by hand. */
+int hs_algo_kind_names(int (*has)(hs_algo_kind), int want, char *out, size_t cap);
+/* 1 for every algorithm (with hs_algo_kind_names: all of them). */
+int hs_algo_kind_any(hs_algo_kind k);
 /* The compressor and topology the CLI uses for algorithm k when none is given. */
 const char *hs_algo_kind_default_compress(hs_algo_kind k);
 const char *hs_algo_kind_default_topology(hs_algo_kind k);

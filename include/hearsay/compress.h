@@ -84,6 +84,10 @@ int hs_compressor_unbiased(const hs_compressor *c);
  * wrapper has its operator's delta. */
 double hs_compressor_delta(const hs_compressor *c);
 
+/* The same compressor spec sending about 4x as much (more levels, a larger kept part, its other
+ * fields and the ef: prefix kept) into out (cap bytes), or NULL when the operator has no such
+ * parameter or spec does not name one. For advice after a divergence. */
+const char *hs_compressor_spec_more(const char *spec, char *out, size_t cap);
 /* 1 if hs_compressor_delta(c) > 0. */
 int hs_compressor_contractive(const hs_compressor *c);
 

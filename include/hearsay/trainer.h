@@ -68,23 +68,18 @@ typedef struct hs_round_stats {
     double compute_s; /* seconds spent in the local steps */
 } hs_round_stats;
 
-/* The phases of round r (see hearsay/algo.h). */
-int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r);
+/* Round r's local steps (local_steps of them). A round's phases are run in order by the round
+ * engine (src/train/round.h), which takes the trainer's open, local steps and close. */
 int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
 /* n optimizer steps on the shard (the one local-step loop: hs_trainer_local runs local_steps of
  * them, `hearsay train` as many as lie between its reports); st's loss is their mean.
  * HS_EDIVERGED on a non-finite loss. */
 int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st);
-int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r);
-int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r);
-/* For a runner of the algorithm's phases other than the trainer (a node, hearsay/node.h):
- * open before hs_algo_begin and close after hs_algo_pull (the optimizer's round hooks), with the
- * vector the phases work on. begin = open + hs_algo_begin; pull = hs_algo_pull + close. */
+/* Open before hs_algo_begin and close after hs_algo_pull (the outer step, the optimizer's round
+ * hooks), with the vector the phases work on. */
 int hs_trainer_round_open(hs_trainer *t);
 int hs_trainer_round_close(hs_trainer *t);
 float *hs_trainer_gossip_x(hs_trainer *t);
-/* begin + local + push + pull. */
-int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st);
 
 /* Loss and accuracy of the model at the algorithm's evaluation point (x, or x / w for SGP). */
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy);

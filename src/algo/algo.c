@@ -64,6 +64,34 @@ int hs_algo_kind_split_eval(hs_algo_kind k) {
     return o && o->eval_point;
 }
 
+int hs_algo_kind_qg_momentum(hs_algo_kind k) {
+    const hs__algo_ops *o = hs__algo_ops_of(k);
+    return o && o->qg_momentum;
+}
+
+int hs_algo_kind_drifts_with_compression(hs_algo_kind k) {
+    const hs__algo_ops *o = hs__algo_ops_of(k);
+    return o && o->drifts_with_compression;
+}
+
+int hs_algo_kind_any(hs_algo_kind k) { return hs__algo_ops_of(k) != NULL; }
+
+int hs_algo_kind_names(int (*has)(hs_algo_kind), int want, char *out, size_t cap) {
+    size_t m = 0, len = 0;
+    for (size_t i = 0; i < N_ALGOS; i++) m += !has((hs_algo_kind)i) == !want;
+    if (cap) out[0] = 0;
+    int k = 0;
+    for (size_t i = 0; i < N_ALGOS; i++) {
+        if (!has((hs_algo_kind)i) != !want) continue;
+        /* "a", "a and b", "a, b and c" */
+        const char *sep = k == 0 ? "" : (size_t)k + 1 == m ? " and " : ", ";
+        int w = snprintf(out + len, cap - len, "%s%s", sep, algo_table[i]->name);
+        if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
+        k++;
+    }
+    return k;
+}
+
 const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o && o->default_compress ? o->default_compress : "none";

@@ -52,6 +52,11 @@ typedef struct hs__algo_ops {
     const char *default_topology; /* the CLI's --topology when none is given */
     int default_staleness;   /* --staleness when none is given (sgp) */
     int needs_replicas;      /* the neighbour table keeps a replica of each in-neighbour */
+    int qg_momentum;         /* quasi-global momentum (Lin et al. 2021) applies: the mixing step
+                                averages models with a doubly stochastic W, so the round's change
+                                of x is a descent direction the buffer may keep */
+    int drifts_with_compression; /* replicas drift with the compression error: the guard's
+                                    advice on divergence is to compress less */
     int pub_vectors;         /* vectors of d floats in a replica (0 means 1): one per quantity
                                 gossiped with compressed differences (beer: model, tracker) */
     size_t priv_size;        /* bytes of zeroed private state at a->priv, freed by the front end

@@ -128,6 +128,7 @@ const hs__algo_ops hs__algo_choco = {
     .default_compress = "topk:0.03:fp16",
     .default_topology = "ring",
     .needs_replicas = 1,
+    .qg_momentum = 1,
     .priv_size = sizeof(choco_state),
     .check_compressor = choco_check_compressor,
     .init = choco_init,

@@ -104,6 +104,7 @@ const hs__algo_ops hs__algo_dcd = {
     .default_compress = "qsgd:16",
     .default_topology = "ring",
     .needs_replicas = 1,
+    .drifts_with_compression = 1,
     .check_compressor = dcd_check_compressor,
     .begin = dcd_begin,
     .push = dcd_push,

@@ -108,6 +108,7 @@ const hs__algo_ops hs__algo_dpsgd = {
     .default_compress = "none",
     .default_topology = "ring",
     .needs_replicas = 0,
+    .qg_momentum = 1,
     .check_compressor = dpsgd_check_compressor,
     .begin = dpsgd_begin,
     .pull = dpsgd_pull,

@@ -228,20 +228,31 @@ int hs_runopts_finish(hs_runopts *o) {
     }
     o->algo.compress = o->compress;
     if (!o->gamma_c_set) o->algo.gamma_c = 0; /* automatic: hs_algo_new resolves it */
-    if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind))
-        return hs_cli_usage_error("--gamma-c applies to --algo choco and beer only");
+    /* Which algorithms an option applies to comes from their ops table, so that adding one
+     * changes no message here. */
+    char ok[96];
+    if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind)) {
+        hs_algo_kind_names(hs_algo_kind_uses_gamma_c, 1, ok, sizeof(ok));
+        return hs_cli_usage_error("--gamma-c applies to --algo %s only", ok);
+    }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
-        if (o->algo.kind != HS_ALGO_DPSGD && o->algo.kind != HS_ALGO_CHOCO)
-            return hs_cli_usage_error("--momentum-kind qg applies to --algo dpsgd and choco only "
-                                      "(sgp steps x / w, dcd mixes compressed differences, beer "
-                                      "tracks the steps themselves)");
+        /* The paper covers a mixing step that keeps the average of the models; SGP steps
+         * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
+        if (!hs_algo_kind_qg_momentum(o->algo.kind)) {
+            hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
+            return hs_cli_usage_error("--momentum-kind qg applies to --algo %s only (not %s: its "
+                                      "mixing step does not keep the average of the models)",
+                                      ok, hs_algo_kind_name(o->algo.kind));
+        }
         if (o->optim.kind != HS_OPTIM_SGD || o->optim.momentum == 0.0f)
             return hs_cli_usage_error("--momentum-kind qg needs --optimizer sgd and --momentum > 0");
     }
-    if (o->algo.staleness && hs_algo_kind_synchronous(o->algo.kind))
-        return hs_cli_usage_error("--staleness applies to --algo sgp only");
+    if (o->algo.staleness && hs_algo_kind_synchronous(o->algo.kind)) {
+        hs_algo_kind_names(hs_algo_kind_synchronous, 0, ok, sizeof(ok));
+        return hs_cli_usage_error("--staleness applies to --algo %s only", ok);
+    }
     o->algo.seed = o->seed;
     o->algo.same_start = 1;
     return 0;

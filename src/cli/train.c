@@ -1,8 +1,10 @@
 /* hearsay train: one peer alone, the single-node baseline every decentralized run is compared
  * with. Loads the data, trains the model (--model) with SGD or AdamW through a trainer with no
- * neighbours (hearsay/trainer.h: the same local-step loop as sim and run), evaluates on the
- * test set, prints progress and writes JSON-lines metrics. Ctrl-C stops after the current step
- * (on a device, after the steps queued up to the next report) and still prints the summary. */
+ * neighbours, whose rounds the round engine runs (train/round.h: the same phases and local-step
+ * loop as sim and run; no gossip, and a round's local steps are those up to the next report),
+ * evaluates on the test set, prints progress and writes JSON-lines metrics. Ctrl-C stops after
+ * the current step (on a device, after the steps queued up to the next report) and still prints
+ * the summary. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "hearsay/tensor.h"
 #include "hearsay/metrics.h"
 #include "hearsay/trainer.h"
+#include "train/round.h"
 #include "hs_config.h"
 
 enum {
@@ -97,6 +100,27 @@ typedef struct train_args {
     hs_optim_cfg opt;
     int step_size_set, warmup_set;
 } train_args;
+
+/* The trainer as the engine's owner, with rounds of n local steps (the steps up to the next
+ * report) rather than its local_steps. */
+typedef struct local_ctx {
+    hs_trainer *t;
+    int n;
+} local_ctx;
+
+static int local_of(void *c, uint64_t r, hs_round_stats *st) {
+    (void)r;
+    local_ctx *lc = c;
+    return hs_trainer_local_n(lc->t, lc->n, st);
+}
+static int open_of(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_open(((local_ctx *)c)->t);
+}
+static int close_of(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_close(((local_ctx *)c)->t);
+}
 
 static int handle(void *ctx, int key, const char *v) {
     train_args *a = ctx;
@@ -274,6 +298,11 @@ int hs_cmd_train(int argc, char **argv) {
                a.batch, hs_optim_kind_name(a.opt.kind), a.augment ? ", augmented" : "");
     fflush(stdout);
 
+    /* A round of this engine is the steps up to the next report (local_of). */
+    local_ctx lc = {tr, 1};
+    hs__round_model rm = {&lc, NULL, NULL, open_of, local_of, close_of, NULL};
+    hs__round eng;
+    hs__round_init(&eng, &rm, NULL, 0);
     double t_train = 0, t_last_print = 0;
     long samples = 0, step = 0;
     double loss_sum = 0; /* the running loss: a sum over the steps since the last restart */
@@ -288,9 +317,10 @@ int hs_cmd_train(int argc, char **argv) {
         double t0 = hs_cli_now();
         /* One step at a time on the host (its losses are read at once anyway); on a device the
          * steps up to the next report, which wait for their losses only at their end. */
-        int n = be->host_memory ? 1 : steps_to_report(step, total, spe, a.log_every, a.eval_every);
-        hs_round_stats st;
-        if ((err = hs_trainer_local_n(tr, n, &st)) < 0) {
+        int n = lc.n = be->host_memory ? 1 : steps_to_report(step, total, spe, a.log_every,
+                                                              a.eval_every);
+        const hs_round_stats *sp = &eng.st;
+        if ((err = hs__round_run(&eng, HS__PH_OPEN)) < 0) {
             if (err == HS_EDIVERGED)
                 fprintf(stderr, "hearsay train: %s: training diverged (lower --lr)\n",
                         hs_error_message());
@@ -300,11 +330,11 @@ int hs_cmd_train(int argc, char **argv) {
         }
         double t1 = hs_cli_now();
         t_train += t1 - t0;
-        samples += st.samples;
+        samples += sp->samples;
         step += n;
-        loss_sum += st.loss * n;
+        loss_sum += sp->loss * n;
         loss_n += n;
-        float lr = st.lr;
+        float lr = sp->lr;
         int epoch_end = step % spe == 0;
         int do_eval = !a.no_eval && (a.eval_every > 0 ? step % a.eval_every == 0 : epoch_end);
         int write_now = metrics && (do_eval || step % a.log_every == 0 || epoch_end);

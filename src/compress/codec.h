@@ -79,6 +79,9 @@ struct hs__cops {
      * is gone) into c, and appends their canonical spelling to c->name (which holds the
      * operator's name): HS_EINVAL naming spec and the field that was wrong. */
     int (*parse)(hs_compressor *c, const char *spec, const hs__cfield *f, int n);
+    /* What its first parameter is, for advice to send more (hs_compressor_spec_more): a kept
+     * part (a fraction, which stops at all of it, or a count), or a number of levels. */
+    enum { HS__CSIZE_NONE, HS__CSIZE_KEPT, HS__CSIZE_LEVELS } size_param;
 };
 
 /* Spec parsing helpers for the operators' parse hooks (compress.c). */

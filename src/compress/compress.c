@@ -24,6 +24,26 @@ static const char *codec_name(unsigned id) {
 
 /* ---------------------------------------------------------------- spec parsing */
 
+const char *hs_compressor_spec_more(const char *spec, char *buf, size_t cap) {
+    if (!spec) return NULL;
+    const char *ef = !strncmp(spec, "ef:", 3) ? "ef:" : "";
+    const char *kind = spec + strlen(ef), *colon = strchr(kind, ':');
+    if (!colon) return NULL;
+    int kl = (int)(colon - kind), size = HS__CSIZE_NONE;
+    for (size_t i = 0; i < N_OPS; i++)
+        if ((size_t)kl == strlen(all_ops[i]->name) && !strncmp(kind, all_ops[i]->name, (size_t)kl))
+            size = all_ops[i]->size_param;
+    char *end;
+    double v = strtod(colon + 1, &end);
+    if (size == HS__CSIZE_NONE || end == colon + 1 || !(v > 0)) return NULL;
+    /* A kept fraction (0.01, 1.0) stops at all of it; a count or a number of levels does not. */
+    int fraction = size == HS__CSIZE_KEPT &&
+                   (v < 1 || memchr(colon + 1, '.', (size_t)(end - colon - 1)));
+    double more = fraction && 4 * v > 1 ? 1 : 4 * v;
+    snprintf(buf, cap, "%s%.*s:%g%s", ef, kl, kind, more, end);
+    return buf;
+}
+
 /* Splits spec at ':' into at most 4 fields. */
 static int split(const char *s, hs__cfield *f, int max) {
     int n = 0;

@@ -132,10 +132,10 @@ static int dense_parse(hs_compressor *c, const char *spec, const hs__cfield *f, 
 
 const hs__cops hs__cops_none = {"none",          HS_CODEC_NONE,   dense_init,  dense_unbiased,
                                 dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL,
-                                dense_delta, dense_parse};
+                                dense_delta, dense_parse, HS__CSIZE_NONE};
 const hs__cops hs__cops_fp16 = {"fp16",          HS_CODEC_FP16,   dense_init,  dense_unbiased,
                                 dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL,
-                                dense_delta, dense_parse};
+                                dense_delta, dense_parse, HS__CSIZE_NONE};
 const hs__cops hs__cops_bf16 = {"bf16",          HS_CODEC_BF16,   dense_init,  dense_unbiased,
                                 dense_max_bytes, dense_encode,    dense_decode, dense_apply, NULL,
-                                dense_delta, dense_parse};
+                                dense_delta, dense_parse, HS__CSIZE_NONE};

@@ -288,4 +288,4 @@ static int qsgd_parse(hs_compressor *c, const char *spec, const hs__cfield *f, i
 
 const hs__cops hs__cops_qsgd = {"qsgd",         HS_CODEC_QSGD, qsgd_init,   qsgd_unbiased,
                                 qsgd_max_bytes, qsgd_encode,   qsgd_decode, qsgd_apply, NULL,
-                                qsgd_delta, qsgd_parse};
+                                qsgd_delta, qsgd_parse, HS__CSIZE_LEVELS};

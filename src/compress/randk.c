@@ -177,4 +177,4 @@ static int randk_parse(hs_compressor *c, const char *spec, const hs__cfield *f, 
 
 const hs__cops hs__cops_randk = {"randk",         HS_CODEC_RANDK, randk_init,   randk_unbiased,
                                  randk_max_bytes, randk_encode,   randk_decode, randk_apply, NULL,
-                                 randk_delta, randk_parse};
+                                 randk_delta, randk_parse, HS__CSIZE_KEPT};

@@ -135,4 +135,4 @@ static int sign_parse(hs_compressor *c, const char *spec, const hs__cfield *f, i
 
 const hs__cops hs__cops_sign = {"sign",         HS_CODEC_SIGN, sign_init,   sign_unbiased,
                                 sign_max_bytes, sign_encode,   sign_decode, sign_apply, NULL,
-                                sign_delta, sign_parse};
+                                sign_delta, sign_parse, HS__CSIZE_NONE};

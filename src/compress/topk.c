@@ -403,4 +403,4 @@ static int topk_parse(hs_compressor *c, const char *spec, const hs__cfield *f, i
 
 const hs__cops hs__cops_topk = {"topk",         HS_CODEC_TOPK, topk_init,   topk_unbiased,
                                 topk_max_bytes, topk_encode,   topk_decode, topk_apply,
-                                topk_decode2, topk_delta, topk_parse};
+                                topk_decode2, topk_delta, topk_parse, HS__CSIZE_KEPT};

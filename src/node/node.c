@@ -16,6 +16,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/metrics.h"
 #include "node/node_internal.h"
+#include "train/round.h"
 
 /* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
  * while the job waits for its members and has not decided it), and the rule the first peers
@@ -48,6 +49,7 @@ struct hs_node {
     int rank;
     job_terms jt;
     hs__node_model m;
+    hs__round eng; /* runs each round's phases on m (train/round.h) */
     hs_guard *guard;
     uint64_t guard_epoch; /* the membership the guard's windows were measured under */
     int guard_has_epoch;
@@ -383,6 +385,7 @@ int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
 }
 
 static int round_top(hs_node *n);
+static hs__round_model engine_model(hs_node *n);
 
 int hs__node_begin(hs_node *n, const hs__node_model *m) {
     if (n->state != ST_CONNECTED) return hs__err(HS_EINVAL, "node: not connected");
@@ -456,6 +459,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
+    hs__round_model rm = engine_model(n);
+    hs__round_init(&n->eng, &rm, hs_net_exchange(n->net), r);
     if ((err = round_top(n)) < 0) n->state = ST_ENDED;
     return err;
 }
@@ -494,29 +499,40 @@ static int recover(hs_node *n, int err) {
     return 0;
 }
 
-/* Everything before round n->r's local update: the stop request, the quorum, a snapshot for
- * joiners, the round's first phase (sent now, it travels while the owner computes). */
+/* Round n->r's open, before its local update: the stop request, the quorum, a snapshot for
+ * joiners, then (the engine) the model's round open and the round's first phase, sent now so
+ * that it travels while the owner computes. */
+static int node_open(void *c, uint64_t r) {
+    hs_node *n = c;
+    if (n->stop) {
+        n->stopped = 1;
+        if (n->ck_req && n->cfg.checkpoint_dir) {
+            n->ck_req = 0;
+            if (write_checkpoint(n, r) < 0) HS_LOGW("%s", hs_error_message());
+        }
+        return hs__err(HS_EINTR, "stopped by a request before round %llu", (unsigned long long)r);
+    }
+    warn_unsharded(n);
+    int err = hs__node_await_job(n->net, n->join_ms, &n->stop);
+    if (err == 0 && hs_net_snapshot_wanted(n->net)) err = publish_snapshot(n, r);
+    if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, r);
+    return err;
+}
+
+/* Removed and let in again (recover): the engine starts over at the round the job let this
+ * peer in, on the new runtime's exchange. */
+static void engine_restart(hs_node *n) {
+    n->eng.ex = hs_net_exchange(n->net);
+    hs__round_restart(&n->eng, n->r);
+}
+
+/* Opens round n->r (the engine's OPEN), recovering from a removal as often as it happens. */
 static int round_top(hs_node *n) {
     for (;;) {
-        if (n->stop) {
-            n->stopped = 1;
-            if (n->ck_req && n->cfg.checkpoint_dir) {
-                n->ck_req = 0;
-                if (write_checkpoint(n, n->r) < 0) HS_LOGW("%s", hs_error_message());
-            }
-            return hs__err(HS_EINTR, "stopped by a request before round %llu",
-                           (unsigned long long)n->r);
-        }
-        warn_unsharded(n);
-        int err = hs__node_await_job(n->net, n->join_ms, &n->stop);
-        if (err == 0 && hs_net_snapshot_wanted(n->net) && (err = publish_snapshot(n, n->r)) < 0)
-            return err;
-        if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, n->r);
-        if (err == 0)
-            err = hs_algo_begin(n->m.algo(n->m.ctx), hs_net_exchange(n->net), n->r,
-                                n->m.x(n->m.ctx));
-        if (err == 0) return 0;
+        int err = hs__round_run(&n->eng, HS__PH_LOCAL);
+        if (err >= 0 || n->stopped) return err;
         if ((err = recover(n, err)) < 0) return err;
+        engine_restart(n);
     }
 }
 
@@ -594,37 +610,37 @@ static void guard_follow_view(hs_node *n, hs_exchange *ex, uint64_t r) {
     n->guard_has_epoch = 1;
 }
 
-static int step(hs_node *n) {
-    if (n->state != ST_RUNNING)
-        return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
-                                                                        : "before hs_node_start");
+static hs_algo *e_algo(void *c) {
+    hs_node *n = c;
+    return n->m.algo(n->m.ctx);
+}
+static float *e_x(void *c) {
+    hs_node *n = c;
+    return n->m.x(n->m.ctx);
+}
+static int e_local(void *c, uint64_t r, hs_round_stats *st) {
+    (void)st;
+    hs_node *n = c;
+    return n->m.local ? n->m.local(n->m.ctx, r) : 0;
+}
+static int e_close(void *c, uint64_t r) {
+    hs_node *n = c;
+    return n->m.round_end ? n->m.round_end(n->m.ctx, r) : 0;
+}
+
+/* The round's end: checkpoint timing, the guard, the metrics record and the progress line,
+ * a neighbour's divergence. 1 when the job ends with this round. */
+static int node_end(void *c, uint64_t r) {
+    hs_node *n = c;
     const hs__node_cfg *cfg = &n->cfg;
-    uint64_t r = n->r;
     hs_algo *a = n->m.algo(n->m.ctx);
-    hs_exchange *ex = hs_net_exchange(n->net);
-    int err = hs_algo_push(a, ex, r, n->m.x(n->m.ctx));
-    if (err == 0) err = hs_algo_pull(a, ex, r, n->m.x(n->m.ctx));
-    if (err < 0) {
-        /* Removed and let in again: this round is void, the next starts from the job's state. */
-        if ((err = recover(n, err)) < 0) return err;
-        reset_reports(n);
-        return round_top(n);
-    }
-    /* A non-finite outer momentum (the outer step's own check) stops the run as the guard
-     * would, saying why. */
-    if (n->m.round_end && (err = n->m.round_end(n->m.ctx, r)) < 0) {
-        if (err != HS_EDIVERGED) return err;
-        char why[400]; /* hs__err must not format the buffer it writes */
-        snprintf(why, sizeof(why), "%s", hs_error_message());
-        return hs__node_fail(n, why);
-    }
     n->rounds_done++;
     int last = r + 1 == n->jt.end;
     if (cfg->checkpoint_dir && cfg->checkpoint_every > 0 &&
         (r + 1) % (uint64_t)cfg->checkpoint_every == 0 && !last &&
         write_checkpoint(n, r + 1) < 0)
         HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
-    guard_follow_view(n, ex, r);
+    guard_follow_view(n, hs_net_exchange(n->net), r);
     hs_algo_stats as;
     hs_algo_get_stats(a, &as);
     double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
@@ -637,7 +653,8 @@ static int step(hs_node *n) {
                 (unsigned long long)r + 1, hs_guard_reason(n->guard), hs_guard_advice(n->guard));
     double now = hs__node_now();
     double rate = n->rounds_done / (now - n->t_round0 > 1e-9 ? now - n->t_round0 : 1e-9);
-    if ((err = record_round(n, r, rate)) < 0) return err;
+    int err = record_round(n, r, rate);
+    if (err < 0) return err;
     if (!cfg->quiet && (!isnan(acc) || now - n->last_print > 5.0)) {
         char accs[32] = "";
         if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
@@ -667,7 +684,43 @@ static int step(hs_node *n) {
         }
         HS_LOGW("peer %u diverged (%s); going on (--on-divergence warn)", who, why);
     }
-    return last ? 1 : round_top(n);
+    return last;
+}
+
+static hs__round_model engine_model(hs_node *n) {
+    hs__round_model m = {n, e_algo, e_x, node_open, e_local, e_close, node_end};
+    return m;
+}
+
+/* The rest of round n->r from its local steps (the owner's, or none: the caller took them),
+ * then the next round's open. */
+static int step(hs_node *n) {
+    if (n->state != ST_RUNNING)
+        return hs__err(HS_EINVAL, "node: step %s", n->state == ST_ENDED ? "after the job's end"
+                                                                        : "before hs_node_start");
+    int err = hs__round_run(&n->eng, HS__PH_OPEN);
+    if (err == 0) return round_top(n);
+    if (err > 0) return err;
+    switch (n->eng.next) {
+    case HS__PH_PUSH:
+    case HS__PH_PULL:
+        /* Removed and let in again: this round is void, the next starts from the job's state. */
+        if ((err = recover(n, err)) < 0) return err;
+        reset_reports(n);
+        engine_restart(n);
+        return round_top(n);
+    case HS__PH_LOCAL:
+    case HS__PH_CLOSE: {
+        /* A non-finite loss, or a non-finite outer momentum (the outer step's own check),
+         * stops the run as the guard would, saying why. */
+        if (err != HS_EDIVERGED) return err;
+        char why[400]; /* hs__err must not format the buffer it writes */
+        snprintf(why, sizeof(why), "%s", hs_error_message());
+        return hs__node_fail(n, why);
+    }
+    default:
+        return err;
+    }
 }
 
 int hs__node_step(hs_node *n) {

@@ -55,6 +55,10 @@ typedef struct hs__node_model {
     float *(*x)(void *ctx);            /* the algorithm's x (host memory, d floats) */
     const float *(*eval_x)(void *ctx); /* the model as evaluated (x, or x / w for SGP) */
     long (*steps)(void *ctx);          /* local steps done (0: still at the job's start) */
+    /* The round's local steps, run by the node's round engine between the round's begin and
+     * push (the trainer's, in peer.c); NULL: the caller takes them between hs_node_step calls.
+     * HS_EDIVERGED (a non-finite loss) ends the run as a divergence. */
+    int (*local)(void *ctx, uint64_t r);
     /* What a joiner adopts, and adopting it (hs_trainer_snapshot's format). */
     int (*snapshot)(void *ctx, hs_buf *out);
     int (*adopt)(void *ctx, const uint8_t *p, size_t len);

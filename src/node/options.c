@@ -54,8 +54,11 @@ static int parse_flag(const char *name, const char *v, int *out) {
 }
 
 static int o_algo(hs__node_cfg *c, const char *name, const char *v) {
-    if (hs_algo_kind_parse(v, &c->algo.kind) < 0)
-        return bad(name, v, "one of dpsgd, dcd, choco, sgp, beer");
+    if (hs_algo_kind_parse(v, &c->algo.kind) < 0) {
+        char names[160] = "one of ";
+        hs_algo_kind_names(hs_algo_kind_any, 1, names + 7, sizeof(names) - 7);
+        return bad(name, v, names);
+    }
     return 0;
 }
 static int o_compress(hs__node_cfg *c, const char *name, const char *v) {
@@ -435,10 +438,15 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     err = hs_algo_check_compressor(k, cm);
     hs_compressor_free(cm);
     if (err < 0) return err;
-    if (c->algo.gamma_c > 0 && !hs_algo_kind_uses_gamma_c(k))
-        return hs__err(HS_EINVAL, "node option gamma-c applies to algo choco and beer only");
-    if (c->algo.staleness && hs_algo_kind_synchronous(k))
-        return hs__err(HS_EINVAL, "node option staleness applies to algo sgp only");
+    char ok[96]; /* which algorithms an option applies to, from their table */
+    if (c->algo.gamma_c > 0 && !hs_algo_kind_uses_gamma_c(k)) {
+        hs_algo_kind_names(hs_algo_kind_uses_gamma_c, 1, ok, sizeof(ok));
+        return hs__err(HS_EINVAL, "node option gamma-c applies to algo %s only", ok);
+    }
+    if (c->algo.staleness && hs_algo_kind_synchronous(k)) {
+        hs_algo_kind_names(hs_algo_kind_synchronous, 0, ok, sizeof(ok));
+        return hs__err(HS_EINVAL, "node option staleness applies to algo %s only", ok);
+    }
     if (hs_algo_kind_synchronous(k)) {
         const char *spec = c->net.topo_spec;
         hs_topo *t = NULL;

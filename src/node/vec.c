@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "node/node_internal.h"
 #include "train/outer.h"
+#include "train/state.h"
 
 typedef struct caller_vec {
     hs_algo_cfg acfg;
@@ -20,11 +21,6 @@ typedef struct caller_vec {
     hs__outer *outer; /* the outer step after the gossip, or NULL */
     long steps; /* rounds stepped, counting those of an adopted snapshot */
 } caller_vec;
-
-#define VS_MAGIC 0x4E535348u /* "HSSN": hs_trainer_snapshot's layout without optimizer state */
-#define VC_MAGIC 0x564E5348u /* "HSNV": a node's checkpoint state */
-/* 2: the outer optimizer's section after the model. */
-#define VC_VERSION 2u
 
 static void vec_free(void *p) {
     caller_vec *v = p;
@@ -50,16 +46,16 @@ static void set_model(caller_vec *v, const float *z) {
     hs_algo_reset_x(v->algo, v->x);
 }
 
-/* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats), with an outer step
- * its section (train/outer.h). */
+/* The parts of the vector's state and snapshot (train/state.h): no optimizer (the caller's
+ * own), so a snapshot is the trainer's layout without optimizer state. */
+static hs__state_parts parts(caller_vec *v) {
+    hs__state_parts s = {v->d, (uint64_t)v->steps, v_eval(v), NULL, NULL, v->outer, v->algo};
+    return s;
+}
+
 static int v_snapshot(void *c, hs_buf *out) {
-    caller_vec *v = c;
-    int err;
-    if ((err = hs__put_u32(out, VS_MAGIC)) < 0 || (err = hs__put_u64(out, v->d)) < 0 ||
-        (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
-        (err = hs__put_floats(out, v_eval(v), v->d)) < 0)
-        return err;
-    return v->outer ? hs__outer_save(v->outer, out) : 0;
+    hs__state_parts s = parts(c);
+    return hs__state_put_snapshot(out, &s);
 }
 
 /* Steps over a trainer snapshot's optimizer state (u32 kind, u32 vectors, u64 count, the
@@ -79,37 +75,13 @@ static int skip_optim(caller_vec *v, const uint8_t **p, const uint8_t *end) {
     return 0;
 }
 
-/* Reads magic, d and steps of a snapshot or checkpoint state, checked against this vector. */
-static int get_head(caller_vec *v, const uint8_t **p, const uint8_t *end, uint32_t magic,
-                    const char *what, uint64_t *steps) {
-    uint32_t m;
-    uint64_t d;
-    int err;
-    if ((err = hs__get_u32(p, end, &m)) < 0) return err;
-    if (m != magic) return hs__err(HS_EFORMAT, "%s: bad magic 0x%08x", what, m);
-    if (magic == VC_MAGIC) {
-        uint32_t version;
-        if ((err = hs__get_u32(p, end, &version)) < 0) return err;
-        if (version != VC_VERSION)
-            return hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", what, version,
-                           VC_VERSION);
-    }
-    if ((err = hs__get_u64(p, end, &d)) < 0 || (err = hs__get_u64(p, end, steps)) < 0) return err;
-    if (d != v->d)
-        return hs__err(HS_EMISMATCH, "%s has %llu floats, this node %zu", what,
-                       (unsigned long long)d, v->d);
-    if (*steps > (uint64_t)1 << 48)
-        return hs__err(HS_EFORMAT, "%s: step %llu", what, (unsigned long long)*steps);
-    return 0;
-}
-
 /* The optimizer state a trainer's snapshot may carry after the model is the caller's business
  * (hearsay/node.h): it is not read. */
 static int v_adopt(void *c, const uint8_t *p, size_t len) {
     caller_vec *v = c;
     const uint8_t *end = p + len;
     uint64_t steps;
-    int err = get_head(v, &p, end, VS_MAGIC, "model snapshot", &steps);
+    int err = hs__state_get_head(&p, end, HS__SNAPSHOT_MAGIC, 0, v->d, "model snapshot", &steps);
     if (err < 0) return err;
     float *z = malloc(sizeof(float) * v->d);
     if (!z) return hs__err(HS_ENOMEM, "model snapshot: out of memory");
@@ -134,21 +106,9 @@ out:
     return err;
 }
 
-/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats), the outer
- * section (train/outer.h), algorithm state length (u64) and bytes. */
 static int v_save(void *c, hs_buf *out) {
-    caller_vec *v = c;
-    int err;
-    if ((err = hs__put_u32(out, VC_MAGIC)) < 0 || (err = hs__put_u32(out, VC_VERSION)) < 0 ||
-        (err = hs__put_u64(out, v->d)) < 0 || (err = hs__put_u64(out, (uint64_t)v->steps)) < 0 ||
-        (err = hs__put_floats(out, v_eval(v), v->d)) < 0 ||
-        (err = hs__outer_save(v->outer, out)) < 0)
-        return err;
-    size_t len_at = out->len;
-    if ((err = hs__put_u64(out, 0)) < 0 || (err = hs_algo_save(v->algo, out)) < 0) return err;
-    uint64_t alen = out->len - len_at - 8;
-    memcpy(out->data + len_at, &alen, 8);
-    return 0;
+    hs__state_parts s = parts(c);
+    return hs__state_put_checkpoint(out, HS__VEC_STATE_MAGIC, HS__VEC_STATE_VERSION, &s);
 }
 
 static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
@@ -156,7 +116,8 @@ static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     const uint8_t *end = p + len;
     uint64_t steps, alen;
     const uint8_t *mom = NULL;
-    int err = get_head(v, &p, end, VC_MAGIC, "node state", &steps);
+    int err = hs__state_get_head(&p, end, HS__VEC_STATE_MAGIC, HS__VEC_STATE_VERSION, v->d,
+                                 "node state", &steps);
     if (err < 0) return err;
     float *z = malloc(sizeof(float) * v->d);
     if (!z) return hs__err(HS_ENOMEM, "node state: out of memory");
@@ -208,7 +169,7 @@ static int v_renew(void *c, uint32_t self) {
 }
 
 static const hs__node_model vec_model_ops = {
-    NULL, v_algo, v_x, v_eval, v_steps, v_snapshot, v_adopt, v_save, v_load,
+    NULL, v_algo, v_x, v_eval, v_steps, NULL, v_snapshot, v_adopt, v_save, v_load,
     v_round_begin, v_round_end, v_renew,
 };
 

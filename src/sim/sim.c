@@ -7,6 +7,7 @@
 
 #include "core/error_internal.h"
 #include "hearsay/sim.h"
+#include "train/round.h"
 
 struct hs_sim {
     hs_sim_cfg cfg;
@@ -16,10 +17,8 @@ struct hs_sim {
     hs_simnet *net;
     hs_dataset **shards;
     hs_trainer **tr;
-    uint64_t *rounds;
+    hs__round *eng; /* one round engine per peer */
     double *clock, *slow;
-    hs_round_stats *rs;
-    uint64_t lockstep_round;
 };
 
 void hs_sim_free(hs_sim *s) {
@@ -32,10 +31,9 @@ void hs_sim_free(hs_sim *s) {
     free(s->shards);
     hs_simnet_free(s->net);
     hs_topo_free(s->topo);
-    free(s->rounds);
+    free(s->eng);
     free(s->clock);
     free(s->slow);
-    free(s->rs);
     free(s);
 }
 
@@ -64,11 +62,10 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
     hs_simnet_set_latency(s->net, cfg->latency);
     s->shards = calloc((size_t)s->n, sizeof(*s->shards));
     s->tr = calloc((size_t)s->n, sizeof(*s->tr));
-    s->rounds = calloc((size_t)s->n, sizeof(*s->rounds));
+    s->eng = calloc((size_t)s->n, sizeof(*s->eng));
     s->clock = calloc((size_t)s->n, sizeof(*s->clock));
     s->slow = calloc((size_t)s->n, sizeof(*s->slow));
-    s->rs = calloc((size_t)s->n, sizeof(*s->rs));
-    if (!s->shards || !s->tr || !s->rounds || !s->clock || !s->slow || !s->rs) {
+    if (!s->shards || !s->tr || !s->eng || !s->clock || !s->slow) {
         err = hs__err(HS_ENOMEM, "simulator: out of memory");
         goto fail;
     }
@@ -90,6 +87,8 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
             hs__err_prefix(err, "peer %d", i);
             goto fail;
         }
+        hs__round_model m = hs__trainer_round_model(s->tr[i]);
+        hs__round_init(&s->eng[i], &m, hs_simnet_exchange(s->net, i), 0);
     }
     *out = s;
     return 0;
@@ -101,25 +100,17 @@ fail:
 int hs_sim_step(hs_sim *s, int *peer) {
     int err;
     if (s->sync) {
-        uint64_t r = s->lockstep_round;
-        /* A peer's begin, local steps and push run back to back while its vectors are in cache;
-         * every push of the round precedes every pull, so no receive waits. */
-        for (int i = 0; i < s->n; i++) {
-            if (!hs_simnet_alive(s->net, i)) continue;
-            hs_exchange *ex = hs_simnet_exchange(s->net, i);
-            if ((err = hs_trainer_begin(s->tr[i], ex, r)) < 0 ||
-                (err = hs_trainer_local(s->tr[i], r, &s->rs[i])) < 0 ||
-                (err = hs_trainer_push(s->tr[i], ex, r)) < 0)
-                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        /* One lockstep round: every live peer's open, local steps and push (back to back while
+         * its vectors are in cache), then every pull and the round's end, so no receive waits. */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < s->n; i++) {
+                if (!hs_simnet_alive(s->net, i)) continue;
+                uint64_t r = s->eng[i].r;
+                if ((err = hs__round_run(&s->eng[i], pass ? HS__PH_OPEN : HS__PH_PULL)) < 0)
+                    return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+                if (pass) s->clock[i] += 1.0;
+            }
         }
-        for (int i = 0; i < s->n; i++) {
-            if (!hs_simnet_alive(s->net, i)) continue;
-            if ((err = hs_trainer_pull(s->tr[i], hs_simnet_exchange(s->net, i), r)) < 0)
-                return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
-            s->rounds[i]++;
-            s->clock[i] += 1.0;
-        }
-        s->lockstep_round++;
         if (peer) *peer = -1;
         return 0;
     }
@@ -127,14 +118,12 @@ int hs_sim_step(hs_sim *s, int *peer) {
     for (int i = 0; i < s->n; i++)
         if (hs_simnet_alive(s->net, i) && (best < 0 || s->clock[i] < s->clock[best])) best = i;
     if (best < 0) return hs__err(HS_EINVAL, "simulator: no peer is alive");
-    uint64_t r = s->rounds[best];
-    hs_exchange *ex = hs_simnet_exchange(s->net, best);
+    uint64_t r = s->eng[best].r;
     /* The round's messages go out, and arrived ones are taken, when its compute is done. */
     hs_simnet_set_clock(s->net, best, s->clock[best] + s->slow[best]);
-    if ((err = hs_trainer_round(s->tr[best], ex, r, &s->rs[best])) < 0)
+    if ((err = hs__round_run(&s->eng[best], HS__PH_OPEN)) < 0)
         return hs__err_prefix(err, "peer %d, round %llu", best, (unsigned long long)r);
     s->clock[best] = hs_simnet_clock(s->net, best);
-    s->rounds[best]++;
     if (peer) *peer = best;
     return 0;
 }
@@ -142,10 +131,10 @@ int hs_sim_step(hs_sim *s, int *peer) {
 int hs_sim_n(const hs_sim *s) { return s->n; }
 hs_trainer *hs_sim_trainer(hs_sim *s, int i) { return s->tr[i]; }
 hs_simnet *hs_sim_net(hs_sim *s) { return s->net; }
-uint64_t hs_sim_rounds(const hs_sim *s, int i) { return s->rounds[i]; }
+uint64_t hs_sim_rounds(const hs_sim *s, int i) { return s->eng[i].r; }
 double hs_sim_clock(const hs_sim *s, int i) { return s->clock[i]; }
 size_t hs_sim_shard_size(const hs_sim *s, int i) { return s->shards[i]->n; }
-const hs_round_stats *hs_sim_round_stats(const hs_sim *s, int i) { return &s->rs[i]; }
+const hs_round_stats *hs_sim_round_stats(const hs_sim *s, int i) { return &s->eng[i].st; }
 
 int hs_sim_consensus(hs_sim *s, double *dist, float *avg) {
     size_t d = hs_trainer_dim(s->tr[0]);

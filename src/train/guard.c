@@ -106,30 +106,11 @@ int hs_guard_policy_parse(const char *s, hs_guard_policy *out) {
     return 0;
 }
 
-/* The same compressor sending 4x as much (levels for qsgd, the kept part for top-k and
- * random-k, its suffixes kept), or NULL for the others. */
-static const char *less_compression(const char *c, char *buf, size_t cap) {
-    const char *ef = !strncmp(c, "ef:", 3) ? "ef:" : "";
-    const char *kind = c + strlen(ef), *colon = strchr(kind, ':');
-    if (!colon) return NULL;
-    int kl = (int)(colon - kind);
-    int qsgd = kl == 4 && !strncmp(kind, "qsgd", 4);
-    int sparse = (kl == 4 && !strncmp(kind, "topk", 4)) || (kl == 5 && !strncmp(kind, "randk", 5));
-    char *end;
-    double v = strtod(colon + 1, &end);
-    if ((!qsgd && !sparse) || end == colon + 1 || !(v > 0)) return NULL;
-    /* A kept fraction (0.01, 1.0) stops at all of it; a count or a number of levels does not. */
-    int fraction = sparse && (v < 1 || memchr(colon + 1, '.', (size_t)(end - colon - 1)));
-    double more = fraction && 4 * v > 1 ? 1 : 4 * v;
-    snprintf(buf, cap, "%s%.*s:%g%s", ef, kl, kind, more, end);
-    return buf;
-}
-
 void hs_guard_advice_for(const hs_guard_cfg *cfg, char *out, size_t cap) {
     const char *c = cfg->compress ? cfg->compress : "none";
     int compressed = strcmp(c, "none") != 0;
     char more[96];
-    const char *less = compressed ? less_compression(c, more, sizeof(more)) : NULL;
+    const char *less = compressed ? hs_compressor_spec_more(c, more, sizeof(more)) : NULL;
     double lr = cfg->lr, g = cfg->gamma_c;
     char lrs[64];
     snprintf(lrs, sizeof(lrs), "--lr (now %g; try %g)", lr, lr / 2);
@@ -140,24 +121,20 @@ void hs_guard_advice_for(const hs_guard_cfg *cfg, char *out, size_t cap) {
         snprintf(out, cap, "lower --gamma-c (now %g; try %g), or %s", g, g / 2, lrs);
         return;
     }
-    switch (cfg->algo) {
-    case HS_ALGO_DCD:
-        /* DCD replicas drift with the compression error; more bits is the cure. */
+    if (hs_algo_kind_drifts_with_compression(cfg->algo)) {
+        /* Replicas that drift with the compression error (DCD): more bits is the cure. */
         if (less)
             snprintf(out, cap, "compress less than --compress %s (e.g. %s: more levels or a "
                                "larger kept fraction), or lower %s", c, less, lrs);
         else
             snprintf(out, cap, "compress less than --compress %s, or lower %s", c, lrs);
-        break;
-    default:
-        if (less)
-            snprintf(out, cap, "lower %s, or compress less than --compress %s (e.g. %s)", lrs, c,
-                     less);
-        else if (compressed)
-            snprintf(out, cap, "lower %s, or compress less than --compress %s", lrs, c);
-        else
-            snprintf(out, cap, "lower %s", lrs);
-        break;
+    } else if (less) {
+        snprintf(out, cap, "lower %s, or compress less than --compress %s (e.g. %s)", lrs, c,
+                 less);
+    } else if (compressed) {
+        snprintf(out, cap, "lower %s, or compress less than --compress %s", lrs, c);
+    } else {
+        snprintf(out, cap, "lower %s", lrs);
     }
 }
 

@@ -18,6 +18,8 @@
 #include "model/devshard.h"
 #include "model/lossacc.h"
 #include "train/outer.h"
+#include "train/round.h"
+#include "train/state.h"
 
 struct hs_trainer {
     hs_backend *be;
@@ -64,16 +66,16 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     int err = hs__outer_check(&cfg->outer);
     if (err < 0) return err;
     /* Quasi-global momentum is defined (Lin et al. 2021) and kept here for a mixing step that
-     * averages models with a doubly stochastic W: D-PSGD, and CHOCO, whose gossip step keeps
-     * the average too. SGP steps z = x / w, whose round change carries the push-sum weight's
-     * rebalancing; DCD's x moves by the neighbours' compressed differences, whose error
-     * the buffer would accumulate; neither is covered by the paper. */
+     * averages models with a doubly stochastic W (the algorithm's qg_momentum property). */
     if (!acfg && cfg->outer.on)
         return hs__err(HS_EINVAL, "the outer step needs an algorithm to gossip with");
-    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg && acfg->kind != HS_ALGO_DPSGD &&
-        acfg->kind != HS_ALGO_CHOCO)
-        return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo dpsgd and choco, not %s",
+    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg &&
+        !hs_algo_kind_qg_momentum(acfg->kind)) {
+        char ok[96];
+        hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
+        return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo %s, not %s", ok,
                        hs_algo_kind_name(acfg->kind));
+    }
     hs_trainer *t = calloc(1, sizeof(*t));
     if (!t) return hs__err(HS_ENOMEM, "trainer: out of memory");
     t->be = be;
@@ -164,12 +166,6 @@ int hs_trainer_round_close(hs_trainer *t) {
 
 float *hs_trainer_gossip_x(hs_trainer *t) { return t->x_host; }
 
-int hs_trainer_begin(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_trainer_round_open(t);
-    if (err < 0) return err;
-    return hs_algo_begin(t->algo, ex, r, t->x_host);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -220,21 +216,21 @@ int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
     return 0;
 }
 
-int hs_trainer_push(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    return hs_algo_push(t->algo, ex, r, t->x_host);
+static hs_algo *rm_algo(void *c) { return ((hs_trainer *)c)->algo; }
+static float *rm_x(void *c) { return ((hs_trainer *)c)->x_host; }
+static int rm_open(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_open(c);
+}
+static int rm_local(void *c, uint64_t r, hs_round_stats *st) { return hs_trainer_local(c, r, st); }
+static int rm_close(void *c, uint64_t r) {
+    (void)r;
+    return hs_trainer_round_close(c);
 }
 
-int hs_trainer_pull(hs_trainer *t, hs_exchange *ex, uint64_t r) {
-    int err = hs_algo_pull(t->algo, ex, r, t->x_host);
-    return err < 0 ? err : hs_trainer_round_close(t);
-}
-
-int hs_trainer_round(hs_trainer *t, hs_exchange *ex, uint64_t r, hs_round_stats *st) {
-    int err = hs_trainer_begin(t, ex, r);
-    if (err < 0) return err;
-    if ((err = hs_trainer_local(t, r, st)) < 0) return err;
-    if ((err = hs_trainer_push(t, ex, r)) < 0) return err;
-    return hs_trainer_pull(t, ex, r);
+hs__round_model hs__trainer_round_model(hs_trainer *t) {
+    hs__round_model m = {t, rm_algo, rm_x, rm_open, rm_local, rm_close, NULL};
+    return m;
 }
 
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy) {
@@ -261,14 +257,11 @@ int hs_trainer_write_params(hs_trainer *t, const char *path) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
-#define TR_MAGIC 0x52545348u /* "HSTR" */
-/* 4: the outer optimizer's section after the optimizer's state. */
-#define TR_VERSION 4u
-
 /* The optimizer's state as checkpoints and snapshots carry it: u32 kind (hs_optim_kind), u32
  * number of vectors (0: plain SGD, 1: SGD's velocity, 2: AdamW's m then v), u64 step count,
  * then the vectors (d floats each). */
-static int put_optim(hs_trainer *t, hs_buf *out) {
+static int put_optim(void *ctx, hs_buf *out) {
+    hs_trainer *t = ctx;
     int err, nv = hs_optim_nstate(t->opt);
     if ((err = hs__put_u32(out, (uint32_t)hs_optim_config(t->opt)->kind)) < 0 ||
         (err = hs__put_u32(out, (uint32_t)nv)) < 0 ||
@@ -324,42 +317,28 @@ static int set_optim(hs_trainer *t, const float *state, uint64_t count) {
     return 0;
 }
 
-/* Layout: magic, version, d (u64), steps (u64), the model as evaluated (d floats: x, or x / w
- * for SGP, so that a peer resuming with a fresh algorithm state starts from the model itself),
- * the optimizer's state (put_optim), the outer section (train/outer.h; its anchor is the
- * model), algorithm state length (u64) and bytes. */
+/* The parts of this trainer's checkpoint state and snapshot (train/state.h): the model as
+ * evaluated (x / w for SGP, so that a peer resuming with a fresh algorithm state starts from
+ * the model itself), the optimizer's state (in a snapshot only when it has one), the outer
+ * section (its anchor is the model), the algorithm's state. */
+static hs__state_parts parts(hs_trainer *t, int optim) {
+    hs__state_parts s = {t->d, (uint64_t)t->steps, eval_point(t, t->x_host),
+                         optim ? put_optim : NULL, t, t->outer, t->algo};
+    return s;
+}
+
 int hs_trainer_save(hs_trainer *t, hs_buf *out) {
-    int err;
-    if ((err = hs__put_u32(out, TR_MAGIC)) < 0 || (err = hs__put_u32(out, TR_VERSION)) < 0 ||
-        (err = hs__put_u64(out, t->d)) < 0 || (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0 ||
-        (err = put_optim(t, out)) < 0 || (err = hs__outer_save(t->outer, out)) < 0)
-        return err;
-    size_t len_at = out->len;
-    if ((err = hs__put_u64(out, 0)) < 0 || (t->algo && (err = hs_algo_save(t->algo, out)) < 0))
-        return err;
-    uint64_t alen = out->len - len_at - 8;
-    memcpy(out->data + len_at, &alen, 8);
-    return 0;
+    hs__state_parts s = parts(t, 1);
+    return hs__state_put_checkpoint(out, HS__TRAINER_STATE_MAGIC, HS__TRAINER_STATE_VERSION, &s);
 }
 
 int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) {
     const uint8_t *end = p + len;
-    uint32_t magic, version;
-    uint64_t d, steps, alen, count = 0;
+    uint64_t steps, alen, count = 0;
     const uint8_t *mom;
-    int err;
-    if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
-    if (magic != TR_MAGIC) return hs__err(HS_EFORMAT, "trainer state: bad magic 0x%08x", magic);
-    if ((err = hs__get_u32(&p, end, &version)) < 0) return err;
-    if (version != TR_VERSION)
-        return hs__err(HS_EFORMAT, "trainer state: version %u (this build reads %u)", version,
-                       TR_VERSION);
-    if ((err = hs__get_u64(&p, end, &d)) < 0 || (err = hs__get_u64(&p, end, &steps)) < 0) return err;
-    if (d != t->d)
-        return hs__err(HS_EMISMATCH, "trainer state has %llu parameters, the model %zu",
-                       (unsigned long long)d, t->d);
-    if (steps > (uint64_t)1 << 48) return hs__err(HS_EFORMAT, "trainer state: step %llu", (unsigned long long)steps);
+    int err = hs__state_get_head(&p, end, HS__TRAINER_STATE_MAGIC, HS__TRAINER_STATE_VERSION,
+                                 t->d, "trainer state", &steps);
+    if (err < 0) return err;
     float *x = malloc(sizeof(float) * t->d), *st = malloc(sizeof(float) * 2 * t->d);
     if (!x || !st) {
         err = hs__err(HS_ENOMEM, "trainer state: out of memory");
@@ -391,20 +370,9 @@ out:
     return err;
 }
 
-#define SN_MAGIC 0x4E535348u /* "HSSN" */
-
-/* Layout: magic, d (u64), steps (u64), the model as evaluated (d floats), then, only for an
- * optimizer with state, that state (put_optim), and only with an outer step, its section
- * (train/outer.h, which starts with its own magic and version): a stateless SGD snapshot
- * without an outer step is what it always was. */
 int hs_trainer_snapshot(hs_trainer *t, hs_buf *out) {
-    int err;
-    if ((err = hs__put_u32(out, SN_MAGIC)) < 0 || (err = hs__put_u64(out, t->d)) < 0 ||
-        (err = hs__put_u64(out, (uint64_t)t->steps)) < 0 ||
-        (err = hs__put_floats(out, eval_point(t, t->x_host), t->d)) < 0)
-        return err;
-    if (hs_optim_nstate(t->opt) > 0 && (err = put_optim(t, out)) < 0) return err;
-    return t->outer ? hs__outer_save(t->outer, out) : 0;
+    hs__state_parts s = parts(t, hs_optim_nstate(t->opt) > 0);
+    return hs__state_put_snapshot(out, &s);
 }
 
 int hs_trainer_set_steps(hs_trainer *t, long steps) {
@@ -415,18 +383,9 @@ int hs_trainer_set_steps(hs_trainer *t, long steps) {
 
 int hs_trainer_adopt(hs_trainer *t, const uint8_t *p, size_t len) {
     const uint8_t *end = p + len;
-    uint32_t magic;
-    uint64_t d, steps, count = 0;
-    int err;
-    if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
-    if (magic != SN_MAGIC) return hs__err(HS_EFORMAT, "model snapshot: bad magic 0x%08x", magic);
-    if ((err = hs__get_u64(&p, end, &d)) < 0 || (err = hs__get_u64(&p, end, &steps)) < 0)
-        return err;
-    if (d != t->d)
-        return hs__err(HS_EMISMATCH, "model snapshot has %llu parameters, this model %zu",
-                       (unsigned long long)d, t->d);
-    if (steps > (uint64_t)1 << 48)
-        return hs__err(HS_EFORMAT, "model snapshot: step %llu", (unsigned long long)steps);
+    uint64_t steps, count = 0;
+    int err = hs__state_get_head(&p, end, HS__SNAPSHOT_MAGIC, 0, t->d, "model snapshot", &steps);
+    if (err < 0) return err;
     if ((size_t)(end - p) < sizeof(float) * t->d)
         return hs__err(HS_EFORMAT, "model snapshot: %zu bytes of parameters, expected %zu",
                        (size_t)(end - p), sizeof(float) * t->d);

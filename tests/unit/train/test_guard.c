@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "hearsay/error.h"
+#include "hearsay/compress.h"
 #include "hearsay/guard.h"
 
 static hs_guard *guard(hs_algo_kind algo, hs_guard_policy policy) {
@@ -380,6 +381,30 @@ static void test_policy_parse(void **st) {
     assert_non_null(strstr(hs_error_message(), "ignore"));
 }
 
+/* The messages and advice name algorithms from their ops table, never by hand: the lists
+ * follow the properties (and "compress less" is DCD's advice because its replicas drift). */
+static void test_algo_names_from_table(void **state) {
+    (void)state;
+    char buf[128];
+    assert_int_equal(hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, buf, sizeof(buf)), 2);
+    assert_string_equal(buf, "dpsgd and choco");
+    assert_int_equal(hs_algo_kind_names(hs_algo_kind_uses_gamma_c, 1, buf, sizeof(buf)), 2);
+    assert_string_equal(buf, "choco and beer");
+    assert_int_equal(hs_algo_kind_names(hs_algo_kind_synchronous, 0, buf, sizeof(buf)), 1);
+    assert_string_equal(buf, "sgp");
+    assert_int_equal(hs_algo_kind_names(hs_algo_kind_any, 1, buf, sizeof(buf)), 5);
+    assert_string_equal(buf, "dpsgd, dcd, choco, sgp and beer");
+    /* A buffer too small is cut, not overrun. */
+    char tiny[8];
+    hs_algo_kind_names(hs_algo_kind_any, 1, tiny, sizeof(tiny));
+    assert_true(strlen(tiny) < sizeof(tiny));
+    assert_true(hs_algo_kind_drifts_with_compression(HS_ALGO_DCD));
+    assert_false(hs_algo_kind_drifts_with_compression(HS_ALGO_CHOCO));
+    assert_null(hs_compressor_spec_more("sign", buf, sizeof(buf)));
+    assert_string_equal(hs_compressor_spec_more("randk:100:unscaled", buf, sizeof(buf)),
+                        "randk:400:unscaled");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometric_growth_is_caught),
@@ -397,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_restart_warms_up_again),
         cmocka_unit_test(test_advice_names_the_knob),
         cmocka_unit_test(test_policy_parse),
+        cmocka_unit_test(test_algo_names_from_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
