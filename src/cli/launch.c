@@ -470,7 +470,7 @@ int hs_cmd_launch(int argc, char **argv) {
         }
     }
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    hs_launch_resolved res = {a.n, a.runs_dir, a.refresh, a.no_plot, a.n};
+    hs_launch_resolved res = {a.n, a.runs_dir, a.refresh, a.no_plot, a.n, a.ndevices > 0};
     if (hs_launch_write_config(path, tables, &a.ro, &res, a.given, a.n_given) != 0)
         fprintf(stderr, "hearsay launch: cannot write %s: %s\n", path, strerror(errno));
 

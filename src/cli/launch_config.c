@@ -100,12 +100,19 @@ static int add_default(cJSON *o, const hs_cli_opt *opt, const hs_runopts *ro,
     }
     case RO_THREADS: cJSON_AddNumberToObject(o, k, ro->threads); return 0;
     case RO_DEVICE: {
+        if (lr->devices) return 1; /* --devices cannot be combined with --device */
         char b[32];
         if (ro->device == HS_DEVICE_CPU) snprintf(b, sizeof(b), "cpu");
         else snprintf(b, sizeof(b), "%s:%d", hs_device_name(ro->device), ro->device_id);
         cJSON_AddStringToObject(o, k, b);
         return 0;
     }
+    case RO_OUTER_LR:
+    case RO_OUTER_MOMENTUM:
+        /* Off unless one of them was given; writing either would turn the outer step on. */
+        if (!ro->outer.on) return 1;
+        add_float(o, k, opt->key == RO_OUTER_LR ? ro->outer.lr : ro->outer.momentum);
+        return 0;
     case RO_ON_DIVERGENCE:
         cJSON_AddStringToObject(o, k, hs_guard_policy_name(ro->on_divergence));
         return 0;

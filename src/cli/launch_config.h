@@ -18,6 +18,7 @@ typedef struct hs_launch_resolved {
     double refresh;
     int no_plot;
     int job_n;       /* peers of the job, for the automatic consensus step */
+    int devices;     /* --devices places the peers: no shared --device to write */
 } hs_launch_resolved;
 
 /* Writes path: one key per option of `tables` (launch's own and those passed to the peers),

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,11 +48,21 @@ static int check_model(const char *model) {
     size_t len = strlen(model);
     if ((len > 5 && !strcmp(model + len - 5, ".json")) || strchr(model, '/')) {
         if (access(model, R_OK) != 0)
-            return hs_cli_usage_error("--model %s: %s", model, strerror(errno));
+            return hs_cli_usage_error("model file %s: cannot open: %s", model, strerror(errno));
         return 0;
     }
+    /* mlp:W-...-W names its own ends, which only the data can confirm: it is resolved against
+     * them, so that its syntax is checked here and its shape once the data is known. */
+    int c = 3, h = 32, w = 32, classes = 10;
+    if (!strncmp(model, "mlp:", 4)) {
+        const char *last = strrchr(model, '-');
+        c = h = 1;
+        w = atoi(model + 4);
+        classes = last ? atoi(last + 1) : 0;
+        if (w <= 0 || w > 1 << 20 || classes <= 0) w = classes = 1; /* the parser says why */
+    }
     hs_model_spec s;
-    if (hs_model_spec_parse(&s, model, NULL, 3, 32, 32, 10) < 0)
+    if (hs_model_spec_parse(&s, model, NULL, c, h, w, classes) < 0)
         return hs_cli_usage_error("%s", hs_error_message());
     return 0;
 }

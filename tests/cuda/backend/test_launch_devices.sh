@@ -50,9 +50,9 @@ if [[ ! -f $cfg ]]; then
     fail "launch --devices 0,1 (exit $rc) wrote no $cfg:"
     cat "$tmp/rr.out"
 else
-    got=$("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(",".join(c.get("peer_devices", [])), "--device" in c["peer_args"])' "$cfg")
-    if [[ $got != "cuda:0,cuda:1,cuda:0 False" ]]; then
-        fail "peer devices and shared --device: '$got' (expected 'cuda:0,cuda:1,cuda:0 False')"
+    got=$("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("devices"), "device" in c)' "$cfg")
+    if [[ $got != "0,1 False" ]]; then
+        fail "devices and shared --device in config.json: '$got' (expected '0,1 False')"
     else
         echo "ok: peers on cuda:0, cuda:1, cuda:0"
     fi
@@ -67,7 +67,7 @@ fi
 # 3. Without --devices, --device reaches every peer unchanged.
 HEARSAY_CUDA_MODULE="$tmp/bogus.so" timeout 120 "$bin" launch -n 2 --device cuda:1 --name one \
     "${common[@]}" >"$tmp/one.out" 2>&1
-got=$("$py" -c 'import json,sys; a=json.load(open(sys.argv[1]))["peer_args"]; i=a.index("--device"); print(a[i+1], "peer_devices" in json.load(open(sys.argv[1])))' "$tmp/runs/one/config.json" 2>&1)
+got=$("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["device"], "devices" in c)' "$tmp/runs/one/config.json" 2>&1)
 if [[ $got != "cuda:1 False" ]]; then
     fail "--device cuda:1 without --devices: '$got' (expected 'cuda:1 False')"
 else

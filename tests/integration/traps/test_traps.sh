@@ -99,19 +99,19 @@ rounds-same)
 wait-signal)
     for sig in INT TERM; do
         "$hs" run --listen "$ip:7520" --insecure "${small[@]}" --world 3 --rounds 30 \
-            --save "$tmp/model.bin" >"$tmp/out" 2>"$tmp/err" &
+            --save "$tmp/model.bin" >"$tmp/out" 2>"$tmp/err.$sig" &
         p=$!
         pids+=($p)
-        wait_for 30 grep -q "waiting for 3 peers" "$tmp/err" || fail "the peer does not wait: $(tail -3 "$tmp/err")"
+        wait_for 30 grep -q "waiting for 3 peers" "$tmp/err.$sig" || fail "the peer does not wait: $(tail -3 "$tmp/err.$sig")"
         kill -$sig $p
         timeout 20 tail --pid=$p -f /dev/null || fail "SIG$sig did not end the wait"
         wait $p
         rc=$?
         want=$([[ $sig == INT ]] && echo 130 || echo 143)
-        [[ $rc -eq $want ]] || fail "SIG$sig while waiting: exit $rc, expected $want: $(tail -3 "$tmp/err")"
-        grep -q "stopped by a signal" "$tmp/err" || fail "no reason given: $(tail -3 "$tmp/err")"
+        [[ $rc -eq $want ]] || fail "SIG$sig while waiting: exit $rc, expected $want: $(tail -3 "$tmp/err.$sig")"
+        grep -q "stopped by a signal" "$tmp/err.$sig" || fail "no reason given: $(tail -3 "$tmp/err.$sig")"
         [[ ! -e $tmp/model.bin ]] || fail "an untrained model was saved"
-        echo "ok: SIG$sig: exit $rc: $(tail -1 "$tmp/err")"
+        echo "ok: SIG$sig: exit $rc: $(tail -1 "$tmp/err.$sig")"
     done
     ;;
 unsharded)
