@@ -36,7 +36,7 @@ typedef struct hs_guard_cfg {
     hs_algo_kind algo;
     const char *compress; /* the compressor spec, for the advice; NULL = "none" */
     float gamma_c;        /* CHOCO's consensus step, for the advice */
-    float lr;             /* the peak learning rate, for the advice */
+    float lr;             /* the peak learning rate, for the advice (0: not known) */
     long window;          /* rounds per growth window (0: 15); a quarter epoch suits */
     long warmup;          /* rounds ignored for growth while the peers first drift apart from
                              their common start (0: 4 windows) */

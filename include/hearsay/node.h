@@ -8,8 +8,8 @@
  * caller computes (D-PSGD: that vector goes to the neighbours, and the step adds their weighted
  * differences to the caller's updated vector, adapt then combine; CHOCO: the caller's vector is
  * x_half, the step compresses, sends, mixes; SGP: the caller's vector is z = x / w, the node
- * keeps the numerator x and weight w, applies the caller's update x += (z_new - z_prev) and
- * returns the new z). The network runtime (TLS, bootstrap, churn, quorum, resend), metrics, the
+ * keeps the numerator x and weight w, applies the caller's update to z as it is,
+ * x += w (z_new - z_prev), and returns the new z). The network runtime (TLS, bootstrap, churn, quorum, resend), metrics, the
  * convergence guard and checkpoints work as for `hearsay run`, which is itself a user of this
  * API with the built-in trainer (src/peer.c).
  *

@@ -218,8 +218,15 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     /* This thread's lines are about this node (several nodes may share a process). */
     hs__log_set_thread_peer(hs__node_rank(n), hs__node_self(n));
     if (v->z) {
-        /* SGP: the caller stepped z; the numerator takes the same change. */
-        for (size_t k = 0; k < d; k++) v->x[k] += x[k] - v->z[k];
+        /* SGP: the caller stepped z, and z takes that change as it is: x += w (z_new - z_prev),
+         * as `hearsay run`'s trainer (x = w z after the local steps) and the reference SGP,
+         * whose optimizer steps the de-biased parameters. Unscaled, z moved by the change / w:
+         * a 14x step at the w 0.07 of a peer that shares reached late (issue 19). v->z is made
+         * the z of the new x again, so that a call refused below leaves x as it is. */
+        for (size_t k = 0; k < d; k++) v->z[k] = x[k] - v->z[k];
+        hs_algo_from_eval_point(v->algo, v->z);
+        for (size_t k = 0; k < d; k++) v->x[k] += v->z[k];
+        memcpy(v->z, v_eval(v), sizeof(float) * d);
     } else {
         memcpy(v->x, x, sizeof(float) * d);
     }

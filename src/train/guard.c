@@ -113,7 +113,11 @@ void hs_guard_advice_for(const hs_guard_cfg *cfg, char *out, size_t cap) {
     const char *less = compressed ? hs_compressor_spec_more(c, more, sizeof(more)) : NULL;
     double lr = cfg->lr, g = cfg->gamma_c;
     char lrs[64];
-    snprintf(lrs, sizeof(lrs), "--lr (now %g; try %g)", lr, lr / 2);
+    /* 0: the node API, whose caller's optimizer owns the rate the node never sees. */
+    if (lr > 0)
+        snprintf(lrs, sizeof(lrs), "--lr (now %g; try %g)", lr, lr / 2);
+    else
+        snprintf(lrs, sizeof(lrs), "the learning rate (try half)");
     /* CHOCO's gossip (and BEER's, of the model and the tracker) is contractive only for
      * gamma_c small enough for the compressor's contraction and the spectral gap: the step, not
      * the compressor, is the knob. */

@@ -296,6 +296,13 @@ static void test_advice_names_the_knob(void **st) {
             if (kinds[k] == HS_ALGO_DCD || (i > 0 && kinds[k] == HS_ALGO_DPSGD))
                 assert_non_null(strstr(a, "compress less"));
         }
+    /* The node API does not know the caller's learning rate: no "now 0; try 0". */
+    c.algo = HS_ALGO_SGP;
+    c.compress = "none";
+    c.lr = 0;
+    hs_guard_advice_for(&c, a, sizeof(a));
+    assert_string_equal(a, "lower the learning rate (try half)");
+    c.lr = 0.05f;
     c.algo = HS_ALGO_DCD;
     c.compress = "qsgd:16";
     hs_guard_advice_for(&c, a, sizeof(a));
