@@ -28,6 +28,7 @@ void hs__conn_set_limits(hs__conn *c) {
     hs__transport *tr = c->tr;
     uint32_t *m = c->rd.max_len;
     memset(c->rd.max_len, 0, sizeof(c->rd.max_len));
+    memset(c->rd.max_msg, 0, sizeof(c->rd.max_msg));
     if (c->state < HS__C_OPEN) {
         if (c->outgoing) {
             m[HS__T_HELLO_ACK] = HS__PREAUTH_MAX;
@@ -46,11 +47,17 @@ void hs__conn_set_limits(hs__conn *c) {
     uint64_t big = (uint64_t)tr->cfg->max_frame + 2 * HS__CTL_MAX;
     if (big > HS__FRAME_CAP)
         big = HS__FRAME_CAP;
+    /* Messages over a part come in PART frames, within their own limits; only members (and a
+     * joiner's bootstrap member, for WELCOME) may send them. */
+    uint64_t msg = tr->cfg->max_message;
+    m[HS__T_PART] = HS__PART_HDR_LEN + HS__PART_SIZE;
     if (c->bootstrap) {
         m[HS__T_WELCOME] = (uint32_t)big;
         m[HS__T_REFUSE] = HS__PREAUTH_MAX;
+        c->rd.max_msg[HS__T_WELCOME] = msg + 2 * HS__CTL_MAX;
     }
-    m[HS__T_DATA] = (uint32_t)tr->cfg->max_frame;
+    m[HS__T_DATA] = (uint32_t)(tr->cfg->max_frame < msg ? tr->cfg->max_frame : msg);
+    c->rd.max_msg[HS__T_DATA] = msg;
     m[HS__T_MEMBERS] = HS__CTL_MAX;
     m[HS__T_SUSPECT] = HS__PREAUTH_MAX;
     m[HS__T_JOIN_FWD] = HS__PREAUTH_MAX;
@@ -388,10 +395,15 @@ static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     c->io.direct = 0;
     buf->base = (char *)c->rx;
     buf->len = c->rx_cap;
-    /* After a large frame, read the next header alone: its payload then goes straight into
-     * its buffer instead of through the staging copy (one small read against a big memcpy). */
-    if (!c->tls && c->io.last_len >= BIG_FRAME && !c->rd.in_payload)
-        buf->len = HS__HDR_LEN - c->rd.hb_have;
+    /* After a large frame, or inside a message in parts, read the next header alone: its
+     * payload then goes straight into its buffer instead of through the staging copy (one
+     * small read against a big memcpy). */
+    if (!c->tls && (c->io.last_len >= BIG_FRAME || c->rd.msg.buf)) {
+        if (!c->rd.in_payload)
+            buf->len = HS__HDR_LEN - c->rd.hb_have;
+        else if (c->rd.in_part == 1) /* the same for the part header of a PART frame */
+            buf->len = HS__PART_HDR_LEN - c->rd.ph_have;
+    }
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {

@@ -26,8 +26,9 @@ typedef struct wreq {
     hs__conn *c;
     size_t bytes;    /* plaintext bytes this write accounts for */
     hs_buf *payload; /* plain: a reference */
+    hs_buf *tail;    /* plain: a reference to the frame's tail, if any */
     uint8_t *cipher; /* TLS: owned ciphertext */
-    uint8_t hdr[HS__HDR_LEN];
+    uint8_t hdr[HS__HDR_LEN + HS__PART_HDR_LEN];
 } wreq;
 
 const char *hs__conn_name(hs__conn *c, char *buf, size_t cap) {
@@ -65,6 +66,7 @@ static void on_write(uv_write_t *req, int status) {
     c->inflight -= w->bytes;
     c->nwrites--;
     hs_buf_unref(w->payload);
+    hs_buf_unref(w->tail);
     free(w->cipher);
     free(w);
     if (status == 0)
@@ -132,27 +134,31 @@ int hs__conn_flush_tls(hs__conn *c, size_t plain) {
     return 0;
 }
 
-/* Hands bytes [f->off, f->off + chunk) of header + payload to the transport. */
+/* Hands wire bytes [f->off, f->off + chunk) of f to the transport; chunk stays within one
+ * piece, so it is at most a header and two spans of the message (payload, tail). */
 static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
-    size_t off = f->off, end = off + chunk, total = HS__HDR_LEN + (size_t)f->len;
+    size_t off = f->off, end = off + chunk;
+    const uint8_t *sp[4];
+    size_t sn[4];
+    int sh[4], ns = 0;
+    for (size_t at = off; at < end && ns < 4; ns++) {
+        sn[ns] = hs__frame_span(f, at, end, &sp[ns], &sh[ns]);
+        at += sn[ns];
+    }
     if (c->tls) {
-        int err;
-        if (off == 0 && end == total && total <= SMALL_FRAME) {
+        int err = 0;
+        if (off == 0 && chunk == f->wire && f->wire <= SMALL_FRAME) {
             /* One record for a small frame. */
             uint8_t tmp[SMALL_FRAME];
-            memcpy(tmp, f->hdr, HS__HDR_LEN);
-            if (f->len)
-                memcpy(tmp + HS__HDR_LEN, f->payload->data, f->len);
-            err = hs__tls_write(c->tls, tmp, total);
-        } else {
-            err = 0;
-            if (off < HS__HDR_LEN)
-                err = hs__tls_write(c->tls, f->hdr + off,
-                                    (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off);
-            if (err == 0 && end > HS__HDR_LEN) {
-                size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-                err = hs__tls_write(c->tls, f->payload->data + ps, pe - ps);
+            size_t k = 0;
+            for (int i = 0; i < ns; i++) {
+                memcpy(tmp + k, sp[i], sn[i]);
+                k += sn[i];
             }
+            err = hs__tls_write(c->tls, tmp, k);
+        } else {
+            for (int i = 0; i < ns && err == 0; i++)
+                err = hs__tls_write(c->tls, sp[i], sn[i]);
         }
         if (err < 0)
             return err;
@@ -162,17 +168,12 @@ static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
     /* Plain: the header and the payload go from where they are (the payload's reference is held
      * by the write). Straight to the socket when nothing is queued before them: no request, no
      * callback, which is what a small frame's latency is made of. */
+    uv_buf_t b[4];
+    for (int i = 0; i < ns; i++)
+        b[i] = uv_buf_init((char *)sp[i], (unsigned)sn[i]);
+    int first = 0;
     if (!c->nwrites) {
-        uv_buf_t b[2];
-        unsigned nb = 0;
-        if (off < HS__HDR_LEN)
-            b[nb++] = uv_buf_init((char *)f->hdr + off,
-                                  (unsigned)((end < HS__HDR_LEN ? end : HS__HDR_LEN) - off));
-        if (end > HS__HDR_LEN) {
-            size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-            b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
-        }
-        int r = uv_try_write((uv_stream_t *)&c->tcp, b, nb);
+        int r = uv_try_write((uv_stream_t *)&c->tcp, b, (unsigned)ns);
         if (r < 0 && r != UV_EAGAIN && r != UV_ENOSYS)
             return hs__err(r, "write: %s", uv_strerror(r));
         if (r > 0) {
@@ -181,29 +182,39 @@ static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
             c->last_send_us = c->last_progress_us = hs__now_us();
             if (off == end)
                 return 0;
+            /* Skip what went: whole buffers, then into the one it stopped in. */
+            size_t k = (size_t)r;
+            while (k >= b[first].len) {
+                k -= b[first].len;
+                first++;
+            }
+            b[first].base += k;
+            b[first].len -= (unsigned)k;
         }
     }
     wreq *w = calloc(1, sizeof(*w));
     if (!w)
         return hs__err(HS_ENOMEM, "write request: out of memory");
-    uv_buf_t b[2];
-    unsigned nb = 0;
-    if (off < HS__HDR_LEN) {
-        size_t k = (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off;
-        memcpy(w->hdr, f->hdr + off, k);
-        b[nb++] = uv_buf_init((char *)w->hdr, (unsigned)k);
+    /* A header is made in the frame, which may go before the write is done: the write keeps a
+     * copy of it (only the first span can be one). */
+    if (sh[first] && first == 0) {
+        memcpy(w->hdr, b[0].base, b[0].len);
+        b[0].base = (char *)w->hdr;
     }
-    if (end > HS__HDR_LEN) {
-        size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-        b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
-        w->payload = hs_buf_ref(f->payload);
-    }
+    for (int i = first; i < ns; i++)
+        if (!sh[i]) {
+            w->payload = hs_buf_ref(f->payload);
+            if (f->tail)
+                w->tail = hs_buf_ref(f->tail);
+            break;
+        }
     w->c = c;
     w->bytes = end - off;
     w->req.data = w;
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, b, nb, on_write);
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, b + first, (unsigned)(ns - first), on_write);
     if (r < 0) {
         hs_buf_unref(w->payload);
+        hs_buf_unref(w->tail);
         free(w);
         return hs__err(r, "write: %s", uv_strerror(r));
     }
@@ -233,7 +244,9 @@ static void arm(hs__conn *c, uint64_t us) {
 
 static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
     hs__transport *tr = c->tr;
-    size_t total = HS__HDR_LEN + (size_t)f->len;
+    size_t total = f->wire;
+    if (c->wopen == f)
+        c->wopen = NULL;
     if (q != &c->ctlq)
         tr->ev->peer_frame_done(tr->owner, c, f, 1);
     hs__conn_count(tr, 1, total, f->type);
@@ -241,10 +254,16 @@ static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
 }
 
 int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload) {
+    return hs__conn_send_tail(c, type, round, payload, NULL);
+}
+
+int hs__conn_send_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail) {
     hs__frame *f;
     int err = hs__frame_new(&f, *c->tr->self, type, round, payload);
     if (err < 0)
         return err;
+    if (tail)
+        hs__frame_set_tail(f, tail);
     hs__frame_queue(&c->ctlq, c->tr->ev->peer_link(c), f);
     hs__conn_pump(c);
     return 0;
@@ -269,19 +288,36 @@ void hs__conn_pump(hs__conn *c) {
         }
         hs__fq *q = &c->ctlq;
         hs__fq *pq = c->state == HS__C_OPEN ? c->tr->ev->peer_queue(c) : NULL;
+        if (c->wopen && c->wopen != q->head && (!pq || c->wopen != pq->head)) {
+            /* Its queue dropped it (a peer declared dead): the other side holds a part of it,
+             * and nothing can follow on this stream. */
+            hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_INFO, "a message in parts was dropped "
+                                                             "before its end");
+            return;
+        }
         /* A peer frame that went out in part is finished first: a control frame (a pong, a
-         * RESEND request) in the middle of it would corrupt the stream. */
-        if (!q->head || (pq && pq->head && pq->head->off > 0)) {
+         * RESEND request) in the middle of it would corrupt the stream. Between the PART
+         * frames of a large message, control frames go first; a second large message waits
+         * for the one begun (the receiver reassembles one at a time). */
+        if (!q->head || (pq && pq->head && hs__frame_mid(pq->head)) ||
+            (c->wopen && q->head->parts && q->head != c->wopen)) {
             q = pq;
             if (!q || !q->head)
                 break;
+            if (c->wopen && q->head->parts && q->head != c->wopen)
+                break; /* (cannot happen: the begun one heads one of the two queues) */
         }
         hs__frame *f = q->head;
         if (f->release_us > now) {
             arm(c, f->release_us - now);
             break;
         }
-        size_t total = HS__HDR_LEN + (size_t)f->len, chunk = total - f->off;
+        size_t total = f->wire, chunk = hs__frame_piece_end(f) - f->off;
+        if (f->parts && f->off == 0) {
+            f->msg_id = ++c->wmsg_id;
+            f->phdr_at = 0;
+            c->wopen = f;
+        }
         hs__link *l = c->tr->ev->peer_link(c);
         if (l && l->e.rate_bps > 0) {
             if (l->paced_until_us > now) {
@@ -366,6 +402,7 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
     /* A frame of the peer's queue that went out in part cannot continue on another
      * connection: drop it. */
     hs__fq *pq = tr->ev->peer_queue(c);
+    c->wopen = NULL;
     if (pq && pq->head && pq->head->off) {
         hs__frame *f = hs__fq_pop(pq);
         tr->ev->peer_frame_done(tr->owner, c, f, 0);

@@ -26,15 +26,25 @@ typedef struct hs__peer hs__peer; /* the layer above's: never dereferenced here 
 uint64_t hs__now_us(void);
 
 /* ------------------------------------------------------------------ outgoing frames */
+/* One message. Up to HS__PART_SIZE bytes it is one frame; above, a run of PART frames of
+ * HS__PART_SIZE bytes of it each (pieces), their headers made as they go out, the bytes sent
+ * from the message's own buffers. */
 typedef struct hs__frame {
     struct hs__frame *next;
     uint8_t hdr[HS__HDR_LEN];
     uint8_t type;
-    uint32_t len;
+    uint16_t flags;
+    uint64_t len; /* the message's bytes: payload, then tail */
     uint64_t round;
     hs_buf *payload;     /* one reference */
+    hs_buf *tail;        /* NULL, or one reference: the message goes on in it */
     uint64_t release_us; /* emulation: not before */
-    size_t off;          /* bytes of header + payload handed to the transport */
+    size_t off;          /* bytes of wire handed to the transport */
+    size_t wire;         /* bytes on the wire: every header and the message */
+    int parts;           /* 1: in PART frames */
+    uint32_t msg_id;     /* parts: its number on the connection that sends it */
+    uint64_t phdr_at;    /* parts: which piece phdr holds the headers of (+1; 0: none) */
+    uint8_t phdr[HS__HDR_LEN + HS__PART_HDR_LEN];
 } hs__frame;
 
 typedef struct hs__fq {
@@ -50,6 +60,16 @@ void hs__fq_clear(hs__fq *q);
 void hs__frame_free(hs__frame *f);
 /* A frame from peer `sender`: takes a reference to payload on success. */
 int hs__frame_new(hs__frame **out, uint32_t sender, uint8_t type, uint64_t round, hs_buf *payload);
+/* Before it is queued: the message goes on in tail (a reference is taken), or has flags. */
+void hs__frame_set_tail(hs__frame *f, hs_buf *tail);
+void hs__frame_set_flags(hs__frame *f, uint16_t flags);
+/* Where the piece (a whole frame, or one PART frame) that f->off is in ends on the wire; 1 when
+ * f->off is inside a piece (then nothing else may go out on its connection before the rest). */
+size_t hs__frame_piece_end(const hs__frame *f);
+int hs__frame_mid(const hs__frame *f);
+/* The bytes at wire offset off, contiguous, up to end: *p points at them (a header, made here,
+ * or the message's buffers); *hdr tells which. Returns how many. */
+size_t hs__frame_span(hs__frame *f, size_t off, size_t end, const uint8_t **p, int *hdr);
 /* The emulation shim: stamps when f may leave over link l (none: at once) and queues it. */
 void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f);
 
@@ -91,6 +111,8 @@ struct hs__conn {
     size_t rx_cap;
     uint8_t *plain;  /* TLS plaintext staging */
     hs__fq ctlq;     /* this connection's own frames; go before the peer's */
+    hs__frame *wopen; /* the message in parts begun and not finished (one at a time) */
+    uint32_t wmsg_id; /* the number of the last message in parts begun */
     size_t inflight; /* bytes handed to libuv, not yet written */
     int nwrites;
     uint64_t t_start_us, last_recv_us, last_send_us, last_progress_us;
@@ -163,6 +185,8 @@ struct hs__transport_ops {
                    hs__conn **out);
     /* Queues a frame on c's own queue (before its peer's) and starts writing. */
     int (*send)(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+    /* The same, for a message that goes on in tail (sent from where it is). */
+    int (*send_tail)(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail);
     /* Writes what the connection's queues allow now. */
     void (*pump)(hs__conn *c);
     /* Closes: logs why (level), sends BYE(CLOSE, why) first when bye is set and the connection
@@ -195,6 +219,7 @@ int hs__conn_dial(hs__transport *tr, const char *addr, uint32_t expect_id, hs__c
 int hs__conn_dial_sa(hs__transport *tr, const struct sockaddr *sa, uint32_t expect_id,
                      hs__conn **out);
 int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+int hs__conn_send_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail);
 void hs__conn_pump(hs__conn *c);
 void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...)
     HS__PRINTF(5, 6);
