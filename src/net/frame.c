@@ -168,3 +168,12 @@ void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f) {
         f->release_us = hs__link_release(l, hs__now_us());
     hs__fq_push(q, f);
 }
+
+int hs__frame_spans(hs__frame *f, size_t end, const uint8_t **sp, size_t *sn, int *sh) {
+    int ns = 0;
+    for (size_t at = f->off; at < end && ns < 4; ns++) {
+        sn[ns] = hs__frame_span(f, at, end, &sp[ns], &sh[ns]);
+        at += sn[ns];
+    }
+    return ns;
+}

@@ -73,10 +73,51 @@ size_t hs__frame_span(hs__frame *f, size_t off, size_t end, const uint8_t **p, i
 /* The emulation shim: stamps when f may leave over link l (none: at once) and queues it. */
 void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f);
 
+/* The spans of wire bytes [f->off, end) (end within the piece f->off is in): at most a header
+ * and two spans of the message. Returns how many (<= 4). */
+int hs__frame_spans(hs__frame *f, size_t end, const uint8_t **sp, size_t *sn, int *sh);
+
 /* ------------------------------------------------------------------ connections */
 enum { HS__C_CONNECTING, HS__C_TLS, HS__C_HELLO, HS__C_OPEN, HS__C_CLOSING };
 
 typedef struct hs__transport hs__transport;
+
+/* A connection's byte stream is a stack: TCP at the bottom, a layer that carries the frames
+ * over it (plain, or TLS: layer_plain.c, layer_tls.c), the frames on top; the link emulation
+ * shapes what goes down (release times and pacing in hs__conn_pump). The layer is all that
+ * knows how bytes look on the socket, so a test can put another one in its place. */
+typedef struct hs__layer {
+    const char *name;
+    size_t inflight_cap; /* frame bytes handed down and not yet on the socket, at most */
+    size_t chunk_max;    /* frame bytes per write */
+    int costly;          /* writing costs CPU (encryption): a budget per pump call applies */
+    /* TCP is up: begin (a handshake of its own, then hs__conn_secured; or that at once). */
+    int (*start)(hs__conn *c);
+    /* Where the socket's next bytes go: its own buffer (c->io.direct = 1) or c->rx. */
+    void (*alloc)(hs__conn *c, uv_buf_t *buf);
+    /* n bytes arrived: at p (c->rx), or (p NULL) where alloc pointed. Plaintext goes up through
+     * hs__conn_feed / hs__conn_direct_done. */
+    void (*read)(hs__conn *c, const uint8_t *p, size_t n);
+    /* The other side's end of stream before any frame: 1 when the layer handled it. */
+    int (*eof)(hs__conn *c);
+    /* Hands chunk bytes of f from f->off down (f->off advances). */
+    int (*write)(hs__conn *c, hs__frame *f, size_t chunk);
+    const char *(*describe)(hs__conn *c, char *buf, size_t cap);
+    void (*free)(hs__conn *c);
+} hs__layer;
+
+extern const hs__layer hs__layer_plain, hs__layer_tls;
+
+/* A write request of a layer: what it holds until libuv is done with it. */
+typedef struct hs__wreq {
+    uv_write_t req;
+    hs__conn *c;
+    size_t bytes;    /* frame bytes this write accounts for */
+    hs_buf *payload; /* a reference, or NULL */
+    hs_buf *tail;    /* a reference to the frame's tail, or NULL */
+    uint8_t *cipher; /* owned bytes (TLS ciphertext), or NULL */
+    uint8_t hdr[HS__HDR_LEN + HS__PART_HDR_LEN];
+} hs__wreq;
 
 /* The transport's own bookkeeping of a connection's closing and reading. */
 typedef struct hs__conn_io {
@@ -105,7 +146,8 @@ struct hs__conn {
     uint32_t joiner_id; /* id given to a joiner on this connection (frames may use it) */
     hs__peer *peer;     /* the layer above's peer attached to it (opaque here) */
     hs__hello hello;    /* the other side's HELLO or HELLO_ACK */
-    hs__tls *tls;
+    const hs__layer *layer; /* set when TCP is up */
+    hs__tls *tls;           /* the TLS layer's session */
     hs__reader rd;
     uint8_t *rx; /* read staging */
     size_t rx_cap;
@@ -242,10 +284,15 @@ void hs__conn_sa_format(const struct sockaddr *sa, char *ip, size_t ipcap, char 
 void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type);
 /* "peer 3 (127.0.0.1:7003)", or the address alone, for logs. */
 const char *hs__conn_name(hs__conn *c, char *buf, size_t cap);
-/* conn_write.c: TLS output to the socket; the end of a close once flushed; the connection's
- * timer (emulation release, pacing, close flush limit). */
-int hs__conn_flush_tls(hs__conn *c, size_t plain);
+/* conn_write.c: a layer's write request is done; the end of a close once flushed; the
+ * connection's timer (emulation release, pacing, close flush limit). */
+void hs__conn_on_write(uv_write_t *req, int status);
 void hs__conn_maybe_finish_close(hs__conn *c);
+/* conn.c, for the layers: the layer is up (HELLO next); plaintext for the frame reader, at p or
+ * (direct_done) n bytes where hs__reader_direct pointed. */
+int hs__conn_secured(hs__conn *c);
+void hs__conn_feed(hs__conn *c, const uint8_t *p, size_t n);
+void hs__conn_direct_done(hs__conn *c, size_t n);
 void hs__conn_on_timer(uv_timer_t *t);
 
 #endif
