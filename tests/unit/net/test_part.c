@@ -226,10 +226,61 @@ static void test_parts_refused(void **state) {
     hs__reader_free(&r);
 }
 
+/* A message over 4 GiB (a 1.3B-parameter model): 64-bit lengths and offsets all the way. The
+ * buffers are allocated, never touched (their pages cost nothing): only headers are made. */
+static void test_parts_over_4gib(void **state) {
+    (void)state;
+    uint64_t total = ((uint64_t)5 << 30) + 12345;
+    hs_buf *a;
+    if (hs_buf_new(&a, (size_t)total) < 0)
+        skip(); /* no 5 GiB of address space here */
+    a->len = (size_t)total;
+    hs__frame *f;
+    assert_int_equal(hs__frame_new(&f, 2, HS__T_DATA, 7, a), 0);
+    f->msg_id = 3;
+    uint64_t n = (total + HS__PART_SIZE - 1) / HS__PART_SIZE;
+    assert_true(f->parts);
+    assert_true(f->wire == total + n * (HS__HDR_LEN + HS__PART_HDR_LEN));
+    /* The last piece: its headers say where its bytes go and how many. */
+    f->off = (size_t)((n - 1) * (HS__HDR_LEN + HS__PART_HDR_LEN + HS__PART_SIZE));
+    assert_true(hs__frame_piece_end(f) == f->wire);
+    const uint8_t *p;
+    int is_hdr;
+    size_t k = hs__frame_span(f, f->off, f->wire, &p, &is_hdr);
+    assert_true(is_hdr && k == HS__HDR_LEN + HS__PART_HDR_LEN);
+    hs__hdr h;
+    hs__part ph;
+    assert_int_equal(hs__wire_hdr_decode(p, &h), 0);
+    assert_int_equal(hs__wire_part_decode(p + HS__HDR_LEN, &ph), 0);
+    assert_int_equal(h.type, HS__T_PART);
+    assert_true(h.len == HS__PART_HDR_LEN + (total - (n - 1) * HS__PART_SIZE));
+    assert_true(ph.total == total && ph.off == (n - 1) * HS__PART_SIZE && ph.id == 3);
+    k = hs__frame_span(f, f->off + k, f->wire, &p, &is_hdr);
+    assert_false(is_hdr);
+    assert_true(p == a->data + (n - 1) * HS__PART_SIZE && k == total - (n - 1) * HS__PART_SIZE);
+    hs__frame_free(f);
+    hs_buf_unref(a);
+    /* The reader takes its first part within a limit of 8 GiB, and refuses 8 GiB + 1. */
+    hs__reader r;
+    static uint8_t b[HS__HDR_LEN + HS__PART_HDR_LEN + 64];
+    hs_buf *out = NULL;
+    reader_for_parts(&r, (uint64_t)8 << 30);
+    size_t m = part(b, HS__T_DATA, 0, 1, total, 0, 64, 7);
+    assert_int_equal(feed_all(&r, b, m, &h, &out), 0);
+    assert_non_null(r.msg.buf);
+    assert_true(r.msg.p.off == 64 && r.msg.p.total == total);
+    hs__reader_free(&r);
+    reader_for_parts(&r, (uint64_t)8 << 30);
+    m = part(b, HS__T_DATA, 0, 1, ((uint64_t)8 << 30) + 1, 0, 64, 7);
+    assert_int_equal(feed_all(&r, b, m, &h, &out), HS_EPROTO);
+    hs__reader_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parts_roundtrip),
         cmocka_unit_test(test_parts_refused),
+        cmocka_unit_test(test_parts_over_4gib),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
