@@ -1,7 +1,8 @@
 /* Connections (transport layer), the inside: lifecycle, the handshake (the layer's own, TLS or
  * none, then HELLO / HELLO_ACK or REFUSE, the contents and checks of which the owner's events
  * supply), frames through the validating reader from the plaintext the layer hands up
- * (straight into the payload buffer when it can), and read backpressure. Writing and closing are conn_write.c; listening, dialing, the periodic
+ * (straight into the payload buffer when it can), and read backpressure. Writing and closing
+ * are conn_write.c; the layers layer_plain.c and layer_tls.c; listening, dialing, the periodic
  * checks and the ops table conn_accept.c. Frames of open connections go up through
  * tr->ev->on_frame.
  *

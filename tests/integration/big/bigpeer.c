@@ -3,11 +3,13 @@
  * only the gossip keeps the peers together), and at the end a line with what the test checks:
  *
  *   bigpeer --dim D [--stop-after K] [NAME=VALUE...]   options as hs_node_options_set takes
- *   -> "steps N x0 X xmid X xlast X hwm_kb N vec_kb N start_s T round_s T"   (N rounds run)
+ *   -> "steps N x0 X xmid X xlast X hwm_kb N vec_kb N start_s T round_s T start_hwm_kb N"
  *
  * --stop-after K asks the node to stop after K steps with a checkpoint (hs_node_request_stop),
  * as a SIGTERM does; that ends with status 0 too. hwm_kb is the process's peak resident memory
- * (VmHWM of /proc/self/status), vec_kb the vector's own size; start_s the time hs_node_start
+ * (VmHWM of /proc/self/status), start_hwm_kb the same once hs_node_start returned (a joiner:
+ * with the WELCOME's snapshot adopted), vec_kb the vector's own size, steps the rounds run;
+ * start_s the time hs_node_start
  * took (a joiner: dialing, WELCOME with the snapshot, adopting it), round_s the median time of a
  * step (tools/bench/big reads these two). */
 #include <stdio.h>
@@ -90,6 +92,7 @@ int main(int argc, char **argv) {
     if ((rc = hs_node_start(n, x, d)) < 0)
         return fail("hs_node_start", rc);
     double start_s = now() - t0, times[4096];
+    long start_hwm = vm_hwm_kb();
     long steps = 0;
     do {
         if (steps == stop_after)
@@ -108,9 +111,9 @@ int main(int argc, char **argv) {
     size_t nt = steps < 4096 ? (size_t)steps : 4096;
     qsort(times, nt, sizeof(double), cmp_double);
     printf("steps %ld x0 %.9g xmid %.9g xlast %.9g hwm_kb %ld vec_kb %zu start_s %.3f round_s "
-           "%.3f\n",
+           "%.3f start_hwm_kb %ld\n",
            steps, x[0], x[d / 2], x[d - 1], vm_hwm_kb(), d * sizeof(float) / 1024, start_s,
-           nt ? times[nt / 2] : 0.0);
+           nt ? times[nt / 2] : 0.0, start_hwm);
     hs_node_free(n);
     free(x);
     return 0;

@@ -41,8 +41,8 @@ for d in "${dims[@]}"; do
         "$peer" "${args[@]}" rank=1 listen="$ip:$((port + 1))" bootstrap="$ip:$port" \
             >"$tmp/o1" 2>"$tmp/l1"
         wait "$p0"
-        read -r _ _ _ _ _ _ _ _ _ h0 _ vec _ _ _ r0 <"$tmp/o0" || { tail -3 "$tmp/l0"; exit 1; }
-        read -r _ _ _ _ _ _ _ _ _ h1 _ _ _ j1 _ r1 <"$tmp/o1" || { tail -3 "$tmp/l1"; exit 1; }
+        read -r _ _ _ _ _ _ _ _ _ h0 _ vec _ _ _ r0 _ <"$tmp/o0" || { tail -3 "$tmp/l0"; exit 1; }
+        read -r _ _ _ _ _ _ _ _ _ h1 _ _ _ j1 _ r1 _ <"$tmp/o1" || { tail -3 "$tmp/l1"; exit 1; }
         awk -v d="$d" -v rate="$rate" -v j="$j1" -v r0="$r0" -v r1="$r1" -v h0="$h0" -v h1="$h1" \
             -v v="$vec" 'BEGIN {
                 bps = rate + 0; u = rate; sub(/^[0-9.]+/, "", u)
