@@ -345,7 +345,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 int hs__conn_start(hs__conn *c) {
     int err;
     c->connected = 1;
-    c->layer = c->tr->tls ? &hs__layer_tls : &hs__layer_plain;
+    c->layer = __atomic_load_n(&c->tr->layer, __ATOMIC_ACQUIRE);
+    if (!c->layer)
+        c->layer = c->tr->tls ? &hs__layer_tls : &hs__layer_plain;
     sock_setup(c);
     if ((err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0)
         return hs__err(err, "read: %s", uv_strerror(err));

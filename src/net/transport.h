@@ -207,6 +207,9 @@ struct hs__transport {
     uv_mutex_t *mu;
     const uint32_t *self; /* this peer's id, for frame headers */
     hs__tls_ctx *tls;     /* NULL: plain TCP */
+    /* A layer that new connections use instead (a test's adversary), or NULL: TLS when tls is
+     * set, else plain. Read with __atomic_load_n: a test may set it from its own thread. */
+    const hs__layer *layer;
     const char *listen_addr;
     uv_tcp_t listener;
     int listening;
