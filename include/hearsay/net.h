@@ -86,7 +86,8 @@ typedef struct hs_net_config {
     const char *app_config; /* opaque JSON text handed to joiners; may be NULL */
 
     /* Limits. */
-    size_t max_frame;         /* largest DATA payload (default 64 MiB, hard cap 256 MiB) */
+    size_t max_frame;         /* largest DATA payload in one frame (default 64 MiB, hard cap
+                                 256 MiB); larger ones travel in parts, up to max_message */
     size_t max_buffered;      /* bytes queued towards one peer (send() says HS_EAGAIN beyond)
                                  and held from one peer in the mailbox (beyond, its connection
                                  stops reading until the application takes half: backpressure,
@@ -118,6 +119,10 @@ typedef struct hs_net_config {
      * the application, every round: without this, each frame above 128 KiB is a fresh mmap
      * whose pages fault in again (40% of the CPU of a 1 MiB stream). 0 leaves malloc alone. */
     int tune_malloc;
+    /* Largest message (a DATA payload, or a snapshot in WELCOME), which over 4 MiB travels as
+     * 4 MiB parts. Default (0): the larger of max_frame and 24 bytes per parameter (six float
+     * vectors of the model); hard cap 64 GiB. */
+    uint64_t max_message;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */

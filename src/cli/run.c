@@ -56,7 +56,8 @@ const hs_cli_opt hs_run_opts_table[] = {
     {"insecure", R_INSECURE, NULL, "plain TCP, no authentication or encryption"},
     {"run-id", R_RUN_ID, "ID", "name of the job; peers of other jobs are refused (default: hearsay)"},
     {"emulate", R_EMULATE, "SPEC", "emulate WAN links: delay=50ms,jitter=10ms,rate=10mbit,loss=0.01"},
-    {"max-frame", R_MAX_FRAME, "BYTES", "largest message accepted (default: 64 MiB)"},
+    {"max-frame", R_MAX_FRAME, "BYTES",
+     "largest message in one frame; larger ones travel in 4 MiB parts (default: 64 MiB)"},
     {"peer-timeout", R_PEER_TIMEOUT, "MS", "silence before a neighbour is declared gone (default: 1500)"},
     {"join-timeout", R_JOIN_TIMEOUT, "MS",
      "how long to try to join, to wait for the peers before the first round, to reach the job "

@@ -210,11 +210,11 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
     hs__bs_try_welcomes(net);
 }
 
-int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
+int hs__bs_on_welcome(hs_net *net, hs__conn *c, hs_buf *pay) {
     if (!c->bootstrap || net->join_conn != c || join_state(net) != HS__JOIN_WAITING)
         return hs__err(HS_EPROTO, "WELCOME that nobody asked for");
     hs__welcome w;
-    int err = hs__wire_welcome_decode(p, n, &w);
+    int err = hs__wire_welcome_decode(pay->data, pay->len, &w);
     if (err < 0)
         return err;
     char *spec = strdup(w.topo_spec);
@@ -260,8 +260,13 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
             memcpy(out->app_config, w.config, w.config_len);
             out->app_config[w.config_len] = '\0';
         }
-        if (w.snap_len && hs_buf_new(&out->snapshot, w.snap_len) == 0)
-            hs_buf_append(out->snapshot, w.snap, w.snap_len);
+        /* The snapshot is the payload's tail: moved to its front, the payload becomes it
+         * (no second copy of a model-sized buffer). */
+        if (w.snap_len) {
+            memmove(pay->data, w.snap, (size_t)w.snap_len);
+            pay->len = (size_t)w.snap_len;
+            out->snapshot = hs_buf_ref(pay);
+        }
         if (out->members) {
             out->n_members = (int)w.members.n;
             for (uint32_t i = 0; i < w.members.n; i++) {
@@ -281,9 +286,10 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n) {
     net->join_state = HS__JOIN_DONE;
     hs__net_wake(net);
     uv_mutex_unlock(&net->mu);
-    HS_LOGI("joined as peer %u through %s: %u members, first round %llu, snapshot of %u bytes "
-            "from round %llu",
-            w.id, c->remote, w.members.n, (unsigned long long)w.join_round, w.snap_len,
+    HS_LOGI("joined as peer %u through %s: %u members, first round %llu, snapshot of %llu "
+            "bytes from round %llu",
+            w.id, c->remote, w.members.n, (unsigned long long)w.join_round,
+            (unsigned long long)w.snap_len,
             (unsigned long long)w.snap_round);
     hs__members_clear(&w.members);
     /* The bootstrap connection is an ordinary one from now on. */
@@ -454,12 +460,14 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     w.config_len = net->s_app_config ? (uint32_t)strlen(net->s_app_config) : 0;
     w.snap_round = snap ? snap_round : 0;
     w.snap = snap ? snap->data : NULL;
-    w.snap_len = snap ? (uint32_t)snap->len : 0;
+    w.snap_len = snap ? snap->len : 0;
     hs_buf *b;
-    int err = hs_buf_new(&b, 4096 + w.config_len + w.snap_len + mv->m.n * 64u);
+    int err = hs_buf_new(&b, 4096 + w.config_len + mv->m.n * 64u);
     if (err == 0) {
-        if ((err = hs__wire_welcome_encode(b, &w)) == 0)
-            err = hs__send_conn(c, HS__T_WELCOME, round, b);
+        /* The snapshot goes from the published buffer itself, after the other fields. */
+        if ((err = hs__wire_welcome_encode_head(b, &w)) == 0)
+            err = snap ? hs__send_conn_tail(c, HS__T_WELCOME, round, b, snap)
+                       : hs__send_conn(c, HS__T_WELCOME, round, b);
         hs_buf_unref(b);
     }
     hs_buf_unref(snap);
@@ -469,8 +477,8 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
                        hs_error_message());
         return;
     }
-    HS_LOGI("welcomed peer %u (%s): first round %llu, snapshot of %u bytes from round %llu", pj->id,
-            pj->addr, (unsigned long long)w.join_round, w.snap_len,
+    HS_LOGI("welcomed peer %u (%s): first round %llu, snapshot of %llu bytes from round %llu",
+            pj->id, pj->addr, (unsigned long long)w.join_round, (unsigned long long)w.snap_len,
             (unsigned long long)w.snap_round);
     /* The joiner's connection is its ordinary connection from now on. */
     hs__peer *p = hs__peer_get(net, pj->id, pj->addr);

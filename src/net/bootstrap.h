@@ -34,7 +34,7 @@ enum { HS__JOIN_IDLE, HS__JOIN_DIALING, HS__JOIN_WAITING, HS__JOIN_DONE, HS__JOI
 void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j);
 void hs__bs_on_join_fwd(hs_net *net, hs__conn *c, const hs__join *j);
 void hs__bs_on_join_ack(hs_net *net, const hs__join *j);
-int hs__bs_on_welcome(hs_net *net, hs__conn *c, const uint8_t *p, size_t n);
+int hs__bs_on_welcome(hs_net *net, hs__conn *c, hs_buf *pay);
 /* The joiner: dial again, give up at the deadline; the member: forward again, answer. */
 void hs__bs_join_tick(hs_net *net, uint64_t now_us);
 /* The joiner: dial the bootstrap address, or (connection open) send JOIN. */

@@ -100,6 +100,13 @@ int hs__net_copy_config(hs_net *net, const hs_net_config *in) {
     if (c->max_frame > HS__FRAME_CAP)
         return hs__err(HS_EINVAL, "max frame %zu is over the hard cap of %u bytes", c->max_frame,
                        HS__FRAME_CAP);
+    if (c->max_message == 0)
+        c->max_message = 24 * c->n_params > c->max_frame ? 24 * c->n_params : c->max_frame;
+    if (c->max_message < c->max_frame)
+        c->max_message = c->max_frame;
+    if (c->max_message > HS__MSG_CAP)
+        return hs__err(HS_EINVAL, "max message %llu is over the hard cap of %llu bytes",
+                       (unsigned long long)c->max_message, (unsigned long long)HS__MSG_CAP);
     if (c->max_buffered == 0)
         c->max_buffered = 2 * c->max_frame + (1u << 20);
     if (c->max_buffered < c->max_frame + HS__HDR_LEN)

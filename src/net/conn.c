@@ -1,7 +1,8 @@
-/* Connections (transport layer), the inside: lifecycle, the handshake (TLS, then HELLO /
- * HELLO_ACK or REFUSE, the contents and checks of which the owner's events supply), reading
- * frames through the validating reader (straight into the payload buffer when it can), and
- * read backpressure. Writing and closing are conn_write.c; listening, dialing, the periodic
+/* Connections (transport layer), the inside: lifecycle, the handshake (the layer's own, TLS or
+ * none, then HELLO / HELLO_ACK or REFUSE, the contents and checks of which the owner's events
+ * supply), frames through the validating reader from the plaintext the layer hands up
+ * (straight into the payload buffer when it can), and read backpressure. Writing and closing
+ * are conn_write.c; the layers layer_plain.c and layer_tls.c; listening, dialing, the periodic
  * checks and the ops table conn_accept.c. Frames of open connections go up through
  * tr->ev->on_frame.
  *
@@ -18,9 +19,6 @@
 #include "net/transport.h"
 
 #define RX_CAP (256u * 1024)
-#define PLAIN_CAP (64u * 1024)
-#define DIRECT_MIN (16u * 1024) /* read straight into a payload when this much is missing */
-#define BIG_FRAME (64u * 1024)
 
 /* ------------------------------------------------------------------ reader limits per state */
 
@@ -28,6 +26,7 @@ void hs__conn_set_limits(hs__conn *c) {
     hs__transport *tr = c->tr;
     uint32_t *m = c->rd.max_len;
     memset(c->rd.max_len, 0, sizeof(c->rd.max_len));
+    memset(c->rd.max_msg, 0, sizeof(c->rd.max_msg));
     if (c->state < HS__C_OPEN) {
         if (c->outgoing) {
             m[HS__T_HELLO_ACK] = HS__PREAUTH_MAX;
@@ -46,11 +45,17 @@ void hs__conn_set_limits(hs__conn *c) {
     uint64_t big = (uint64_t)tr->cfg->max_frame + 2 * HS__CTL_MAX;
     if (big > HS__FRAME_CAP)
         big = HS__FRAME_CAP;
+    /* Messages over a part come in PART frames, within their own limits; only members (and a
+     * joiner's bootstrap member, for WELCOME) may send them. */
+    uint64_t msg = tr->cfg->max_message;
+    m[HS__T_PART] = HS__PART_HDR_LEN + HS__PART_SIZE;
     if (c->bootstrap) {
         m[HS__T_WELCOME] = (uint32_t)big;
         m[HS__T_REFUSE] = HS__PREAUTH_MAX;
+        c->rd.max_msg[HS__T_WELCOME] = msg + 2 * HS__CTL_MAX;
     }
-    m[HS__T_DATA] = (uint32_t)tr->cfg->max_frame;
+    m[HS__T_DATA] = (uint32_t)(tr->cfg->max_frame < msg ? tr->cfg->max_frame : msg);
+    c->rd.max_msg[HS__T_DATA] = msg;
     m[HS__T_MEMBERS] = HS__CTL_MAX;
     m[HS__T_SUSPECT] = HS__PREAUTH_MAX;
     m[HS__T_JOIN_FWD] = HS__PREAUTH_MAX;
@@ -124,7 +129,7 @@ static void open_conn(hs__conn *c) {
     hs__conn_set_limits(c);
     c->last_progress_us = c->last_recv_us = hs__now_us();
     HS_LOGD("%s: authenticated (%s)", hs__conn_name(c, nm, sizeof(nm)),
-            c->tls ? hs__tls_describe(c->tls, tl, sizeof(tl)) : "plain TCP");
+            c->layer->describe(c, tl, sizeof(tl)));
     c->tr->ev->on_open(c->tr->owner, c);
     hs__conn_pump(c);
 }
@@ -271,7 +276,7 @@ static void handle_frame(hs__conn *c, const hs__hdr *h, hs_buf *pay) {
 }
 
 /* Feeds plaintext to the frame reader, handling every frame it completes. */
-static void feed(hs__conn *c, const uint8_t *p, size_t n) {
+void hs__conn_feed(hs__conn *c, const uint8_t *p, size_t n) {
     while (n && c->state != HS__C_CLOSING) {
         size_t used = 0;
         hs__hdr h;
@@ -289,109 +294,24 @@ static void feed(hs__conn *c, const uint8_t *p, size_t n) {
     }
 }
 
-static void tls_failed(hs__conn *c, int err) {
-    hs__transport *tr = c->tr;
-    char msg[1024];
-    snprintf(msg, sizeof(msg), "%s", hs_error_message());
-    if (!c->outgoing) {
-        uv_mutex_lock(tr->mu);
-        tr->st->conns_refused++;
-        uv_mutex_unlock(tr->mu);
-        hs__conn_close(c, err, 0, HS_LOG_WARN, "refused: %s; %llu application bytes processed", msg,
-                       (unsigned long long)c->app_bytes);
-    } else {
-        tr->ev->on_refused(tr->owner, c, HS__REFUSE_PROTO, msg);
-        hs__conn_close(c, err, 0, HS_LOG_WARN, "%s", msg);
-    }
+void hs__conn_direct_done(hs__conn *c, size_t n) {
+    hs__hdr h;
+    hs_buf *pay;
+    c->app_bytes += n;
+    if (hs__reader_direct_done(&c->rd, n, &h, &pay) == 1)
+        handle_frame(c, &h, pay);
 }
 
-static void read_tls(hs__conn *c, const uint8_t *p, size_t n) {
-    int err = n ? hs__tls_feed(c->tls, p, n) : 0;
-    if (err < 0) {
-        hs__conn_close(c, err, 0, HS_LOG_WARN, "%s", hs_error_message());
-        return;
-    }
-    if (c->state == HS__C_TLS) {
-        int r = hs__tls_handshake(c->tls);
-        if (hs__conn_flush_tls(c, 0) < 0) {
-            hs__conn_close(c, HS_ENOMEM, 0, HS_LOG_WARN, "%s", hs_error_message());
-            return;
-        }
-        if (r < 0) {
-            tls_failed(c, r);
-            return;
-        }
-        if (r == 0)
-            return;
-        c->state = HS__C_HELLO;
-        hs__conn_set_limits(c);
-        if (c->outgoing && (err = send_hello(c, HS__T_HELLO)) < 0) {
-            hs__conn_close(c, err, 0, HS_LOG_WARN, "HELLO: %s", hs_error_message());
-            return;
-        }
-    }
-    while (c->state != HS__C_CLOSING) {
-        uint8_t *dst;
-        size_t want = hs__reader_direct(&c->rd, &dst);
-        int got;
-        if (want >= DIRECT_MIN) {
-            got = hs__tls_read(c->tls, dst, want);
-            if (got > 0) {
-                hs__hdr h;
-                hs_buf *pay;
-                c->app_bytes += (size_t)got;
-                if (hs__reader_direct_done(&c->rd, (size_t)got, &h, &pay) == 1)
-                    handle_frame(c, &h, pay);
-                continue;
-            }
-        } else {
-            got = hs__tls_read(c->tls, c->plain, PLAIN_CAP);
-            if (got > 0) {
-                feed(c, c->plain, (size_t)got);
-                continue;
-            }
-        }
-        if (got == 0)
-            break;
-        if (got == HS_EAUTH) {
-            tls_failed(c, got);
-            return;
-        }
-        {
-            hs__conn_close(c, got, 0, got == HS_ECONNRESET ? HS_LOG_INFO : HS_LOG_WARN, "%s",
-                           hs_error_message());
-            return;
-        }
-    }
-    if (c->state != HS__C_CLOSING && hs__conn_flush_tls(c, 0) < 0)
-        hs__conn_close(c, HS_ENOMEM, 0, HS_LOG_WARN, "%s", hs_error_message());
+int hs__conn_secured(hs__conn *c) {
+    c->state = HS__C_HELLO;
+    hs__conn_set_limits(c);
+    return c->outgoing ? send_hello(c, HS__T_HELLO) : 0;
 }
 
 static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     hs__conn *c = hd->data;
     (void)suggested;
-    uint8_t *dst;
-    size_t want;
-    if (c->tls && c->state != HS__C_CLOSING && (want = hs__tls_in_space(c->tls, &dst)) >= 4096) {
-        c->io.direct = 1; /* ciphertext straight into the session's ring */
-        buf->base = (char *)dst;
-        buf->len = want > (1u << 30) ? (1u << 30) : want;
-        return;
-    }
-    if (!c->tls && c->state != HS__C_CLOSING &&
-        (want = hs__reader_direct(&c->rd, &dst)) >= DIRECT_MIN) {
-        c->io.direct = 1;
-        buf->base = (char *)dst;
-        buf->len = want > (1u << 30) ? (1u << 30) : want;
-        return;
-    }
-    c->io.direct = 0;
-    buf->base = (char *)c->rx;
-    buf->len = c->rx_cap;
-    /* After a large frame, read the next header alone: its payload then goes straight into
-     * its buffer instead of through the staging copy (one small read against a big memcpy). */
-    if (!c->tls && c->io.last_len >= BIG_FRAME && !c->rd.in_payload)
-        buf->len = HS__HDR_LEN - c->rd.hb_have;
+    c->layer->alloc(c, buf);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -410,59 +330,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
             hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_INFO, "%s", uv_strerror((int)nread));
         else if (part)
             malformed(c, HS_EPROTO, "truncated frame: end of stream inside a frame");
-        else if (c->state == HS__C_TLS && !c->outgoing)
-            tls_failed(c, hs__err(HS_EAUTH, "TLS handshake failed: end of stream during the "
-                                            "handshake"));
+        else if (c->layer->eof(c))
+            ;
         else
             hs__conn_close(c, HS_ECONNRESET, 0, c->got_bye ? HS_LOG_DEBUG : HS_LOG_INFO,
                            "end of stream%s", c->got_bye ? " after BYE" : "");
         return;
     }
     c->last_recv_us = hs__now_us();
-    if (c->tls) {
-        if (c->io.direct) {
-            hs__tls_in_commit(c->tls, (size_t)nread);
-            read_tls(c, NULL, 0);
-        } else {
-            read_tls(c, (const uint8_t *)buf->base, (size_t)nread);
-        }
-    } else if (c->io.direct) {
-        hs__hdr h;
-        hs_buf *pay;
-        c->app_bytes += (size_t)nread;
-        if (hs__reader_direct_done(&c->rd, (size_t)nread, &h, &pay) == 1)
-            handle_frame(c, &h, pay);
-    } else {
-        feed(c, (const uint8_t *)buf->base, (size_t)nread);
-    }
+    c->layer->read(c, c->io.direct ? NULL : (const uint8_t *)buf->base, (size_t)nread);
 }
 
-/* The connection is established (TCP): start TLS or HELLO. */
+/* The connection is established (TCP): its layer starts (TLS, or HELLO at once). */
 int hs__conn_start(hs__conn *c) {
-    hs__transport *tr = c->tr;
     int err;
     c->connected = 1;
+    c->layer = __atomic_load_n(&c->tr->layer, __ATOMIC_ACQUIRE);
+    if (!c->layer)
+        c->layer = c->tr->tls ? &hs__layer_tls : &hs__layer_plain;
     sock_setup(c);
-    if (tr->tls) {
-        if ((err = hs__tls_new(&c->tls, tr->tls, !c->outgoing)) < 0)
-            return err;
-        if (!(c->plain = malloc(PLAIN_CAP)))
-            return hs__err(HS_ENOMEM, "TLS buffer");
-        c->state = HS__C_TLS;
-    } else {
-        c->state = HS__C_HELLO;
-    }
-    hs__conn_set_limits(c);
     if ((err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0)
         return hs__err(err, "read: %s", uv_strerror(err));
-    if (c->tls && c->outgoing) {
-        if ((err = hs__tls_handshake(c->tls)) < 0)
-            return err;
-        return hs__conn_flush_tls(c, 0);
-    }
-    if (!c->tls && c->outgoing)
-        return send_hello(c, HS__T_HELLO);
-    return 0;
+    return c->layer->start(c);
 }
 
 void hs__conn_read_pause(hs__conn *c, int pause) {

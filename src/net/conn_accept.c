@@ -308,6 +308,7 @@ const hs__transport_ops hs__tcp = {
     .dial = hs__conn_dial,
     .dial_sa = hs__conn_dial_sa,
     .send = hs__conn_send,
+    .send_tail = hs__conn_send_tail,
     .pump = hs__conn_pump,
     .close = hs__conn_close,
     .abort = hs__conn_abort,

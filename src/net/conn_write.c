@@ -1,8 +1,8 @@
 /* Connections, the writing and closing side: frames from the connection's own queue and then its
- * peer's queue go to the socket (plain: header and payload from where they are, one reference
- * per uv_write; TLS: through the session, in records), within an in-flight cap and an
- * encryption budget per call, after the emulation's release time and at its pace; the frame
- * counters; and the closing sequence that flushes a last REFUSE or BYE, then frees.
+ * peer's queue go down through the connection's layer (layer_plain.c, layer_tls.c), within the
+ * layer's in-flight cap and, for a costly layer, a budget per call, after the emulation's
+ * release time and at its pace; the frame counters; and the closing sequence that flushes a
+ * last REFUSE or BYE, then frees.
  *
  * Threading: loop thread only. */
 #include <stdarg.h>
@@ -13,22 +13,10 @@
 #include "core/error_internal.h"
 #include "net/transport.h"
 
-#define TLS_CHUNK (HS__TLS_WRITE_MAX - HS__HDR_LEN)
-#define TLS_INFLIGHT (4u << 20)
-#define PLAIN_INFLIGHT (8u << 20)
 #define PACE_CHUNK (16u * 1024)
-#define PUMP_BUDGET (2u << 20) /* plaintext encrypted per pump call */
-#define SMALL_FRAME (16u * 1024)
+#define PACE_AHEAD_US 1000u
+#define PUMP_BUDGET (2u << 20) /* frame bytes through a costly layer per pump call */
 #define CLOSE_FLUSH_MS 1000
-
-typedef struct wreq {
-    uv_write_t req;
-    hs__conn *c;
-    size_t bytes;    /* plaintext bytes this write accounts for */
-    hs_buf *payload; /* plain: a reference */
-    uint8_t *cipher; /* TLS: owned ciphertext */
-    uint8_t hdr[HS__HDR_LEN];
-} wreq;
 
 const char *hs__conn_name(hs__conn *c, char *buf, size_t cap) {
     uint32_t id = c->peer_id != HS__ID_NONE ? c->peer_id : c->expect_id;
@@ -59,12 +47,13 @@ void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type) {
     }
 }
 
-static void on_write(uv_write_t *req, int status) {
-    wreq *w = req->data;
+void hs__conn_on_write(uv_write_t *req, int status) {
+    hs__wreq *w = req->data;
     hs__conn *c = w->c;
     c->inflight -= w->bytes;
     c->nwrites--;
     hs_buf_unref(w->payload);
+    hs_buf_unref(w->tail);
     free(w->cipher);
     free(w);
     if (status == 0)
@@ -78,140 +67,6 @@ static void on_write(uv_write_t *req, int status) {
         return;
     }
     hs__conn_pump(c);
-}
-
-/* Writes all TLS output waiting in the session, which accounts for plain plaintext bytes. The
- * ciphertext goes to the socket straight from the session's ring when the socket takes it now;
- * what it does not take is copied out and queued, so the ring is always empty afterwards. */
-int hs__conn_flush_tls(hs__conn *c, size_t plain) {
-    const uint8_t *p;
-    size_t n;
-    wreq *last = NULL;
-    while ((n = hs__tls_out_peek(c->tls, &p)) > 0) {
-        size_t done = 0;
-        if (!c->nwrites) {
-            uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-            int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-            if (r > 0) {
-                done = (size_t)r;
-                c->last_progress_us = c->last_send_us = hs__now_us();
-            } else if (r != UV_EAGAIN && r != UV_ENOSYS) {
-                return hs__err(r, "write: %s", uv_strerror(r));
-            }
-        }
-        if (done < n) {
-            wreq *w = calloc(1, sizeof(*w));
-            uint8_t *buf = malloc(n - done);
-            if (!w || !buf) {
-                free(w);
-                free(buf);
-                return hs__err(HS_ENOMEM, "TLS output of %zu bytes: out of memory", n - done);
-            }
-            memcpy(buf, p + done, n - done);
-            w->c = c;
-            w->cipher = buf;
-            w->req.data = w;
-            uv_buf_t b = uv_buf_init((char *)buf, (unsigned)(n - done));
-            int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-            if (r < 0) {
-                free(buf);
-                free(w);
-                return hs__err(r, "write: %s", uv_strerror(r));
-            }
-            c->nwrites++;
-            c->last_send_us = hs__now_us();
-            last = w;
-        }
-        hs__tls_out_consume(c->tls, n);
-    }
-    /* The plaintext counts as in flight until the last write that carries part of it is done. */
-    if (last) {
-        last->bytes = plain;
-        c->inflight += plain;
-    }
-    return 0;
-}
-
-/* Hands bytes [f->off, f->off + chunk) of header + payload to the transport. */
-static int submit(hs__conn *c, hs__frame *f, size_t chunk) {
-    size_t off = f->off, end = off + chunk, total = HS__HDR_LEN + (size_t)f->len;
-    if (c->tls) {
-        int err;
-        if (off == 0 && end == total && total <= SMALL_FRAME) {
-            /* One record for a small frame. */
-            uint8_t tmp[SMALL_FRAME];
-            memcpy(tmp, f->hdr, HS__HDR_LEN);
-            if (f->len)
-                memcpy(tmp + HS__HDR_LEN, f->payload->data, f->len);
-            err = hs__tls_write(c->tls, tmp, total);
-        } else {
-            err = 0;
-            if (off < HS__HDR_LEN)
-                err = hs__tls_write(c->tls, f->hdr + off,
-                                    (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off);
-            if (err == 0 && end > HS__HDR_LEN) {
-                size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-                err = hs__tls_write(c->tls, f->payload->data + ps, pe - ps);
-            }
-        }
-        if (err < 0)
-            return err;
-        f->off = end;
-        return hs__conn_flush_tls(c, chunk);
-    }
-    /* Plain: the header and the payload go from where they are (the payload's reference is held
-     * by the write). Straight to the socket when nothing is queued before them: no request, no
-     * callback, which is what a small frame's latency is made of. */
-    if (!c->nwrites) {
-        uv_buf_t b[2];
-        unsigned nb = 0;
-        if (off < HS__HDR_LEN)
-            b[nb++] = uv_buf_init((char *)f->hdr + off,
-                                  (unsigned)((end < HS__HDR_LEN ? end : HS__HDR_LEN) - off));
-        if (end > HS__HDR_LEN) {
-            size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-            b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
-        }
-        int r = uv_try_write((uv_stream_t *)&c->tcp, b, nb);
-        if (r < 0 && r != UV_EAGAIN && r != UV_ENOSYS)
-            return hs__err(r, "write: %s", uv_strerror(r));
-        if (r > 0) {
-            off += (size_t)r;
-            f->off = off;
-            c->last_send_us = c->last_progress_us = hs__now_us();
-            if (off == end)
-                return 0;
-        }
-    }
-    wreq *w = calloc(1, sizeof(*w));
-    if (!w)
-        return hs__err(HS_ENOMEM, "write request: out of memory");
-    uv_buf_t b[2];
-    unsigned nb = 0;
-    if (off < HS__HDR_LEN) {
-        size_t k = (end < HS__HDR_LEN ? end : HS__HDR_LEN) - off;
-        memcpy(w->hdr, f->hdr + off, k);
-        b[nb++] = uv_buf_init((char *)w->hdr, (unsigned)k);
-    }
-    if (end > HS__HDR_LEN) {
-        size_t ps = off > HS__HDR_LEN ? off - HS__HDR_LEN : 0, pe = end - HS__HDR_LEN;
-        b[nb++] = uv_buf_init((char *)f->payload->data + ps, (unsigned)(pe - ps));
-        w->payload = hs_buf_ref(f->payload);
-    }
-    w->c = c;
-    w->bytes = end - off;
-    w->req.data = w;
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, b, nb, on_write);
-    if (r < 0) {
-        hs_buf_unref(w->payload);
-        free(w);
-        return hs__err(r, "write: %s", uv_strerror(r));
-    }
-    c->inflight += end - off;
-    f->off = end;
-    c->nwrites++;
-    c->last_send_us = hs__now_us();
-    return 0;
 }
 
 void hs__conn_on_timer(uv_timer_t *t) {
@@ -233,7 +88,9 @@ static void arm(hs__conn *c, uint64_t us) {
 
 static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
     hs__transport *tr = c->tr;
-    size_t total = HS__HDR_LEN + (size_t)f->len;
+    size_t total = f->wire;
+    if (c->wopen == f)
+        c->wopen = NULL;
     if (q != &c->ctlq)
         tr->ev->peer_frame_done(tr->owner, c, f, 1);
     hs__conn_count(tr, 1, total, f->type);
@@ -241,10 +98,16 @@ static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
 }
 
 int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload) {
+    return hs__conn_send_tail(c, type, round, payload, NULL);
+}
+
+int hs__conn_send_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail) {
     hs__frame *f;
     int err = hs__frame_new(&f, *c->tr->self, type, round, payload);
     if (err < 0)
         return err;
+    if (tail)
+        hs__frame_set_tail(f, tail);
     hs__frame_queue(&c->ctlq, c->tr->ev->peer_link(c), f);
     hs__conn_pump(c);
     return 0;
@@ -258,7 +121,8 @@ void hs__conn_pump(hs__conn *c) {
     uint64_t now = hs__now_us();
     /* Bytes handed to libuv but not yet written count against the same cap as the queue, so
      * a peer that does not read holds at most about 2 * max_buffered of our memory. */
-    size_t cap = c->tls ? TLS_INFLIGHT : PLAIN_INFLIGHT, budget = PUMP_BUDGET;
+    const hs__layer *ly = c->layer;
+    size_t cap = ly->inflight_cap, budget = PUMP_BUDGET;
     if (cap > c->tr->cfg->max_buffered)
         cap = c->tr->cfg->max_buffered;
     while (c->inflight < cap) {
@@ -269,38 +133,60 @@ void hs__conn_pump(hs__conn *c) {
         }
         hs__fq *q = &c->ctlq;
         hs__fq *pq = c->state == HS__C_OPEN ? c->tr->ev->peer_queue(c) : NULL;
+        if (c->wopen && c->wopen != q->head && (!pq || c->wopen != pq->head)) {
+            /* Its queue dropped it (a peer declared dead): the other side holds a part of it,
+             * and nothing can follow on this stream. */
+            hs__conn_close(c, HS_ECONNRESET, 0, HS_LOG_INFO, "a message in parts was dropped "
+                                                             "before its end");
+            return;
+        }
         /* A peer frame that went out in part is finished first: a control frame (a pong, a
-         * RESEND request) in the middle of it would corrupt the stream. */
-        if (!q->head || (pq && pq->head && pq->head->off > 0)) {
+         * RESEND request) in the middle of it would corrupt the stream. Between the PART
+         * frames of a large message, control frames go first; a second large message waits
+         * for the one begun (the receiver reassembles one at a time). */
+        if (!q->head || (pq && pq->head && hs__frame_mid(pq->head)) ||
+            (c->wopen && q->head->parts && q->head != c->wopen)) {
             q = pq;
             if (!q || !q->head)
                 break;
+            if (c->wopen && q->head->parts && q->head != c->wopen)
+                break; /* (cannot happen: the begun one heads one of the two queues) */
         }
         hs__frame *f = q->head;
         if (f->release_us > now) {
             arm(c, f->release_us - now);
             break;
         }
-        size_t total = HS__HDR_LEN + (size_t)f->len, chunk = total - f->off;
+        size_t total = f->wire, chunk = hs__frame_piece_end(f) - f->off;
+        /* (once: a paced link may stop here before its first byte, and come back) */
+        if (f->parts && f->off == 0 && c->wopen != f) {
+            f->msg_id = ++c->wmsg_id;
+            f->phdr_at = 0;
+            c->wopen = f;
+        }
+        if (chunk > ly->chunk_max)
+            chunk = ly->chunk_max;
         hs__link *l = c->tr->ev->peer_link(c);
         if (l && l->e.rate_bps > 0) {
-            if (l->paced_until_us > now) {
-                arm(c, l->paced_until_us - now);
+            /* The timer ticks in milliseconds: the link may run up to one tick ahead of its
+             * schedule, and sends a tick's worth of bytes at a time, or a fast link would
+             * be held to 16 KiB per tick (131 Mbit/s) whatever its rate. */
+            if (l->paced_until_us > now + PACE_AHEAD_US) {
+                arm(c, l->paced_until_us - now - PACE_AHEAD_US);
                 break;
             }
-            if (chunk > PACE_CHUNK)
-                chunk = PACE_CHUNK;
+            size_t tick = (size_t)(l->e.rate_bps / 8e6 * PACE_AHEAD_US);
+            if (chunk > (tick > PACE_CHUNK ? tick : PACE_CHUNK))
+                chunk = tick > PACE_CHUNK ? tick : PACE_CHUNK;
             hs__link_pace(l, now, chunk);
         }
-        if (c->tls && chunk > TLS_CHUNK)
-            chunk = TLS_CHUNK;
-        int err = submit(c, f, chunk);
+        int err = ly->write(c, f, chunk);
         if (err < 0) {
             hs__conn_close(c, err, 0, HS_LOG_WARN, "%s", hs_error_message());
             return;
         }
         q->bytes -= chunk;
-        budget = c->tls ? (budget > chunk ? budget - chunk : 0) : budget;
+        budget = ly->costly ? (budget > chunk ? budget - chunk : 0) : budget;
         if (f->off == total) {
             hs__fq_pop(q);
             frame_sent(c, q, f);
@@ -366,6 +252,7 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
     /* A frame of the peer's queue that went out in part cannot continue on another
      * connection: drop it. */
     hs__fq *pq = tr->ev->peer_queue(c);
+    c->wopen = NULL;
     if (pq && pq->head && pq->head->off) {
         hs__frame *f = hs__fq_pop(pq);
         tr->ev->peer_frame_done(tr->owner, c, f, 0);
@@ -401,10 +288,10 @@ static void on_handle_closed(uv_handle_t *h) {
         c->next->prev = c->prev;
     tr->n_conns--;
     hs__reader_free(&c->rd);
-    hs__tls_free(c->tls);
+    if (c->layer)
+        c->layer->free(c);
     hs__fq_clear(&c->ctlq);
     free(c->rx);
-    free(c->plain);
     free(c);
 }
 

@@ -359,7 +359,7 @@ static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         break;
     }
     case HS__T_WELCOME:
-        err = hs__bs_on_welcome(net, c, pay->data, pay->len);
+        err = hs__bs_on_welcome(net, c, pay);
         break;
     case HS__T_REFUSE: {
         hs__reason r;

@@ -168,9 +168,9 @@ out:
 
 static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload) {
     hs_net *net = ex->impl;
-    if (!payload || payload->len == 0 || payload->len > net->cfg.max_frame)
-        return hs__err(HS_EINVAL, "send to peer %u: payload of %zu bytes (want 1 to %zu)", to,
-                       payload ? payload->len : 0, net->cfg.max_frame);
+    if (!payload || payload->len == 0 || payload->len > net->cfg.max_message)
+        return hs__err(HS_EINVAL, "send to peer %u: payload of %zu bytes (want 1 to %llu)", to,
+                       payload ? payload->len : 0, (unsigned long long)net->cfg.max_message);
     size_t total = HS__HDR_LEN + payload->len;
     int err = 0;
     uv_mutex_lock(&net->mu);
@@ -185,7 +185,9 @@ static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload
     else if (p->have_sent_round && round <= p->last_sent_round)
         err = hs__err(HS_EINVAL, "send to peer %u: round %llu after round %llu", to,
                       (unsigned long long)round, (unsigned long long)p->last_sent_round);
-    else if (p->queued_bytes + total > net->cfg.max_buffered)
+    /* A message over the limit goes alone: references to the caller's buffer, sent in parts
+     * as the socket takes them, so the queue costs no memory of its own. */
+    else if (p->queued_bytes && p->queued_bytes + total > net->cfg.max_buffered)
         err = hs__err(HS_EAGAIN, "send to peer %u: %zu bytes queued, the limit is %zu (slow link?)",
                       to, p->queued_bytes, net->cfg.max_buffered);
     if (err == 0) {

@@ -382,9 +382,9 @@ int hs_net_listen_port(const hs_net *net) { return net->tr.listen_port; }
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     if (!snapshot)
         return hs__err(HS_EINVAL, "publish snapshot: no buffer");
-    if (snapshot->len > net->cfg.max_frame)
-        return hs__err(HS_EINVAL, "snapshot of %zu bytes is over the max frame of %zu",
-                       snapshot->len, net->cfg.max_frame);
+    if (snapshot->len > net->cfg.max_message)
+        return hs__err(HS_EINVAL, "snapshot of %zu bytes is over the max message of %llu",
+                       snapshot->len, (unsigned long long)net->cfg.max_message);
     uv_mutex_lock(&net->mu);
     hs_buf_unref(net->snap);
     net->snap = hs_buf_ref(snapshot);

@@ -28,6 +28,10 @@ int hs__send_conn(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload) {
     return c->tr->ops->send(c, type, round, payload);
 }
 
+int hs__send_conn_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *head, hs_buf *tail) {
+    return c->tr->ops->send_tail(c, type, round, head, tail);
+}
+
 int hs__send_reason(hs_net *net, hs__peer *p, hs__conn *c, uint8_t type, uint32_t code,
                     const char *text) {
     hs__reason r;

@@ -7,6 +7,14 @@
 #include "net/runtime.h"
 
 void hs__rs_keep(hs__rstore *s, uint64_t round, hs_buf *payload) {
+    if (!s->have_top || round > s->top)
+        s->top = round;
+    s->have_top = 1;
+    /* A large payload is not kept: each held round would be a copy of the model that the
+     * algorithm's pool cannot reuse. Its loss (a connection cut in the middle) is answered
+     * GONE, as for a round evicted. */
+    if (payload->len > HS__RS_KEEP_MAX)
+        return;
     int slot = 0;
     for (int i = 0; i < HS__RS_DEPTH; i++) {
         if (!s->buf[i]) {
@@ -20,9 +28,6 @@ void hs__rs_keep(hs__rstore *s, uint64_t round, hs_buf *payload) {
     s->buf[slot] = hs_buf_ref(payload);
     s->round[slot] = round;
     s->wconn[slot] = NULL;
-    if (!s->have_top || round > s->top)
-        s->top = round;
-    s->have_top = 1;
 }
 
 void hs__rs_clear(hs__rstore *s) {
@@ -188,8 +193,7 @@ static void resend_data(hs_net *net, hs__peer *p, uint64_t round, hs_buf *b) {
         return;
     }
     count(net, &net->st.resend_sent);
-    hs__hdr h = {HS__WIRE_VERSION, HS__T_DATA, HS__F_RESENT, net->self, f->len, round};
-    hs__wire_hdr_encode(f->hdr, &h);
+    hs__frame_set_flags(f, HS__F_RESENT);
     hs__frame_queue(&p->outq, &p->link, f);
     if (p->m.conn)
         net->tr.ops->pump(p->m.conn);

@@ -22,6 +22,8 @@ typedef struct hs__conn hs__conn;
  * a deeper store would hold more of the algorithms' pooled payload buffers, which then could
  * not be reused. */
 #define HS__RS_DEPTH 2
+/* Payloads over this (one PART's worth) are not kept: see hs__rs_keep. */
+#define HS__RS_KEEP_MAX HS__PART_SIZE
 /* First request not before 20 ms; back-off ceiling between requests (a frame lost while the
  * receiver waited for a slow sender costs at most this); each connected peer's round trip is
  * measured this often. */

@@ -183,6 +183,8 @@ void hs__net_link_init(hs_net *net, hs__peer *p);
  * reference to payload on success. */
 int hs__send_peer(hs_net *net, hs__peer *p, uint8_t type, uint64_t round, hs_buf *payload);
 int hs__send_conn(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+/* A message whose bytes go on in tail (a snapshot after WELCOME's fields): sent from both. */
+int hs__send_conn_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *head, hs_buf *tail);
 /* Encodes and queues a small control message (a reason: SUSPECT, BYE, REFUSE). */
 int hs__send_reason(hs_net *net, hs__peer *p, hs__conn *c, uint8_t type, uint32_t code,
                     const char *text);

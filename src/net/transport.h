@@ -26,15 +26,25 @@ typedef struct hs__peer hs__peer; /* the layer above's: never dereferenced here 
 uint64_t hs__now_us(void);
 
 /* ------------------------------------------------------------------ outgoing frames */
+/* One message. Up to HS__PART_SIZE bytes it is one frame; above, a run of PART frames of
+ * HS__PART_SIZE bytes of it each (pieces), their headers made as they go out, the bytes sent
+ * from the message's own buffers. */
 typedef struct hs__frame {
     struct hs__frame *next;
     uint8_t hdr[HS__HDR_LEN];
     uint8_t type;
-    uint32_t len;
+    uint16_t flags;
+    uint64_t len; /* the message's bytes: payload, then tail */
     uint64_t round;
     hs_buf *payload;     /* one reference */
+    hs_buf *tail;        /* NULL, or one reference: the message goes on in it */
     uint64_t release_us; /* emulation: not before */
-    size_t off;          /* bytes of header + payload handed to the transport */
+    size_t off;          /* bytes of wire handed to the transport */
+    size_t wire;         /* bytes on the wire: every header and the message */
+    int parts;           /* 1: in PART frames */
+    uint32_t msg_id;     /* parts: its number on the connection that sends it */
+    uint64_t phdr_at;    /* parts: which piece phdr holds the headers of (+1; 0: none) */
+    uint8_t phdr[HS__HDR_LEN + HS__PART_HDR_LEN];
 } hs__frame;
 
 typedef struct hs__fq {
@@ -50,14 +60,65 @@ void hs__fq_clear(hs__fq *q);
 void hs__frame_free(hs__frame *f);
 /* A frame from peer `sender`: takes a reference to payload on success. */
 int hs__frame_new(hs__frame **out, uint32_t sender, uint8_t type, uint64_t round, hs_buf *payload);
+/* Before it is queued: the message goes on in tail (a reference is taken), or has flags. */
+void hs__frame_set_tail(hs__frame *f, hs_buf *tail);
+void hs__frame_set_flags(hs__frame *f, uint16_t flags);
+/* Where the piece (a whole frame, or one PART frame) that f->off is in ends on the wire; 1 when
+ * f->off is inside a piece (then nothing else may go out on its connection before the rest). */
+size_t hs__frame_piece_end(const hs__frame *f);
+int hs__frame_mid(const hs__frame *f);
+/* The bytes at wire offset off, contiguous, up to end: *p points at them (a header, made here,
+ * or the message's buffers); *hdr tells which. Returns how many. */
+size_t hs__frame_span(hs__frame *f, size_t off, size_t end, const uint8_t **p, int *hdr);
 /* The emulation shim: stamps when f may leave over link l (none: at once) and queues it. */
 void hs__frame_queue(hs__fq *q, hs__link *l, hs__frame *f);
+
+/* The spans of wire bytes [f->off, end) (end within the piece f->off is in): at most a header
+ * and two spans of the message. Returns how many (<= 4). */
+int hs__frame_spans(hs__frame *f, size_t end, const uint8_t **sp, size_t *sn, int *sh);
 
 /* ------------------------------------------------------------------ connections */
 enum { HS__C_CONNECTING, HS__C_TLS, HS__C_HELLO, HS__C_OPEN, HS__C_CLOSING };
 #define HS__JOINER_ASKED 2 /* c->joiner once its JOIN arrived */
 
 typedef struct hs__transport hs__transport;
+
+/* A connection's byte stream is a stack: TCP at the bottom, a layer that carries the frames
+ * over it (plain, or TLS: layer_plain.c, layer_tls.c), the frames on top; the link emulation
+ * shapes what goes down (release times and pacing in hs__conn_pump). The layer is all that
+ * knows how bytes look on the socket, so a test can put another one in its place. */
+typedef struct hs__layer {
+    const char *name;
+    size_t inflight_cap; /* frame bytes handed down and not yet on the socket, at most */
+    size_t chunk_max;    /* frame bytes per write */
+    int costly;          /* writing costs CPU (encryption): a budget per pump call applies */
+    /* TCP is up: begin (a handshake of its own, then hs__conn_secured; or that at once). */
+    int (*start)(hs__conn *c);
+    /* Where the socket's next bytes go: its own buffer (c->io.direct = 1) or c->rx. */
+    void (*alloc)(hs__conn *c, uv_buf_t *buf);
+    /* n bytes arrived: at p (c->rx), or (p NULL) where alloc pointed. Plaintext goes up through
+     * hs__conn_feed / hs__conn_direct_done. */
+    void (*read)(hs__conn *c, const uint8_t *p, size_t n);
+    /* The other side's end of stream before any frame: 1 when the layer handled it. */
+    int (*eof)(hs__conn *c);
+    /* Hands chunk bytes of f from f->off down (f->off advances). */
+    int (*write)(hs__conn *c, hs__frame *f, size_t chunk);
+    const char *(*describe)(hs__conn *c, char *buf, size_t cap);
+    void (*free)(hs__conn *c);
+} hs__layer;
+
+extern const hs__layer hs__layer_plain, hs__layer_tls;
+
+/* A write request of a layer: what it holds until libuv is done with it. */
+typedef struct hs__wreq {
+    uv_write_t req;
+    hs__conn *c;
+    size_t bytes;    /* frame bytes this write accounts for */
+    hs_buf *payload; /* a reference, or NULL */
+    hs_buf *tail;    /* a reference to the frame's tail, or NULL */
+    uint8_t *cipher; /* owned bytes (TLS ciphertext), or NULL */
+    uint8_t hdr[HS__HDR_LEN + HS__PART_HDR_LEN];
+} hs__wreq;
 
 /* The transport's own bookkeeping of a connection's closing and reading. */
 typedef struct hs__conn_io {
@@ -86,12 +147,15 @@ struct hs__conn {
     uint32_t joiner_id; /* id given to a joiner on this connection (frames may use it) */
     hs__peer *peer;     /* the layer above's peer attached to it (opaque here) */
     hs__hello hello;    /* the other side's HELLO or HELLO_ACK */
-    hs__tls *tls;
+    const hs__layer *layer; /* set when TCP is up */
+    hs__tls *tls;           /* the TLS layer's session */
     hs__reader rd;
     uint8_t *rx; /* read staging */
     size_t rx_cap;
     uint8_t *plain;  /* TLS plaintext staging */
     hs__fq ctlq;     /* this connection's own frames; go before the peer's */
+    hs__frame *wopen; /* the message in parts begun and not finished (one at a time) */
+    uint32_t wmsg_id; /* the number of the last message in parts begun */
     size_t inflight; /* bytes handed to libuv, not yet written */
     int nwrites;
     uint64_t t_start_us, last_recv_us, last_send_us, last_progress_us;
@@ -144,6 +208,9 @@ struct hs__transport {
     uv_mutex_t *mu;
     const uint32_t *self; /* this peer's id, for frame headers */
     hs__tls_ctx *tls;     /* NULL: plain TCP */
+    /* A layer that new connections use instead (a test's adversary), or NULL: TLS when tls is
+     * set, else plain. Read with __atomic_load_n: a test may set it from its own thread. */
+    const hs__layer *layer;
     const char *listen_addr;
     uv_tcp_t listener;
     int listening;
@@ -165,6 +232,8 @@ struct hs__transport_ops {
                    hs__conn **out);
     /* Queues a frame on c's own queue (before its peer's) and starts writing. */
     int (*send)(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+    /* The same, for a message that goes on in tail (sent from where it is). */
+    int (*send_tail)(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail);
     /* Writes what the connection's queues allow now. */
     void (*pump)(hs__conn *c);
     /* Closes: logs why (level), sends BYE(CLOSE, why) first when bye is set and the connection
@@ -197,6 +266,7 @@ int hs__conn_dial(hs__transport *tr, const char *addr, uint32_t expect_id, hs__c
 int hs__conn_dial_sa(hs__transport *tr, const struct sockaddr *sa, uint32_t expect_id,
                      hs__conn **out);
 int hs__conn_send(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload);
+int hs__conn_send_tail(hs__conn *c, uint8_t type, uint64_t round, hs_buf *payload, hs_buf *tail);
 void hs__conn_pump(hs__conn *c);
 void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const char *fmt, ...)
     HS__PRINTF(5, 6);
@@ -219,10 +289,15 @@ void hs__conn_sa_format(const struct sockaddr *sa, char *ip, size_t ipcap, char 
 void hs__conn_count(hs__transport *tr, int sent, size_t frame_bytes, int type);
 /* "peer 3 (127.0.0.1:7003)", or the address alone, for logs. */
 const char *hs__conn_name(hs__conn *c, char *buf, size_t cap);
-/* conn_write.c: TLS output to the socket; the end of a close once flushed; the connection's
- * timer (emulation release, pacing, close flush limit). */
-int hs__conn_flush_tls(hs__conn *c, size_t plain);
+/* conn_write.c: a layer's write request is done; the end of a close once flushed; the
+ * connection's timer (emulation release, pacing, close flush limit). */
+void hs__conn_on_write(uv_write_t *req, int status);
 void hs__conn_maybe_finish_close(hs__conn *c);
+/* conn.c, for the layers: the layer is up (HELLO next); plaintext for the frame reader, at p or
+ * (direct_done) n bytes where hs__reader_direct pointed. */
+int hs__conn_secured(hs__conn *c);
+void hs__conn_feed(hs__conn *c, const uint8_t *p, size_t n);
+void hs__conn_direct_done(hs__conn *c, size_t n);
 void hs__conn_on_timer(uv_timer_t *t);
 
 #endif

@@ -11,7 +11,7 @@
 const char *hs__wire_type_name(int type) {
     static const char *names[] = {"?",       "HELLO",    "HELLO_ACK", "REFUSE",    "JOIN",
                                   "WELCOME", "MEMBERS",  "DATA",      "HEARTBEAT", "BYE",
-                                  "SUSPECT", "JOIN_FWD", "JOIN_ACK",  "RESEND"};
+                                  "SUSPECT", "JOIN_FWD", "JOIN_ACK",  "RESEND",    "PART"};
     if (type < 1 || type > HS__T_MAX)
         return "?";
     return names[type];
@@ -179,7 +179,7 @@ void hs__wire_hdr_encode(uint8_t out[HS__HDR_LEN], const hs__hdr *h) {
     out[5] = h->type;
     put16(out + 6, h->flags);
     put32(out + 8, h->sender);
-    put32(out + 12, h->len);
+    put32(out + 12, (uint32_t)h->len);
     put64(out + 16, h->round);
 }
 
@@ -207,101 +207,25 @@ int hs__wire_hdr_decode(const uint8_t in[HS__HDR_LEN], hs__hdr *out) {
     return 0;
 }
 
-/* ------------------------------------------------------------------ reader */
+/* ------------------------------------------------------------------ PART header */
 
-void hs__reader_init(hs__reader *r) { memset(r, 0, sizeof(*r)); }
-
-void hs__reader_free(hs__reader *r) {
-    hs_buf_unref(r->pay);
-    r->pay = NULL;
-    r->in_payload = 0;
-    r->hb_have = 0;
-    r->pay_have = 0;
+void hs__wire_part_encode(uint8_t out[HS__PART_HDR_LEN], const hs__part *p) {
+    out[0] = p->type;
+    out[1] = 0;
+    put16(out + 2, p->flags);
+    put32(out + 4, p->id);
+    put64(out + 8, p->total);
+    put64(out + 16, p->off);
 }
 
-size_t hs__reader_partial(const hs__reader *r) {
-    return r->in_payload ? HS__HDR_LEN + r->pay_have : r->hb_have;
-}
-
-/* The header is complete: check it against the limits and allocate the payload. */
-static int header_done(hs__reader *r) {
-    int err = hs__wire_hdr_decode(r->hb, &r->hdr);
-    if (err < 0)
-        return err;
-    uint32_t max = r->max_len[r->hdr.type];
-    if (max > HS__FRAME_CAP)
-        max = HS__FRAME_CAP;
-    const char *tn = hs__wire_type_name(r->hdr.type);
-    if (!max)
-        return hs__err(HS_EPROTO, "%s frame not accepted in this state", tn);
-    if (r->hdr.len == 0)
-        return hs__err(HS_EPROTO, "zero-length %s frame", tn);
-    if (r->hdr.len > max)
-        return hs__err(HS_EPROTO, "%s frame of %u bytes, over the limit of %u", tn, r->hdr.len,
-                       max);
-    err = hs_buf_new(&r->pay, r->hdr.len);
-    if (err < 0)
-        return err;
-    r->in_payload = 1;
-    r->pay_have = 0;
-    return 0;
-}
-
-static int take_frame(hs__reader *r, hs__hdr *hdr, hs_buf **payload) {
-    r->pay->len = r->hdr.len;
-    *hdr = r->hdr;
-    *payload = r->pay;
-    r->pay = NULL;
-    r->in_payload = 0;
-    r->hb_have = 0;
-    r->pay_have = 0;
-    return 1;
-}
-
-int hs__reader_feed(hs__reader *r, const uint8_t *p, size_t n, size_t *used, hs__hdr *hdr,
-                    hs_buf **payload) {
-    size_t i = 0;
-    *used = 0;
-    while (i < n) {
-        if (!r->in_payload) {
-            size_t k = HS__HDR_LEN - r->hb_have;
-            if (k > n - i)
-                k = n - i;
-            memcpy(r->hb + r->hb_have, p + i, k);
-            r->hb_have += k;
-            i += k;
-            *used = i;
-            if (r->hb_have < HS__HDR_LEN)
-                return 0;
-            int err = header_done(r);
-            if (err < 0)
-                return err;
-            continue;
-        }
-        size_t k = r->hdr.len - r->pay_have;
-        if (k > n - i)
-            k = n - i;
-        memcpy(r->pay->data + r->pay_have, p + i, k);
-        r->pay_have += k;
-        i += k;
-        *used = i;
-        if (r->pay_have == r->hdr.len)
-            return take_frame(r, hdr, payload);
-    }
-    return 0;
-}
-
-size_t hs__reader_direct(hs__reader *r, uint8_t **dst) {
-    if (!r->in_payload)
-        return 0;
-    *dst = r->pay->data + r->pay_have;
-    return r->hdr.len - r->pay_have;
-}
-
-int hs__reader_direct_done(hs__reader *r, size_t n, hs__hdr *hdr, hs_buf **payload) {
-    r->pay_have += n;
-    if (r->pay_have == r->hdr.len)
-        return take_frame(r, hdr, payload);
+int hs__wire_part_decode(const uint8_t in[HS__PART_HDR_LEN], hs__part *out) {
+    out->type = in[0];
+    out->flags = get16(in + 2);
+    out->id = get32(in + 4);
+    out->total = get64(in + 8);
+    out->off = get64(in + 16);
+    if (in[1])
+        return hs__err(HS_EPROTO, "PART: reserved byte is 0x%02x", in[1]);
     return 0;
 }
 
@@ -462,7 +386,7 @@ int hs__wire_members_decode(const uint8_t *p, size_t n, hs__members *out) {
 
 /* ------------------------------------------------------------------ WELCOME */
 
-int hs__wire_welcome_encode(hs_buf *out, const hs__welcome *w) {
+int hs__wire_welcome_encode_head(hs_buf *out, const hs__welcome *w) {
     TRY(w32(out, w->id));
     TRY(w64(out, w->round));
     TRY(w64(out, w->join_round));
@@ -475,7 +399,12 @@ int hs__wire_welcome_encode(hs_buf *out, const hs__welcome *w) {
     put32(out->data + at, (uint32_t)(out->len - at - 4));
     TRY(wblob(out, w->config, w->config_len));
     TRY(w64(out, w->snap_round));
-    return wblob(out, w->snap, w->snap_len);
+    return w64(out, w->snap_len);
+}
+
+int hs__wire_welcome_encode(hs_buf *out, const hs__welcome *w) {
+    TRY(hs__wire_welcome_encode_head(out, w));
+    return w->snap_len ? hs_buf_append(out, w->snap, w->snap_len) : 0;
 }
 
 int hs__wire_welcome_decode(const uint8_t *p, size_t n, hs__welcome *out) {
@@ -486,8 +415,8 @@ int hs__wire_welcome_decode(const uint8_t *p, size_t n, hs__welcome *out) {
     TRY(rd64(&c, &out->join_round, "join round"));
     TRY(rdstr(&c, out->topo_spec, HS__SPEC_MAX, "topology"));
     TRY(rd64(&c, &out->topo_seed, "topology seed"));
-    const uint8_t *mp;
-    uint32_t mlen;
+    const uint8_t *mp = NULL;
+    uint32_t mlen = 0;
     TRY(rdblob(&c, &mp, &mlen, HS__CTL_MAX, "member list"));
     rcur mc = {mp, mp + mlen, "WELCOME member list"};
     TRY(members_decode(&mc, &out->members));
@@ -495,9 +424,15 @@ int hs__wire_welcome_decode(const uint8_t *p, size_t n, hs__welcome *out) {
     if ((err = rdend(&mc)) < 0 ||
         (err = rdblob(&c, &out->config, &out->config_len, HS__FRAME_CAP, "config")) < 0 ||
         (err = rd64(&c, &out->snap_round, "snapshot round")) < 0 ||
-        (err = rdblob(&c, &out->snap, &out->snap_len, HS__FRAME_CAP, "snapshot")) < 0 ||
-        (err = rdend(&c)) < 0)
+        (err = rd64(&c, &out->snap_len, "snapshot")) < 0)
         goto fail;
+    /* The snapshot runs to the end: its length must be exactly what is left. */
+    if (out->snap_len != left(&c)) {
+        err = hs__err(HS_EPROTO, "WELCOME: snapshot of %llu bytes, %zu left",
+                      (unsigned long long)out->snap_len, left(&c));
+        goto fail;
+    }
+    out->snap = out->snap_len ? c.p : NULL;
     if (out->join_round != out->members.eff_round) {
         err = hs__err(HS_EPROTO, "WELCOME: join round %llu differs from the member list's %llu",
                       (unsigned long long)out->join_round,

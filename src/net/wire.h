@@ -16,12 +16,17 @@
 #define HS__WIRE_MAGIC1 'S'
 #define HS__WIRE_MAGIC2 'A'
 #define HS__WIRE_MAGIC3 'Y'
-#define HS__WIRE_VERSION 1
+#define HS__WIRE_VERSION 2 /* 2: PART frames, 64-bit snapshot length in WELCOME */
 #define HS__HDR_LEN 24
 #define HS__FRAME_CAP (256u << 20) /* hard cap of any payload */
 #define HS__CTL_MAX (4u << 20)     /* cap of control payloads (MEMBERS of many peers) */
 #define HS__PREAUTH_MAX 4096       /* cap of payloads before authentication */
 #define HS__ID_NONE 0xFFFFFFFFu    /* sender id of a peer that has not joined yet */
+/* Messages larger than one part travel as PART frames (docs/PROTOCOL.md, "Large messages"):
+ * each carries a 24-byte part header and up to HS__PART_SIZE bytes of the message. */
+#define HS__PART_HDR_LEN 24
+#define HS__PART_SIZE (4u << 20)
+#define HS__MSG_CAP ((uint64_t)1 << 36) /* hard cap of a reassembled message (64 GiB) */
 
 /* String field limits (bytes, without the terminating NUL the decoders add). */
 #define HS__RUNID_MAX 128
@@ -46,7 +51,8 @@ typedef enum hs__ftype {
     HS__T_JOIN_FWD = 11,
     HS__T_JOIN_ACK = 12,
     HS__T_RESEND = 13,
-    HS__T_MAX = 13,
+    HS__T_PART = 14,
+    HS__T_MAX = 14,
 } hs__ftype;
 
 /* Header flags. RESENT is the only one, and only on DATA: the frame answers a RESEND request, so
@@ -60,7 +66,8 @@ typedef struct hs__hdr {
     uint8_t version, type;
     uint16_t flags;
     uint32_t sender;
-    uint32_t len; /* payload bytes after the header */
+    uint64_t len; /* payload bytes after the header (on the wire: u32; a message reassembled
+                     from PART frames: its whole length) */
     uint64_t round;
 } hs__hdr;
 
@@ -71,18 +78,51 @@ void hs__wire_hdr_encode(uint8_t out[HS__HDR_LEN], const hs__hdr *h);
  */
 int hs__wire_hdr_decode(const uint8_t in[HS__HDR_LEN], hs__hdr *out);
 
+/* ------------------------------------------------------------------ PART frames
+ * The part header that opens a PART frame's payload: which message the bytes after it belong
+ * to, and where they go in it. */
+typedef struct hs__part {
+    uint8_t type;   /* the message's frame type */
+    uint16_t flags; /* the message's header flags */
+    uint32_t id;    /* messages on a connection are numbered 1, 2, ... in the order begun */
+    uint64_t total; /* the message's length */
+    uint64_t off;   /* where this part's bytes go */
+} hs__part;
+
+void hs__wire_part_encode(uint8_t out[HS__PART_HDR_LEN], const hs__part *p);
+/* Checks the reserved byte only; the reader checks the rest against its state and limits. */
+int hs__wire_part_decode(const uint8_t in[HS__PART_HDR_LEN], hs__part *out);
+
 /* ------------------------------------------------------------------ incremental frame reader
- * Bytes go in as they come off the stream; complete frames come out. The header is checked as
- * soon as its 24 bytes are in, and the payload buffer is allocated only after its length passed
- * max_len[type], so a peer cannot make us allocate more than it is allowed to send. */
+ * (reader.c) Bytes go in as they come off the stream; complete frames come out. The header is
+ * checked as soon as its 24 bytes are in, and the payload buffer is allocated only after its
+ * length passed max_len[type], so a peer cannot make us allocate more than it is allowed to
+ * send. A message in PART frames is reassembled in place: its buffer is allocated at its first
+ * part, once its total passed max_msg[type], and each part's bytes are checked (the message's
+ * id, type, flags, round and total unchanged, the offset where the last part ended, nothing
+ * past the total) before they are read into it. Other frames may come between parts; one
+ * message at a time is reassembled. */
+typedef struct hs__rmsg {
+    hs_buf *buf; /* owned; NULL: no message in progress */
+    hs__part p;  /* its first part's header (off: where the next part must start) */
+    uint64_t round;
+    uint64_t end; /* where the part being read ends */
+} hs__rmsg;
+
 typedef struct hs__reader {
     uint32_t max_len[HS__T_MAX + 1]; /* per type; 0 = the type is not accepted now */
+    uint64_t max_msg[HS__T_MAX + 1]; /* per type: largest message in PART frames; 0 = none */
     uint8_t hb[HS__HDR_LEN];
     size_t hb_have;
     hs__hdr hdr;
     hs_buf *pay; /* payload being filled, owned */
     size_t pay_have;
-    int in_payload;
+    int in_payload; /* in a frame's payload (or a PART's part header or bytes) */
+    int in_part;    /* 1: reading a part header, 2: reading a part's bytes */
+    uint8_t ph[HS__PART_HDR_LEN];
+    size_t ph_have;
+    hs__rmsg msg;
+    uint32_t last_id; /* the id of the last message begun */
 } hs__reader;
 
 void hs__reader_init(hs__reader *r); /* accepts nothing, allows nothing until max_len is set */
@@ -103,7 +143,8 @@ size_t hs__reader_direct(hs__reader *r, uint8_t **dst);
  * Returns 1 when that completed the frame (outputs as for feed), else 0. */
 int hs__reader_direct_done(hs__reader *r, size_t n, hs__hdr *hdr, hs_buf **payload);
 
-/* Bytes of a frame received so far (header and payload), 0 at a frame boundary. */
+/* Bytes of a frame received so far (header and payload, and of a message in parts), 0 at a
+ * frame boundary with no message in progress. */
 size_t hs__reader_partial(const hs__reader *r);
 
 /* ------------------------------------------------------------------ control messages */
@@ -195,10 +236,13 @@ typedef struct hs__welcome {
     uint32_t config_len;
     uint64_t snap_round;
     const uint8_t *snap;
-    uint32_t snap_len;
+    uint64_t snap_len;
 } hs__welcome;
 
 int hs__wire_welcome_encode(hs_buf *out, const hs__welcome *w);
+/* Everything but the snapshot's bytes, which follow it on the wire (sent from their own
+ * buffer, not copied). */
+int hs__wire_welcome_encode_head(hs_buf *out, const hs__welcome *w);
 /* out->members is allocated (hs__members_clear); config/snap borrow from p. Checks that the
  * assigned id is in the member list. */
 int hs__wire_welcome_decode(const uint8_t *p, size_t n, hs__welcome *out);

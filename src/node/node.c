@@ -247,6 +247,9 @@ static int adopt_welcome(hs_node *n) {
     HS_LOGI("joined at round %llu with the model of round %llu (local step %ld)",
             (unsigned long long)n->w.join_round, (unsigned long long)n->w.snapshot_round,
             n->m.steps(n->m.ctx));
+    /* Adopted: holding it on would keep a copy of the model (and optimizer) for the whole run. */
+    hs_buf_unref(n->w.snapshot);
+    n->w.snapshot = NULL;
     return 0;
 }
 

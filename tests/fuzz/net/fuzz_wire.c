@@ -1,7 +1,8 @@
 /* libFuzzer target: the frame reader over an arbitrary byte stream, fed in chunks whose sizes
  * come from the first input byte, with every completed frame handed to the decoder of its
- * type (as a connection does). Nothing may crash, leak or read out of bounds, and a frame must
- * never exceed its type's limit. */
+ * type (as a connection does); DATA and WELCOME may also come as messages in PART frames.
+ * Nothing may crash, leak or read out of bounds, and a frame or message must never exceed its
+ * type's limit. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,6 +65,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r.max_len[t] = (mode & 0x80) ? 64 : 1u << 16;
     if (mode & 0x40)
         r.max_len[HS__T_DATA] = 0; /* a type not accepted now */
+    /* Messages in parts, up to 1 MiB (a corpus-sized stand-in for max_message). */
+    r.max_msg[HS__T_DATA] = 1u << 20;
+    r.max_msg[HS__T_WELCOME] = (mode & 0x80) ? 0 : 1u << 20;
     size_t chunk = (size_t)(mode & 0x3f) + 1;
     size_t off = 0;
     while (off < size) {
@@ -89,7 +93,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
         off += used;
         if (ret == 1) {
-            if (p->len != h.len || h.len == 0 || h.len > r.max_len[h.type])
+            uint64_t max = r.max_len[h.type] > r.max_msg[h.type] ? r.max_len[h.type]
+                                                                 : r.max_msg[h.type];
+            if (p->len != h.len || h.len == 0 || h.len > max || h.type == HS__T_PART)
                 __builtin_trap();
             decode(&h, p);
             hs_buf_unref(p);

@@ -199,6 +199,35 @@ static void test_join_and_exchange(void **state) {
     }
 }
 
+/* A snapshot of 10 MiB, ten times max_frame (PART frames): the joiner gets it byte for byte, and
+ * it is the WELCOME's own buffer (the snapshot moved to its front, so its capacity still has
+ * the room of the WELCOME's other fields), not a copy. */
+static void test_big_snapshot(void **state) {
+    (void)state;
+    hs_net_config c;
+    base_cfg(&c, HS_NET_SECRET);
+    size_t n = (10u << 20) + 3;
+    c.n_params = n / 4; /* max_message: 24 bytes a parameter */
+    hs_net *a = start_first(&c);
+    hs_buf *snap;
+    assert_int_equal(hs_buf_new(&snap, n), 0);
+    for (size_t i = 0; i < n; i++)
+        snap->data[i] = (uint8_t)(i * 31 + 7);
+    snap->len = n;
+    assert_int_equal(hs_net_publish_snapshot(a, 0, snap), 0);
+    hs_net_welcome w;
+    hs_net_config j = c;
+    hs_net *b = join(&j, &w);
+    assert_non_null(w.snapshot);
+    assert_int_equal(w.snapshot->len, n);
+    assert_memory_equal(w.snapshot->data, snap->data, n);
+    assert_true(w.snapshot->cap > n);
+    hs_net_welcome_clear(&w);
+    hs_buf_unref(snap);
+    hs_net_free(b);
+    hs_net_free(a);
+}
+
 /* A peer whose run diverged leaves with BYE code 3: the other learns who and why (to stop too)
  * and does not wait for its messages. A normal leave says nothing of the kind. */
 static void test_diverged_bye(void **state) {
@@ -695,7 +724,8 @@ static void test_config_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_join_and_exchange),    cmocka_unit_test(test_mismatch_refused),
+        cmocka_unit_test(test_join_and_exchange),    cmocka_unit_test(test_big_snapshot),
+        cmocka_unit_test(test_mismatch_refused),
         cmocka_unit_test(test_wrong_secret_refused), cmocka_unit_test(test_crash_and_leave),
         cmocka_unit_test(test_send_limits_and_loss), cmocka_unit_test(test_emulated_delay),
         cmocka_unit_test(test_config_errors),        cmocka_unit_test(test_backpressure_and_slow),

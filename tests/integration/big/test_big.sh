@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Models of any size (issue 21 item 0): two peers with a vector of 100M float32 parameters
+# (400 MB; over 16.7M no model could join before messages travelled in parts) join over TLS,
+# run 10 rounds of D-PSGD (400 MB messages), stop with a checkpoint, resume from it for the
+# rest of the job, then run 10 rounds of CHOCO with fp16 messages (200 MB). Each phase: every
+# peer exits 0 after the rounds it should have run, the two vectors stayed together (the local
+# updates pull rank r towards r; alone they would end 0.65 apart), and the peak resident memory
+# of each peer (VmHWM) stays under the bound below, in vectors.
+# Usage: test_big.sh BIGPEER (env: BIG_DIM to try another size)
+set -uo pipefail
+peer=$1
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+d=${BIG_DIM:-100000000}
+ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
+port=$((7600 + RANDOM % 300))
+head -c 48 /dev/urandom | base64 >"$tmp/secret"
+chmod 600 "$tmp/secret"
+# Peak memory per peer, in vectors of d floats (measured at d = 100M: D-PSGD 11.04 with the
+# checkpoint, 10.04-11.04 resuming, CHOCO 8.04). What a peer holds at its peak, D-PSGD: the
+# caller's vector (1), the algorithm's x at the round's start and two scratch vectors (3), the
+# snapshot published for joiners (1), the message it sends (1, one buffer for every neighbour,
+# sent in parts from where it is) and the one it receives (1, reassembled in place), the next
+# round's message arriving while one is decoded (1), and while a checkpoint is written its
+# state (2: model and x at the round's start) and the file's copy of it (2). The transport's
+# own part is a constant (per connection: 4 MiB of ciphertext in flight, a 256 KiB read buffer,
+# TLS staging) and the process's code, the .04. The bound leaves 1.5 vectors for that and for
+# the timing of a round's messages (CHOCO peaked at 8.04 in one run, 9.05 in another). That
+# the joiner's snapshot is the WELCOME's own buffer is net_runtime's test_big_snapshot.
+# The issue's target, 2.5 vectors, would need the
+# algorithm, checkpoint and node to hold fewer copies: not met here.
+max_vectors=${BIG_MAX_VECTORS:-12.5}
+started=$(date +%s)
+
+# phase NAME STOP_AFTER WANT_STEPS ARGS...: runs ranks 0 and 1 (rank 1 once rank 0 waits for
+# it or trains, so that it joins with the snapshot), waits for both with a deadline, checks
+# their report lines (WANT_STEPS: the rounds each must have run; "log": from the round it
+# started at to the job's end, as its log says).
+phase() {
+    local name=$1 stop=$2 want=$3 r
+    shift 3
+    local -a ppids=()
+    for r in 0 1; do
+        local args=()
+        [[ $stop -ge 0 ]] && args+=(--stop-after "$stop")
+        [[ $r == 1 ]] && args+=(bootstrap="$ip:$port")
+        "$peer" --dim "$d" "${args[@]}" rank=$r listen="$ip:$((port + r))" \
+            checkpoint-dir="$tmp/ck$r" "$@" >"$tmp/$name$r.out" 2>"$tmp/$name$r.log" &
+        ppids+=($!)
+        pids+=($!)
+        if [[ $r == 0 ]]; then
+            for _ in $(seq 600); do
+                grep -q "waiting for 2 peers\|starting at round" "$tmp/${name}0.log" && break
+                sleep 0.1
+            done
+        fi
+    done
+    for r in 0 1; do
+        timeout 240 tail --pid="${ppids[$r]}" -f /dev/null ||
+            fail "$name: peer $r did not finish in 240 s: $(tail -3 "$tmp/$name$r.log")"
+        wait "${ppids[$r]}" || fail "$name: peer $r failed: $(tail -5 "$tmp/$name$r.log")"
+    done
+    local x0=() hwm
+    for r in 0 1; do
+        read -r _ steps _ x _ _ _ _ _ hwm _ vec _ <"$tmp/$name$r.out" ||
+            fail "$name: peer $r printed no report"
+        local w=$want
+        [[ $want == log ]] && w=$(sed -n 's/.*starting at round \([0-9]*\), ending at round \([0-9]*\):.*/\2 - \1/p' \
+            "$tmp/$name$r.log" | head -1)
+        [[ -n $w ]] || fail "$name: peer $r did not say where it started"
+        [[ $steps == $((w)) && $steps -ge 1 ]] || fail "$name: peer $r ran $steps rounds, not $((w))"
+        x0+=("$x")
+        echo "$name: peer $r: $steps rounds, x[0] = $x, peak $((hwm / 1024)) MiB =" \
+            "$(awk -v h="$hwm" -v v="$vec" 'BEGIN { printf "%.2f", h / v }') vectors of $((vec / 1024)) MiB"
+        awk -v h="$hwm" -v v="$vec" -v m="$max_vectors" 'BEGIN { exit !(h <= m * v) }' ||
+            fail "$name: peer $r peaked at $hwm kB, over $max_vectors vectors of $vec kB"
+    done
+    awk -v a="${x0[0]}" -v b="${x0[1]}" 'BEGIN { d = a - b; exit !(d < 0.3 && d > -0.3) }' ||
+        fail "$name: the peers drifted apart: x[0] = ${x0[0]} and ${x0[1]}"
+}
+
+# D-PSGD: 5 rounds, stopped with a checkpoint (as SIGTERM does), then resumed to the job's end
+# (16 rounds in all, long enough for rank 1 to rejoin before the end): rank 0 from its
+# checkpoint, rank 1 rejoining it with the job's model in its WELCOME (the first to resume
+# carries the job on). Checkpoints only on the stop.
+common=(world=2 secret-file="$tmp/secret" run-id="big-$$" seed=3 on-divergence=warn
+    recv-timeout=120000 join-timeout=120000 peer-timeout=30000 checkpoint-every=1000)
+phase dpsgd 5 5 "${common[@]}" algo=dpsgd compress=none rounds=16
+grep -q "welcomed peer 1 .*snapshot of $((4 * d + 44)) bytes" "$tmp/dpsgd0.log" ||
+    fail "dpsgd: peer 1 was not welcomed with the model: $(grep welcomed "$tmp/dpsgd0.log")"
+# The join's own peak, once hs_node_start returned (not asserted: it depends on whether the
+# WELCOME was still on its way when the first round began; 5.04-8.04 vectors at 100M).
+for r in 0 1; do
+    awk -v r=$r '{ for (i = 1; i < NF; i++) f[$i] = $(i + 1) }
+        END { printf "dpsgd: peer %d: %.2f vectors when it started\n", r, f["start_hwm_kb"] / f["vec_kb"] }' \
+        "$tmp/dpsgd$r.out"
+done
+ck=()
+for r in 0 1; do
+    ck[r]=$(sed -n 's/.*checkpoint of round \([0-9]*\) .*/\1/p' "$tmp/dpsgd$r.log" | tail -1)
+    [[ -n ${ck[r]} ]] || fail "dpsgd: peer $r wrote no checkpoint"
+done
+phase resume -1 log "${common[@]}" algo=dpsgd compress=none rounds=16 resume=1
+from=$(sed -n 's/.*resuming from .*(round \([0-9]*\)).*/\1/p' "$tmp/resume0.log" | tail -1)
+[[ $from == "${ck[0]}" ]] || fail "resume: peer 0 resumed from round '$from', not ${ck[0]}"
+grep -q "joined as peer 1 .*snapshot of [1-9]" "$tmp/resume1.log" ||
+    fail "resume: peer 1 did not rejoin with the job's model: $(grep joined "$tmp/resume1.log")"
+rm -rf "$tmp"/ck0 "$tmp"/ck1
+phase choco -1 log "${common[@]}" algo=choco compress=fp16 rounds=10 run-id="big-choco-$$"
+echo "ok: $d parameters: join, 10 rounds of D-PSGD, checkpoint and resume, 10 rounds of CHOCO" \
+    "in $(($(date +%s) - started)) s"
