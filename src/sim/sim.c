@@ -23,7 +23,6 @@ struct hs_sim {
     /* With a link profile (hs__sim_set_links): clocks in seconds, slow[i] peer i's compute
      * seconds per round, unit a normal peer's. Without: clocks in rounds, unit 1. */
     hs__linktime *links;
-    const hs__wan_profile *profile;
     double unit, step_s;
 };
 
@@ -175,7 +174,6 @@ int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s) {
     int err = hs__linktime_new(&s->links, p);
     if (err < 0) return err;
     hs__simnet_set_links(s->net, s->links);
-    s->profile = p;
     s->step_s = step_s;
     int steps = s->cfg.trainer.local_steps > 0 ? s->cfg.trainer.local_steps : 1;
     s->unit = step_s * steps;
