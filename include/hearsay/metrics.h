@@ -64,6 +64,8 @@ typedef enum hs_metrics_field {
     HS_MF_WAITS,           /* int, cumulative: sgp, receives that blocked (--staleness) */
     HS_MF_ROUNDS_MIN,      /* int: sim, rounds of the slowest peer */
     HS_MF_ROUNDS_MAX,      /* int: sim, rounds of the fastest peer */
+    HS_MF_VTIME,           /* number, s: sim --links, virtual time of the latest peer */
+    HS_MF_VTIME_DDP,       /* number, s: sim --links, DDP's modelled time for the same steps */
     HS_MF_COUNT
 } hs_metrics_field;
 

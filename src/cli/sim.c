@@ -1,7 +1,8 @@
 /* hearsay sim: n peers in one process, deterministic (seeded), with the same algorithm code as
  * networked peers. Synchronous algorithms run in lockstep; SGP runs in virtual time so that
- * stragglers (--slowdown) fall behind as they would on a network. Prints progress, writes
- * JSON-lines metrics, and ends with a summary; Ctrl-C stops after the current round. */
+ * stragglers (--slowdown) fall behind as they would on a network; --links times every round in
+ * seconds with a link profile's delays, rates and compute factors (docs/WAN.md). Prints progress,
+ * writes JSON-lines metrics, and ends with a summary; Ctrl-C stops after the current round. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,10 @@
 #include "hearsay/metrics.h"
 #include "hearsay/sim.h"
 #include "sim/job.h"
+#include "sim/linktime.h"
+#include "wan/profile.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR };
+enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME };
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},
@@ -23,14 +26,20 @@ static const hs_cli_opt sim_opts[] = {
      "stragglers: F slows peer 0 F-fold; I:F slows peer I (virtual time)"},
     {"latency", S_LATENCY, "R", "message latency in rounds of a normal peer, for sgp (default: 0)"},
     {"save-dir", S_SAVE_DIR, "DIR", "write each peer's final model to DIR/peer-I.bin (raw float32)"},
+    {"links", S_LINKS, "FILE",
+     "link profile of tools/wan (docs/WAN.md): virtual time in seconds with its per-link delays "
+     "and rates and per-peer compute factors; also prints DDP's ring all-reduce time"},
+    {"step-time", S_STEP_TIME, "S",
+     "with --links: seconds of one local step of a peer of compute factor 1 (default: 0.01)"},
     {NULL, 0, NULL, NULL},
 };
 
 typedef struct sim_args {
     hs_runopts ro;
     int n;
-    double latency;
-    const char *save_dir;
+    double latency, step_time;
+    int latency_set, step_time_set;
+    const char *save_dir, *links;
     long rounds;
 } sim_args;
 
@@ -40,8 +49,14 @@ static int handle(void *ctx, int key, const char *v) {
     if (rc != 1) return rc;
     switch (key) {
     case S_N: return hs_cli_int("--peers", v, 1, 4096, &a->n);
-    case S_LATENCY: return hs_cli_double("--latency", v, 0, 1e6, &a->latency);
+    case S_LATENCY:
+        a->latency_set = 1;
+        return hs_cli_double("--latency", v, 0, 1e6, &a->latency);
     case S_SAVE_DIR: a->save_dir = v; return 0;
+    case S_LINKS: a->links = v; return 0;
+    case S_STEP_TIME:
+        a->step_time_set = 1;
+        return hs_cli_double("--step-time", v, 1e-9, 1e6, &a->step_time);
     }
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
@@ -51,12 +66,14 @@ static void on_record(void *ctx, const hs_metrics_rec *rec) {
     const sim_args *a = ctx;
     if (a->ro.quiet) return;
     printf("round %.0f/%ld (epoch %.2f)  loss %.4f  acc mean %.2f%% min %.2f%% max %.2f%%  "
-           "consensus %.3g  sent %.3f MB/peer  %.1f s\n",
+           "consensus %.3g  sent %.3f MB/peer  %.1f s%s",
            hs_metrics_get(rec, HS_MF_ROUND), a->rounds, hs_metrics_get(rec, HS_MF_EPOCH),
            hs_metrics_get(rec, HS_MF_LOSS), 100 * hs_metrics_get(rec, HS_MF_TEST_ACC),
            100 * hs_metrics_get(rec, HS_MF_TEST_ACC_MIN),
            100 * hs_metrics_get(rec, HS_MF_TEST_ACC_MAX), hs_metrics_get(rec, HS_MF_CONSENSUS),
-           hs_metrics_get(rec, HS_MF_BYTES_SENT) / 1e6, hs_metrics_get(rec, HS_MF_TIME));
+           hs_metrics_get(rec, HS_MF_BYTES_SENT) / 1e6, hs_metrics_get(rec, HS_MF_TIME),
+           a->links ? "" : "\n");
+    if (a->links) printf("  virtual time %.3f s\n", hs_metrics_get(rec, HS_MF_VTIME));
     fflush(stdout);
 }
 
@@ -71,6 +88,7 @@ int hs_cmd_sim(int argc, char **argv) {
     memset(&a, 0, sizeof(a));
     hs_runopts_default(&a.ro);
     a.n = 8;
+    a.step_time = 0.01;
     const hs_cli_opt *tables[] = {sim_opts, hs_runopts_table, NULL};
     int rc = hs_cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
@@ -81,6 +99,9 @@ int hs_cmd_sim(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if (a.links && a.latency_set)
+        return -hs_cli_usage_error("--latency and --links: the profile's delays replace --latency");
+    if (!a.links && a.step_time_set) return -hs_cli_usage_error("--step-time needs --links");
     if ((rc = hs_cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
         return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
@@ -95,6 +116,12 @@ int hs_cmd_sim(int argc, char **argv) {
     hs_dataset *train = NULL, *test = NULL;
     hs_sim *sim = NULL;
     hs_metrics_file *metrics = NULL;
+    hs__wan_profile *profile = NULL;
+    if (a.links && (err = hs__wan_profile_load(&profile, a.links)) < 0) {
+        fprintf(stderr, "hearsay sim: --links: %s\n", hs_error_message());
+        exit_code = err == HS_ENOMEM ? HS_EXIT_FAIL : HS_EXIT_USAGE;
+        goto out;
+    }
     if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
@@ -123,6 +150,11 @@ int hs_cmd_sim(int argc, char **argv) {
         exit_code = err == HS_EINVAL || err == HS_ENOTSUP ? HS_EXIT_USAGE : HS_EXIT_FAIL;
         goto out;
     }
+    if (profile && (err = hs__sim_set_links(sim, profile, a.step_time)) < 0) {
+        fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
+        exit_code = err == HS_EINVAL ? HS_EXIT_USAGE : HS_EXIT_FAIL;
+        goto out;
+    }
     if (a.ro.metrics && (err = hs_metrics_open(&metrics, a.ro.metrics, 0)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
         exit_code = HS_EXIT_USAGE;
@@ -147,9 +179,9 @@ int hs_cmd_sim(int argc, char **argv) {
                a.ro.optim.nesterov ? ", Nesterov" : "");
     fflush(stdout);
 
-    hs__sim_job_cfg jc = {rounds, rpe, a.ro.eval_every > 0 ? a.ro.eval_every : rpe, test,
-                          {0}, metrics, on_record, on_warning, hs_cli_interrupted, hs_cli_now,
-                          &a};
+    hs__sim_job_cfg jc = {rounds, rpe, a.ro.local_steps,
+                          a.ro.eval_every > 0 ? a.ro.eval_every : rpe, test, {0}, metrics,
+                          on_record, on_warning, hs_cli_interrupted, hs_cli_now, &a};
     hs_runopts_guard_cfg(&a.ro, rpe, &jc.guard);
     hs__sim_job_result res;
     if ((err = hs__sim_job_run(sim, &jc, &res)) < 0) {
@@ -175,16 +207,23 @@ int hs_cmd_sim(int argc, char **argv) {
         samples += (double)hs_trainer_steps(hs_sim_trainer(sim, i)) * a.ro.batch;
     printf("%s: test accuracy mean %.2f%% min %.2f%% max %.2f%% over %d peers; consensus %.3g; "
            "%.2f MB sent per peer (%.1f MB total); rounds per peer %llu..%llu; %.0f samples/s "
-           "training and gossip; %.1f s\n",
+           "training and gossip; %.1f s",
            res.stopped ? "interrupted" : "final", 100 * res.acc_mean, 100 * res.acc_min,
            100 * res.acc_max, a.n, res.consensus, sent / 1e6, sent * a.n / 1e6,
            (unsigned long long)res.rounds_min, (unsigned long long)res.rounds_max,
            res.step_time_s > 0 ? samples / res.step_time_s : 0, res.time_s);
+    if (profile)
+        printf("; virtual time %.6f s (step %g s); DDP's ring all-reduce model, same steps: "
+               "%.6f s (%.6f s per all-reduce of %.3f MB)",
+               res.vtime_s, a.step_time, res.ddp_vtime_s, res.ddp_allreduce_s,
+               4e-6 * (double)hs_trainer_dim(hs_sim_trainer(sim, 0)));
+    printf("\n");
     fflush(stdout);
     exit_code = res.stopped ? HS_EXIT_SIGINT : HS_EXIT_OK;
 out:
     hs_metrics_close(metrics);
     hs_sim_free(sim);
+    hs__wan_profile_free(profile);
     hs_dataset_free(train);
     hs_dataset_free(test);
     hs_backend_close(be);

@@ -9,17 +9,18 @@
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "sim/job.h"
+#include "sim/linktime.h"
 
 typedef struct acc_stats {
     double mean, min, max, loss;
 } acc_stats;
 
-/* Progress in rounds of a normal-speed peer: the lockstep round, or in virtual time the earliest
- * clock (everyone has got that far). */
-static double progress(hs_sim *sim, int sync) {
+/* Progress in rounds of a normal-speed peer: the lockstep round, or in virtual time the least
+ * peer's (everyone has got that far; hs__sim_progress). */
+static double progress(hs_sim *sim) {
     double p = 0;
     for (int i = 0; i < hs_sim_n(sim); i++) {
-        double c = sync ? (double)hs_sim_rounds(sim, i) : hs_sim_clock(sim, i);
+        double c = hs__sim_progress(sim, i);
         if (i == 0 || c < p) p = c;
     }
     return p;
@@ -72,6 +73,8 @@ static void sim_record(hs_metrics_rec *m, hs_sim *sim, double time) {
     hs_metrics_set(m, HS_MF_TIME, time);
     hs_metrics_set(m, HS_MF_BYTES_SENT, nearbyint(sent / n));
     hs_metrics_set(m, HS_MF_BYTES_RECV, nearbyint(recv / n));
+    double vt = hs__sim_vtime(sim);
+    if (!isnan(vt)) hs_metrics_set(m, HS_MF_VTIME, vt);
 }
 
 static void set_acc(hs_metrics_rec *m, const acc_stats *acc) {
@@ -171,6 +174,11 @@ static int end_done(job *j, hs__sim_job_result *res) {
     res->consensus = j->cons;
     res->sent_per_peer = hs_metrics_get(&rec, HS_MF_BYTES_SENT);
     res->time_s = hs_metrics_get(&rec, HS_MF_TIME);
+    res->vtime_s = hs__sim_vtime(j->sim);
+    /* DDP's steps: the same optimizer steps as a peer that ran the job's rounds. */
+    res->ddp_vtime_s = hs__sim_ddp_time(j->sim, j->cfg->rounds * j->cfg->local_steps,
+                                        &res->ddp_allreduce_s);
+    if (!isnan(res->ddp_vtime_s)) hs_metrics_set(&rec, HS_MF_VTIME_DDP, res->ddp_vtime_s);
     /* A failed last record is said, not fatal: the run itself finished. */
     if (j->cfg->metrics && hs_metrics_write(j->cfg->metrics, &rec) < 0)
         HS_LOGW("%s", hs_error_message());
@@ -200,16 +208,16 @@ int hs__sim_job_run(hs_sim *sim, const hs__sim_job_cfg *cfg, hs__sim_job_result 
             res->stopped = 1;
             break;
         }
-        if (progress(sim, j.sync) >= (double)cfg->rounds) break;
+        if (progress(sim) >= (double)cfg->rounds) break;
         double ts = wall(&j);
         if ((err = hs_sim_step(sim, NULL)) < 0) {
             if (err != HS_EDIVERGED) goto out;
-            hs_guard_fail(j.guard, progress(sim, j.sync), hs_error_message());
+            hs_guard_fail(j.guard, progress(sim), hs_error_message());
             err = end_diverged(&j, res);
             goto out;
         }
         res->step_time_s += wall(&j) - ts;
-        j.now = progress(sim, j.sync);
+        j.now = progress(sim);
         int finished = j.now >= (double)cfg->rounds;
         if (floor(j.now) <= observed && !(j.now >= (double)next_eval || finished)) continue;
         observed = floor(j.now);

@@ -11,6 +11,7 @@
 typedef struct hs__sim_job_cfg {
     long rounds;      /* rounds of a normal-speed peer the job runs */
     long rpe;         /* rounds per epoch */
+    int local_steps;  /* per round (DDP's steps for the same job) */
     long eval_every;  /* rounds between test evaluations */
     const hs_dataset *test;
     hs_guard_cfg guard;
@@ -33,6 +34,9 @@ typedef struct hs__sim_job_result {
     double sent_per_peer;     /* bytes, mean over the peers */
     double time_s;            /* wall clock from the first round */
     double step_time_s;       /* in the rounds only: training and gossip, not evaluation */
+    /* With links (hs__sim_set_links), else NaN: the virtual time reached, DDP's modelled time
+     * for the job's steps, and one of its all-reduces. */
+    double vtime_s, ddp_vtime_s, ddp_allreduce_s;
 } hs__sim_job_result;
 
 /* Runs sim until cfg->rounds, an interruption or a divergence (res says which; the guard's

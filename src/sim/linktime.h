@@ -36,4 +36,20 @@ double hs__linktime_allreduce(const hs__linktime *lt, size_t bytes);
  * latency (NULL: back to the latency). lt is borrowed; clocks are then in seconds. */
 void hs__simnet_set_links(hs_simnet *s, hs__linktime *lt);
 
+/* The simulator in the links' time (hearsay sim --links): call once, before the first step.
+ * Peer i's round then computes for compute[i] x slowdown[i] x local steps x step_s seconds, its
+ * messages arrive when the links say, and clocks are in seconds. p is borrowed and must
+ * outlive s. HS_EINVAL when p has another number of peers. */
+int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s);
+/* Peer i's progress in rounds of a normal peer: its rounds when lockstep; in virtual time its
+ * clock without links, with links its rounds times its compute factor (its clock counts its
+ * waits too). A job of N rounds ends when every peer's progress reaches N. */
+double hs__sim_progress(const hs_sim *s, int i);
+/* The virtual time (seconds) the latest live peer has reached; NaN without links. */
+double hs__sim_vtime(const hs_sim *s);
+/* DDP's time for the same profile: `steps` steps, each the slowest peer's compute, then a ring
+ * all-reduce of the model's gradient (float32) by the alpha-beta model, its seconds in
+ * *allreduce_s. NaN without links. */
+double hs__sim_ddp_time(const hs_sim *s, long steps, double *allreduce_s);
+
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/error_internal.h"
 #include "hearsay/sim.h"
+#include "sim/linktime.h"
 #include "train/round.h"
 
 struct hs_sim {
@@ -19,6 +20,10 @@ struct hs_sim {
     hs_trainer **tr;
     hs__round *eng; /* one round engine per peer */
     double *clock, *slow;
+    /* With a link profile (hs__sim_set_links): clocks in seconds, slow[i] peer i's compute
+     * seconds per round, unit a normal peer's. Without: clocks in rounds, unit 1. */
+    hs__linktime *links;
+    double unit, step_s;
 };
 
 void hs_sim_free(hs_sim *s) {
@@ -34,6 +39,7 @@ void hs_sim_free(hs_sim *s) {
     free(s->eng);
     free(s->clock);
     free(s->slow);
+    hs__linktime_free(s->links);
     free(s);
 }
 
@@ -44,6 +50,7 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
     s->cfg = *cfg;
     s->n = cfg->n;
     s->sync = hs_algo_kind_synchronous(cfg->algo.kind);
+    s->unit = 1.0;
     int err;
     if ((err = hs_topo_new(&s->topo, cfg->topology, cfg->n, cfg->seed)) < 0) goto fail;
     if (hs_topo_n(s->topo) != cfg->n) {
@@ -97,8 +104,38 @@ fail:
     return err;
 }
 
+/* A lockstep round in virtual time: a peer's begin leaves at its clock, its push once its
+ * compute is done, and its pull waits for the neighbours' messages to arrive (the exchange moves
+ * its clock), so each peer's clock is its own and a slow link holds up only whoever waits for
+ * it and, through them, the rest. The same phases in the same order as without links. */
+static int sync_step_links(hs_sim *s) {
+    int err;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < s->n; i++) {
+            if (!hs_simnet_alive(s->net, i)) continue;
+            uint64_t r = s->eng[i].r;
+            if (pass) {
+                err = hs__round_run(&s->eng[i], HS__PH_OPEN);
+                s->clock[i] = hs_simnet_clock(s->net, i);
+            } else {
+                hs_simnet_set_clock(s->net, i, s->clock[i]);
+                if ((err = hs__round_run(&s->eng[i], HS__PH_LOCAL)) >= 0) {
+                    hs_simnet_set_clock(s->net, i, s->clock[i] + s->slow[i]);
+                    err = hs__round_run(&s->eng[i], HS__PH_PULL);
+                }
+            }
+            if (err < 0) return hs__err_prefix(err, "peer %d, round %llu", i, (unsigned long long)r);
+        }
+    }
+    return 0;
+}
+
 int hs_sim_step(hs_sim *s, int *peer) {
     int err;
+    if (s->sync && s->links) {
+        if (peer) *peer = -1;
+        return sync_step_links(s);
+    }
     if (s->sync) {
         /* One lockstep round: every live peer's open, local steps and push (back to back while
          * its vectors are in cache), then every pull and the round's end, so no receive waits. */
@@ -126,6 +163,47 @@ int hs_sim_step(hs_sim *s, int *peer) {
     s->clock[best] = hs_simnet_clock(s->net, best);
     if (peer) *peer = best;
     return 0;
+}
+
+int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s) {
+    if (p->n != s->n)
+        return hs__err(HS_EINVAL, "--links: the profile %s has %d peers, --peers is %d", p->name,
+                       p->n, s->n);
+    if (!(step_s > 0) || !isfinite(step_s))
+        return hs__err(HS_EINVAL, "--step-time %g: must be > 0", step_s);
+    int err = hs__linktime_new(&s->links, p);
+    if (err < 0) return err;
+    hs__simnet_set_links(s->net, s->links);
+    s->step_s = step_s;
+    int steps = s->cfg.trainer.local_steps > 0 ? s->cfg.trainer.local_steps : 1;
+    s->unit = step_s * steps;
+    for (int i = 0; i < s->n; i++) s->slow[i] *= p->compute[i] * s->unit;
+    return 0;
+}
+
+double hs__sim_progress(const hs_sim *s, int i) {
+    if (s->sync) return (double)s->eng[i].r;
+    /* With links a peer's clock also counts its waits, so its progress is its rounds, each
+     * worth its compute in rounds of a normal peer (what its clock counts without links). */
+    return s->links ? (double)s->eng[i].r * (s->slow[i] / s->unit) : s->clock[i];
+}
+
+double hs__sim_vtime(const hs_sim *s) {
+    if (!s->links) return NAN;
+    double t = 0;
+    for (int i = 0; i < s->n; i++)
+        if (hs_simnet_alive(s->net, i) && s->clock[i] > t) t = s->clock[i];
+    return t;
+}
+
+double hs__sim_ddp_time(const hs_sim *s, long steps, double *allreduce_s) {
+    if (!s->links) return NAN;
+    double slowest = 0, ar = hs__linktime_allreduce(s->links, 4 * hs_trainer_dim(s->tr[0]));
+    /* Every step waits for the slowest peer's compute, then for the all-reduce. */
+    for (int i = 0; i < s->n; i++) slowest = s->slow[i] > slowest ? s->slow[i] : slowest;
+    slowest *= s->step_s / s->unit;
+    if (allreduce_s) *allreduce_s = ar;
+    return ar < 0 ? NAN : (double)steps * (slowest + ar);
 }
 
 int hs_sim_n(const hs_sim *s) { return s->n; }

@@ -18,7 +18,8 @@
 _Static_assert(HS_MF_COUNT <= 64, "hs_metrics_rec.set has one bit per field");
 
 /* Numbers are written with 9 significant digits, enough for any float; a timestamp needs its
- * microseconds. */
+ * microseconds, and virtual time all of a double's digits (tests compare it to the model's
+ * formula). */
 static const struct {
     const char *name;
     hs_metrics_kind kind;
@@ -60,6 +61,8 @@ static const struct {
     [HS_MF_WAITS] = {"waits", HS_MK_INT},
     [HS_MF_ROUNDS_MIN] = {"rounds_min", HS_MK_INT},
     [HS_MF_ROUNDS_MAX] = {"rounds_max", HS_MK_INT},
+    [HS_MF_VTIME] = {"vtime", HS_MK_NUM, "%.17g"},
+    [HS_MF_VTIME_DDP] = {"vtime_ddp", HS_MK_NUM, "%.17g"},
 };
 
 const char *hs_metrics_field_name(int f) {
