@@ -12,10 +12,11 @@
  * heartbeat at least every 3/8 of it, and in a partition every link falls silent at once, so
  * the stale ones stop voting before the first of them is declared dead; a joiner's connection
  * that waits for its WELCOME (it asked to join on it just now) counts too, or the sequencer of
- * a job that admits several peers at once would be cut off until the last WELCOME went out. Members that left with
- * BYE do not vote (they agreed to go), nor do members whose port refused a connection (their
- * process is gone: it trains in no group). The sequencer names the agreed list in its QUORUM
- * heartbeats, so that a peer that takes over as sequencer starts from a recent one.
+ * a job that admits several peers at once would be cut off until the last WELCOME went out.
+ * Members that left with BYE do not vote (they agreed to go), nor do members whose port refused
+ * a connection (their process is gone: it trains in no group). The sequencer names the agreed
+ * list in its QUORUM heartbeats, so that a peer that takes over as sequencer starts from a
+ * recent one.
  *
  * Each peer is in one of three states (loop thread; hs_net_in_job reads the outcome):
  *

@@ -568,6 +568,34 @@ static void test_joiners_being_welcomed_are_reached(void **state) {
     hs__mb_free(&mb);
 }
 
+/* A job restarted at round 10 whose peers wait for 3 members before their first round: the
+ * lists that admit them take effect at round 10 itself (nobody can be past it), and once a
+ * list of 3 was held, changes keep their margin (members train). Without the hold, 14. */
+static void test_held_start_needs_no_margin(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    for (int hold = 0; hold <= 3; hold += 3) {
+        start(&mb, &f, 1);
+        cfg.hold_members = hold;
+        f.round = 10;
+        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        connect(&mb, &f, 1, 10);
+        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        connect(&mb, &f, 2, 10);
+        hs__mb_request_join(&mb, 3, 0, "127.0.0.1:7103");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 14);
+        hs__mb_free(&mb);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -580,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_own_sleep_not_counted),
         cmocka_unit_test(test_sequencer_bye_is_a_handover),
         cmocka_unit_test(test_joiners_being_welcomed_are_reached),
+        cmocka_unit_test(test_held_start_needs_no_margin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
