@@ -82,7 +82,7 @@ int hs__lview_scan(const char *dir, hs__lview_peer *pv, int *npv, int cap) {
             memset(p, 0, sizeof(*p));
             snprintf(p->file, sizeof(p->file), "%s", path);
             p->id = atoi(e->d_name + 5);
-            p->acc = p->loss = p->consensus = p->final_acc = NAN;
+            p->acc = p->loss = p->epoch = p->consensus = p->final_acc = NAN;
         }
         closedir(d);
     }
@@ -126,8 +126,12 @@ int hs__lview_draw(const hs__lview_peer *pv, int npv, int n, int running, int tt
             char acc[16] = "-";
             double a = p->done && !isnan(p->final_acc) ? p->final_acc : p->acc;
             if (!isnan(a)) snprintf(acc, sizeof(acc), "%.2f%%", 100 * a);
-            printf("\033[K%-6d %8.0f %7.2f %8.4f %9s %9.2f %9.1f %11.3g%s\n", p->id, p->round,
-                   p->epoch, p->loss, acc, p->mb, p->rate, p->consensus,
+            /* A node API job reports no epoch or loss (the script owns its training). */
+            char epoch[16] = "-", loss[16] = "-";
+            if (!isnan(p->epoch)) snprintf(epoch, sizeof(epoch), "%.2f", p->epoch);
+            if (!isnan(p->loss)) snprintf(loss, sizeof(loss), "%.4f", p->loss);
+            printf("\033[K%-6d %8.0f %7s %8s %9s %9.2f %9.1f %11.3g%s\n", p->id, p->round, epoch,
+                   loss, acc, p->mb, p->rate, p->consensus,
                    p->diverged ? "  diverged" : p->done ? "  done" : "");
             lines++;
         }
