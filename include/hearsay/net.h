@@ -106,6 +106,11 @@ typedef struct hs_net_config {
                                  the highest known round (default 4) */
     int change_delay_ms;      /* ... and at least this long, at the observed round rate
                                  (default 300) */
+    int hold_members;         /* the application runs no round until the member list has this
+                                 many members (hs_net_wait_members), nor does any member: until
+                                 a list this peer holds has, changes it commits take effect at
+                                 the highest known round itself, so a resumed job goes on from
+                                 its round (default 0: none) */
     int sock_buf;             /* SO_SNDBUF/SO_RCVBUF on every connection; 0 = OS default */
 
     /* Emulation of an outgoing link: a link_emulate entry for the peer if any, else the

@@ -119,8 +119,8 @@ void hs_node_free(hs_node *n); /* accepts NULL */
  * a checkpoint-dir checkpoint holds (the vector, the local step count, the algorithm's state,
  * the job's end round, the members). A node made with the options checkpoint-dir DIR and
  * resume 1 continues from it: the vector is written into x at hs_node_start and the job runs
- * to the saved end from that round (or, when the restarted peers wait for each other, from the
- * round at which their member list is in force, a few rounds later); as for every resume,
+ * to the saved end from that round (when the restarted peers wait for each other, the member
+ * list that admits them is in force from it: hs_net_config.hold_members); as for every resume,
  * neighbours send each other full replicas at the first round. Returns 0, HS_EINVAL before
  * hs_node_start, HS_EIO. */
 int hs_node_checkpoint(hs_node *n, const char *dir);

@@ -3,15 +3,12 @@
  * every peer's metrics and log, a summary and plots at the end. Ctrl-C stops every peer
  * cleanly (each finishes its round and leaves); a peer that dies is reported with its exit
  * status and the end of its log; the exit status says whether every peer succeeded. */
-#include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,9 +16,10 @@
 #include "cli/launch_config.h"
 #include "cli/precheck.h"
 #include "cli/launch_script.h"
+#include "cli/launch_view.h"
+#include "cli/rundir.h"
 #include "cli/runopts.h"
 #include "hearsay/error.h"
-#include "hs_config.h"
 
 /* Keys of launch's own options: above those of `hearsay run` (256..) and below the shared ones
  * (512..), since all three tables are parsed together. */
@@ -148,170 +146,12 @@ static int handle(void *ctx, int key, const char *v) {
     return v ? pass(a, v) : 0;
 }
 
-/* ---------------------------------------------------------------- the live view */
-
-typedef struct peer_view {
-    char file[512];
-    long off;
-    int id;
-    double round, epoch, loss, acc, mb, rate, consensus, time;
-    int done, diverged;
-    double final_acc, diverged_round;
-    long long bytes;
-    char reason[400], advice[256];
-} peer_view;
-
 typedef struct proc {
     pid_t pid;
     int rank;
     int exited, status;
     char log[4096];
 } proc;
-
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
-/* Reads the lines appended to one metrics file since the last call. */
-static void follow(peer_view *p) {
-    FILE *f = fopen(p->file, "r");
-    if (!f) return;
-    if (fseek(f, p->off, SEEK_SET) != 0) {
-        fclose(f);
-        return;
-    }
-    char line[8192];
-    while (fgets(line, sizeof(line), f)) {
-        size_t len = strlen(line);
-        if (!len || line[len - 1] != '\n') break; /* a line being written: read it next time */
-        p->off += (long)len;
-        cJSON *o = cJSON_Parse(line);
-        if (!o) continue;
-        double v;
-        if (!isnan(v = num(o, "peer"))) p->id = (int)v;
-        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
-        if (cJSON_IsString(ev)) {
-            p->done = 1;
-            if (!strcmp(ev->valuestring, "diverged")) {
-                const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "reason");
-                const cJSON *adv = cJSON_GetObjectItemCaseSensitive(o, "advice");
-                p->diverged = 1;
-                p->diverged_round = num(o, "round");
-                snprintf(p->reason, sizeof(p->reason), "%s",
-                         cJSON_IsString(why) ? why->valuestring : "no reason given");
-                snprintf(p->advice, sizeof(p->advice), "%s",
-                         cJSON_IsString(adv) ? adv->valuestring : "");
-            }
-            p->final_acc = num(o, "test_acc");
-            if (!isnan(v = num(o, "bytes_sent"))) p->bytes = (long long)v;
-        } else {
-            if (!isnan(v = num(o, "round"))) p->round = v;
-            if (!isnan(v = num(o, "epoch"))) p->epoch = v;
-            if (!isnan(v = num(o, "loss"))) p->loss = v;
-            if (!isnan(v = num(o, "test_acc"))) p->acc = v;
-            if (!isnan(v = num(o, "bytes_sent"))) {
-                p->mb = v / 1e6;
-                p->bytes = (long long)v;
-            }
-            if (!isnan(v = num(o, "rounds_per_s"))) p->rate = v;
-            if (!isnan(v = num(o, "consensus"))) p->consensus = v;
-            if (!isnan(v = num(o, "time"))) p->time = v;
-        }
-        cJSON_Delete(o);
-    }
-    fclose(f);
-}
-
-/* Finds metrics files that appeared (peer-ID.jsonl) and follows every file. */
-static int scan(const char *dir, peer_view *pv, int *npv, int cap) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strncmp(e->d_name, "peer-", 5) || !strstr(e->d_name, ".jsonl")) continue;
-            char path[512];
-            if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
-            int known = 0;
-            for (int i = 0; i < *npv && !known; i++) known = !strcmp(pv[i].file, path);
-            if (known || *npv >= cap) continue;
-            peer_view *p = &pv[(*npv)++];
-            memset(p, 0, sizeof(*p));
-            snprintf(p->file, sizeof(p->file), "%s", path);
-            p->id = atoi(e->d_name + 5);
-            p->acc = p->loss = p->consensus = p->final_acc = NAN;
-        }
-        closedir(d);
-    }
-    for (int i = 0; i < *npv; i++) follow(&pv[i]);
-    /* By id, for a stable table. */
-    for (int i = 0; i < *npv; i++)
-        for (int j = i + 1; j < *npv; j++)
-            if (pv[j].id < pv[i].id) {
-                peer_view t = pv[i];
-                pv[i] = pv[j];
-                pv[j] = t;
-            }
-    return 0;
-}
-
-/* running: peer processes still alive, so that a death shows at once (a dead peer's metrics
- * file stays, and used to count as reporting). */
-static int draw(const peer_view *pv, int npv, int n, int running, int tty, int drawn,
-                double wall) {
-    if (tty && drawn) printf("\033[%dA", drawn);
-    int lines = 0;
-    double acc_sum = 0, acc_min = 1, cons = 0, mb = 0;
-    int nacc = 0, ncons = 0;
-    for (int i = 0; i < npv; i++) {
-        double a = pv[i].done && !isnan(pv[i].final_acc) ? pv[i].final_acc : pv[i].acc;
-        if (!isnan(a)) {
-            acc_sum += a;
-            acc_min = a < acc_min ? a : acc_min;
-            nacc++;
-        }
-        if (!isnan(pv[i].consensus)) {
-            cons += pv[i].consensus;
-            ncons++;
-        }
-        mb += pv[i].mb;
-    }
-    if (tty) {
-        printf("\033[K%-6s %8s %7s %8s %9s %9s %9s %11s\n", "peer", "round", "epoch", "loss",
-               "test acc", "MB sent", "rounds/s", "consensus");
-        lines++;
-        for (int i = 0; i < npv; i++) {
-            const peer_view *p = &pv[i];
-            char acc[16] = "-";
-            double a = p->done && !isnan(p->final_acc) ? p->final_acc : p->acc;
-            if (!isnan(a)) snprintf(acc, sizeof(acc), "%.2f%%", 100 * a);
-            printf("\033[K%-6d %8.0f %7.2f %8.4f %9s %9.2f %9.1f %11.3g%s\n", p->id, p->round,
-                   p->epoch, p->loss, acc, p->mb, p->rate, p->consensus,
-                   p->diverged ? "  diverged" : p->done ? "  done" : "");
-            lines++;
-        }
-        char accs[64] = "test acc -";
-        if (nacc)
-            snprintf(accs, sizeof(accs), "test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc,
-                     100 * acc_min);
-        printf("\033[K%d/%d peers running, %d reporting; %s; mean consensus %.3g; %.1f MB sent; "
-               "%.0f s\n",
-               running, n, npv, accs, ncons ? cons / ncons : NAN, mb, wall);
-        lines++;
-    } else {
-        double round = 0;
-        for (int i = 0; i < npv; i++) round = pv[i].round > round ? pv[i].round : round;
-        printf("[%.0f s] %d/%d peers running, round %.0f", wall, running, n, round);
-        if (nacc) printf(", test acc mean %.2f%% min %.2f%%", 100 * acc_sum / nacc, 100 * acc_min);
-        printf(", consensus %.3g, %.1f MB sent", ncons ? cons / ncons : NAN, mb);
-        int div = 0;
-        for (int i = 0; i < npv; i++) div += pv[i].diverged;
-        if (div) printf(", %d diverged", div);
-        printf("\n");
-    }
-    fflush(stdout);
-    return lines;
-}
 
 /* ---------------------------------------------------------------- processes */
 
@@ -331,54 +171,6 @@ static void log_tail(const char *path, int lines) {
     fclose(f);
     int from = n > lines ? n - lines : 0;
     for (int i = from; i < n; i++) fprintf(stderr, "    %s", buf[i % 64]);
-}
-
-static int write_secret(const char *path) {
-    unsigned char b[32];
-    int fd = open("/dev/urandom", O_RDONLY);
-    if (fd < 0 || read(fd, b, sizeof(b)) != (ssize_t)sizeof(b)) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return -1;
-    char hex[65];
-    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", b[i]);
-    hex[64] = '\n';
-    int ok = write(fd, hex, 65) == 65;
-    close(fd);
-    return ok ? 0 : -1;
-}
-
-static int mkdirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* The plotting script: from the environment, the source tree, or beside the binary. */
-static int find_plot(char *out, size_t cap) {
-    const char *env = getenv("HEARSAY_PLOT");
-    if (env && access(env, X_OK) == 0) return snprintf(out, cap, "%s", env), 0;
-    snprintf(out, cap, "%s/tools/plot", HS_SOURCE_ROOT);
-    if (access(out, X_OK) == 0) return 0;
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(out, cap, "%.3000s/../tools/plot", exe);
-        if (access(out, X_OK) == 0) return 0;
-    }
-    return -1;
 }
 
 int hs_cmd_launch(int argc, char **argv) {
@@ -443,28 +235,14 @@ int hs_cmd_launch(int argc, char **argv) {
                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                  hs_algo_kind_name(a.ro.algo.kind), a.n);
     }
-    if (strlen(a.runs_dir) > 2500)
-        return -hs_cli_usage_error("--runs-dir %s: path too long", a.runs_dir);
-    if (mkdirs(a.runs_dir) != 0)
-        return -hs_cli_usage_error("cannot create %s: %s", a.runs_dir, strerror(errno));
-    /* mkdir is the claim: of two launches started in the same second (or given the same
-     * --name), exactly one gets a directory; a generated name takes the next suffix, a chosen
-     * one is refused rather than shared. The name is also the run id of the peers. */
-    for (int k = 1;; k++) {
-        if (k == 1) snprintf(name, sizeof(name), "%s", base);
-        else snprintf(name, sizeof(name), "%s-%d", base, k);
-        snprintf(dir, sizeof(dir), "%s/%s", a.runs_dir, name);
-        if (mkdir(dir, 0755) == 0) break;
-        if (errno != EEXIST || k >= 1000)
-            return -hs_cli_usage_error("cannot create %s: %s", dir, strerror(errno));
-        if (a.name)
-            return -hs_cli_usage_error("run directory %s exists already (choose another --name)",
-                                       dir);
-    }
+    /* The name is also the run id of the peers. */
+    if ((rc = hs__cli_claim_run_dir(a.runs_dir, base, a.name != NULL, name, sizeof(name), dir,
+                                    sizeof(dir))) < 0)
+        return -rc;
     char secret[4096] = "";
     if (!a.insecure && !a.certs && !a.secret) {
         snprintf(secret, sizeof(secret), "%s/secret", dir);
-        if (write_secret(secret) != 0) {
+        if (hs__cli_write_secret(secret) != 0) {
             fprintf(stderr, "hearsay launch: cannot write %s: %s\n", secret, strerror(errno));
             return HS_EXIT_FAIL;
         }
@@ -490,7 +268,7 @@ int hs_cmd_launch(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     proc *ps = calloc((size_t)a.n, sizeof(proc));
-    peer_view *pv = calloc((size_t)a.n * 2, sizeof(peer_view));
+    hs__lview_peer *pv = calloc((size_t)a.n * 2, sizeof(hs__lview_peer));
     if (!ps || !pv) return HS_EXIT_FAIL;
     char nbuf[16], rbuf[16], rv[4096], metrics[4096];
     snprintf(nbuf, sizeof(nbuf), "%d", a.n);
@@ -619,16 +397,16 @@ int hs_cmd_launch(int argc, char **argv) {
         }
         double now = hs_cli_now();
         if (now - last_draw >= (tty ? a.refresh : 10 * a.refresh) || alive == 0) {
-            scan(dir, pv, &npv, a.n * 2);
+            hs__lview_scan(dir, pv, &npv, a.n * 2);
             if (!tty && alive == 0) break;
-            drawn = draw(pv, npv, a.n, alive, tty, drawn, now - t0);
+            drawn = hs__lview_draw(pv, npv, a.n, alive, tty, drawn, now - t0);
             last_draw = now;
         }
         if (alive > 0) usleep(50 * 1000);
     }
     double wall = hs_cli_now() - t0;
-    scan(dir, pv, &npv, a.n * 2);
-    if (tty) drawn = draw(pv, npv, a.n, alive, tty, drawn, wall);
+    hs__lview_scan(dir, pv, &npv, a.n * 2);
+    if (tty) drawn = hs__lview_draw(pv, npv, a.n, alive, tty, drawn, wall);
     /* The accuracy is that of the peers that finished (their final report); a peer that died
      * holds a model the job left behind, listed apart, never averaged in. */
     double sum = 0, mn = 1, mx = 0;
@@ -684,19 +462,7 @@ int hs_cmd_launch(int argc, char **argv) {
         if (advice) fprintf(out, "to fix: %s\n", advice);
     }
     if (f) fclose(f);
-    if (!a.no_plot && npv > 0) {
-        char plot[4096];
-        if (find_plot(plot, sizeof(plot)) != 0) {
-            printf("hearsay launch: no plots (tools/plot not found; set HEARSAY_PLOT)\n");
-        } else if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-            printf("hearsay launch: no plots (gnuplot is not installed: apt-get install gnuplot-nox)\n");
-        } else {
-            char cmd[9000];
-            snprintf(cmd, sizeof(cmd), "'%s' '%s' >/dev/null 2>&1", plot, dir);
-            if (system(cmd) == 0) printf("plots: %s/plots/\n", dir);
-            else printf("hearsay launch: plotting failed (%s %s)\n", plot, dir);
-        }
-    }
+    if (!a.no_plot && npv > 0) hs__lview_plot(dir);
     fflush(stdout);
     free(ps);
     free(pv);

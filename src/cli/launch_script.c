@@ -1,9 +1,10 @@
 /* hearsay launch [options] -- COMMAND...: N copies of the user's own program (a Python training
  * script using hearsay.Node or hearsay.torch), each told its place the way torchrun tells it
  * (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) plus a generated run secret, with one run
- * directory for their logs and metrics. Ctrl-C (or SIGTERM) is passed to every copy, which
- * stops it; a copy that has not exited after --grace seconds is killed. The exit status is 0
- * only when every copy exited 0. */
+ * directory for their logs and metrics, the live view of the nodes' metrics and plots at the
+ * end (launch_view.c, as for `hearsay launch` of peers). Ctrl-C (or SIGTERM) is passed to
+ * every copy, which stops it; a copy that has not exited after --grace seconds is killed. The
+ * exit status is 0 only when every copy exited 0. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,9 +21,10 @@
 
 #include "cli/cli.h"
 #include "cli/launch_script.h"
+#include "cli/launch_view.h"
 #include "cli/rundir.h"
 
-enum { S_N = 'n', S_NAME = 256, S_RUNS_DIR, S_MASTER, S_GRACE };
+enum { S_N = 'n', S_NAME = 256, S_RUNS_DIR, S_MASTER, S_GRACE, S_REFRESH, S_NO_PLOT };
 
 static const hs_cli_opt script_opts[] = {
     {"peers", S_N, "N", "number of processes (default: 2)"},
@@ -34,13 +36,17 @@ static const hs_cli_opt script_opts[] = {
      "address rank 0 listens on, as MASTER_ADDR (default: 127.0.0.1)"},
     {"grace", S_GRACE, "S",
      "seconds the processes have to stop after Ctrl-C before they are killed (default: 10)"},
+    {"refresh", S_REFRESH, "S",
+     "live view refresh period on a terminal; a line every 10x that in a log (default: 1)"},
+    {"no-plot", S_NO_PLOT, NULL, "do not plot the nodes' metrics at the end"},
     {NULL, 0, NULL, NULL},
 };
 
 typedef struct script_args {
     int n;
     const char *name, *runs_dir, *master;
-    double grace;
+    double grace, refresh;
+    int no_plot;
 } script_args;
 
 static int handle(void *ctx, int key, const char *v) {
@@ -60,6 +66,8 @@ static int handle(void *ctx, int key, const char *v) {
         return 0;
     }
     case S_GRACE: return hs_cli_double("--grace", v, 0.1, 3600, &a->grace);
+    case S_REFRESH: return hs_cli_double("--refresh", v, 0.05, 3600, &a->refresh);
+    case S_NO_PLOT: a->no_plot = 1; return 0;
     }
     return hs_cli_usage_error("internal: unhandled option %d", key);
 }
@@ -143,16 +151,20 @@ typedef struct child {
     int status, exited;
 } child;
 
-/* Waits for every child; on a stop signal passes it to each one's process group (the script
- * and whatever it started), and kills the groups still there after the grace period. */
-static void supervise(child *ps, int n, double grace) {
-    int alive = 0;
+/* Waits for every child, drawing the live view from the nodes' metrics files in dir; on a stop
+ * signal passes it to each one's process group (the script and whatever it started), and
+ * kills the groups still there after the grace period. */
+static void supervise(child *ps, const script_args *a, const char *dir, hs__lview_peer *pv,
+                      int *npv) {
+    int n = a->n, alive = 0, tty = isatty(STDOUT_FILENO), drawn = 0;
+    double grace = a->grace;
     for (int i = 0; i < n; i++) alive += ps[i].pid > 0;
-    double stop_sent = 0;
+    double stop_sent = 0, t0 = hs_cli_now(), last_draw = t0;
     while (alive > 0) {
         if (interrupted && stop_sent == 0) {
             printf("\nhearsay launch: stopping every process...\n");
             fflush(stdout);
+            drawn = 0;
             for (int i = 0; i < n; i++)
                 if (ps[i].pid > 0 && !ps[i].exited) kill(-ps[i].pid, stop_signal ? stop_signal : SIGINT);
             stop_sent = hs_cli_now();
@@ -174,26 +186,38 @@ static void supervise(child *ps, int n, double grace) {
                     ps[i].exited = 1;
                     ps[i].status = st;
                     alive--;
-                    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !interrupted)
+                    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !interrupted) {
+                        if (tty && drawn) printf("\n");
+                        drawn = 0;
                         fprintf(stderr, "hearsay launch: rank %d (pid %d) %s %d\n", i, (int)w,
                                 WIFEXITED(st) ? "exited with status" : "was killed by signal",
                                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                    }
                 }
+        double now = hs_cli_now();
+        if (alive > 0 && now - last_draw >= (tty ? a->refresh : 10 * a->refresh)) {
+            hs__lview_scan(dir, pv, npv, 2 * n);
+            drawn = hs__lview_draw(pv, *npv, n, alive, tty, drawn, now - t0);
+            last_draw = now;
+        }
         if (alive > 0) usleep(50 * 1000);
     }
+    hs__lview_scan(dir, pv, npv, 2 * n);
+    if (tty && *npv) hs__lview_draw(pv, *npv, n, 0, tty, drawn, hs_cli_now() - t0);
 }
 
 int hs__cmd_launch_script(int argc, char **argv) {
     int dd = hs__launch_script_wanted(argc, argv);
-    script_args a = {.n = 2, .runs_dir = "runs", .master = "127.0.0.1", .grace = 10};
+    script_args a = {.n = 2, .runs_dir = "runs", .master = "127.0.0.1", .grace = 10, .refresh = 1};
     const hs_cli_opt *const tables[] = {script_opts, NULL};
     int rc = hs_cli_parse(dd, argv, "launch", "[options] -- COMMAND [ARG...]",
                           "Start N copies of COMMAND (a training script using hearsay.Node or "
                           "hearsay.torch) on this machine, as torchrun would: each gets RANK, "
                           "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
                           "and HEARSAY_SECRET_FILE (a generated run secret), HEARSAY_RUN_ID, "
-                          "HEARSAY_RUN_DIR and HEARSAY_METRICS (the nodes' metrics files). Each "
-                          "one's output goes to RUN_DIR/rank-R.log. Ctrl-C stops them all. Exit "
+                          "HEARSAY_RUN_DIR and HEARSAY_METRICS (the nodes' metrics files, shown "
+                          "live and plotted at the end). Each one's output goes to "
+                          "RUN_DIR/rank-R.log. Ctrl-C stops them all. Exit "
                           "status: 0 when every copy exited 0, 130 after Ctrl-C, 1 otherwise.",
                           tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
@@ -219,7 +243,13 @@ int hs__cmd_launch_script(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     child *ps = calloc((size_t)a.n, sizeof(child));
-    if (!ps) return HS_EXIT_FAIL;
+    hs__lview_peer *pv = calloc((size_t)a.n * 2, sizeof(hs__lview_peer));
+    int npv = 0;
+    if (!ps || !pv) {
+        free(ps);
+        free(pv);
+        return HS_EXIT_FAIL;
+    }
     printf("hearsay launch: %d copies of %s, MASTER_ADDR %s, MASTER_PORT %d, run directory %s\n",
            a.n, cmd[0], a.master, port, dir);
     fflush(stdout);
@@ -240,7 +270,7 @@ int hs__cmd_launch_script(int argc, char **argv) {
         setpgid(pid, pid); /* whichever of the two runs first */
         ps[i].pid = pid;
     }
-    supervise(ps, a.n, a.grace);
+    supervise(ps, &a, dir, pv, &npv);
     int failed = 0;
     snprintf(log, sizeof(log), "%s/summary.txt", dir);
     FILE *f = fopen(log, "w");
@@ -255,7 +285,9 @@ int hs__cmd_launch_script(int argc, char **argv) {
     if (f) fclose(f);
     printf("hearsay launch: %d of %d exited 0%s; logs and metrics in %s\n", a.n - failed, a.n,
            interrupted ? " (interrupted)" : "", dir);
+    if (!a.no_plot && npv > 0) hs__lview_plot(dir);
     free(ps);
+    free(pv);
     if (interrupted) return HS_EXIT_SIGINT;
     return failed ? HS_EXIT_FAIL : HS_EXIT_OK;
 }

@@ -63,7 +63,10 @@ void hs__mb_peer_dead(hs__mb *mb, hs__mpeer *p, const char *fmt, ...) {
         mb->env->close(mb->ctx, p->dialing, HS_ECANCELED, 0, HS_LOG_DEBUG, "peer declared dead");
     if (!p->member)
         return;
+    uint32_t was_sequencer = mb->sequencer;
     hs__mb_update_sequencer(mb);
+    if (left && p->id == was_sequencer)
+        hs__q_handover(mb);
     if (mb->is_sequencer) {
         hs__mb_remove(mb, p->id);
     } else {

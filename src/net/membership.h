@@ -114,6 +114,7 @@ typedef struct hs__mb {
     uint32_t sequencer;
     int is_sequencer;
     hs__mview *agreed; /* the newest list known to be held by a majority of the one before */
+    uint64_t handover_until_us; /* the sequencer left with BYE: in the job on its word till then */
 
     /* sequencer */
     hs__join_req *joins;
@@ -191,6 +192,8 @@ void hs__mb_tick(hs__mb *mb, uint64_t now_us);
 int hs__q_majority(hs__mb *mb);
 /* Recomputes in job / cut off, logs a change, tells connected peers this peer's status. */
 void hs__q_update(hs__mb *mb);
+/* The sequencer said BYE (failure.c, after electing its successor): a handover, not a loss. */
+void hs__q_handover(hs__mb *mb);
 /* A QUORUM heartbeat from p (peer `from`). */
 void hs__q_on_status(hs__mb *mb, hs__mpeer *p, uint32_t from, const hs__heartbeat *hb);
 void hs__q_on_open(hs__mpeer *p);

@@ -59,14 +59,21 @@ static void leave_step(hs_net *net, uint64_t now) {
                     busy->remote, busy->ctlq.bytes + (busy->peer ? busy->peer->outq.bytes : 0),
                     busy->nwrites);
         net->leave_closing = busy ? -1 : 1;
+        /* Only unsent DATA is a loss to the job: membership reports (a SUSPECT for a member
+         * that left, queued for a successor sequencer not connected yet at the end of a job)
+         * concern a job this peer is leaving. */
         for (int i = 0; i < net->mb.n_peers; i++) {
             hs__peer *p = hs__peer_of(net->mb.peers[i]);
+            size_t data = 0;
+            for (const hs__frame *f = p->outq.head; f; f = f->next)
+                data += f->type == HS__T_DATA;
             if (p->outq.head)
-                HS_LOGW("leave: %zu frames for peer %u not sent (connection %s)", p->outq.n,
-                        p->m.id,
-                        !p->m.conn                       ? "none"
-                        : p->m.conn->state == HS__C_OPEN ? "open"
-                                                         : "not open");
+                hs_log(data ? HS_LOG_WARN : HS_LOG_DEBUG,
+                       "leave: %zu frames (%zu of data) for peer %u not sent (connection %s)",
+                       p->outq.n, data, p->m.id,
+                       !p->m.conn                       ? "none"
+                       : p->m.conn->state == HS__C_OPEN ? "open"
+                                                        : "not open");
         }
         /* Close each connection the polite way (shutdown, then wait for the other side's end
          * of stream): a socket closed with unread input is reset, and a reset can destroy the

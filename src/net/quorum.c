@@ -10,10 +10,13 @@
  * never shrinks its way to a "majority" of itself. Reaching a member means an authenticated
  * connection on which something arrived within 3/4 of the peer timeout: an idle link carries a
  * heartbeat at least every 3/8 of it, and in a partition every link falls silent at once, so
- * the stale ones stop voting before the first of them is declared dead. Members that left with
- * BYE do not vote (they agreed to go), nor do members whose port refused a connection (their
- * process is gone: it trains in no group). The sequencer names the agreed list in its QUORUM
- * heartbeats, so that a peer that takes over as sequencer starts from a recent one.
+ * the stale ones stop voting before the first of them is declared dead; a joiner's connection
+ * that waits for its WELCOME (it asked to join on it just now) counts too, or the sequencer of
+ * a job that admits several peers at once would be cut off until the last WELCOME went out.
+ * Members that left with BYE do not vote (they agreed to go), nor do members whose port refused
+ * a connection (their process is gone: it trains in no group). The sequencer names the agreed
+ * list in its QUORUM heartbeats, so that a peer that takes over as sequencer starts from a
+ * recent one.
  *
  * Each peer is in one of three states (loop thread; hs_net_in_job reads the outcome):
  *
@@ -28,7 +31,17 @@
  *            to). Final for this hs_net: the application joins again as a new peer or exits.
  *
  * IN JOB <-> CUT OFF as connections come and go (hs__q_update after every event that can
- * change it, and on every tick); either -> REMOVED. */
+ * change it, and on every tick); either -> REMOVED.
+ *
+ * Handover. A sequencer that says BYE (it finished, as every peer does at the end of a job)
+ * leaves its successor, the next live id, without connections to the members it does not
+ * exchange with, and the members without its word: by the rules above, every one of them would
+ * be cut off until the successor reaches a majority and says so. A peer in the job when its
+ * sequencer says BYE stays in it on the predecessor's word for 3/4 of the peer timeout (the
+ * time a stale link keeps its vote, so a partition is caught no later than before), until the
+ * successor says it reaches a majority (the others) or the time is up (the successor itself,
+ * which dials every member meanwhile, while the others may be finishing their own leave).
+ * Meanwhile it tells nobody it is out. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,8 +73,9 @@ static int count(hs__mb *mb, const hs__mview *mv, uint32_t *got, uint32_t *voter
         (*voters)++;
         if (id == *mb->self)
             *got += !mv || hs__mb_is_member(hs__mb_newest(mb), id);
-        else if (!mv)
-            *got += p && p->conn && !p->dead && now - mb->env->heard_us(mb->ctx, p) < fresh;
+        else if (!mv) /* a joiner's connection counts while its WELCOME goes out on it */
+            *got += p && !p->dead &&
+                    ((p->conn && now - mb->env->heard_us(mb->ctx, p) < fresh) || p->pending_conn);
         else
             *got += p && hs__mb_cmp(p->has_ver, p->has_iss, mv->m.version, mv->m.issuer) >= 0;
     }
@@ -148,6 +162,13 @@ void hs__q_update(hs__mb *mb) {
         hs__mpeer *s = hs__mb_find(mb, mb->sequencer);
         in = s && s->conn && !s->dead && s->says_quorum;
     }
+    /* A member's handover ends with the successor's word; the successor's own lasts its time,
+     * while it dials the members it did not exchange with (and the others finish leaving). */
+    int handover = !removed && mb->env->now_us(mb->ctx) < mb->handover_until_us &&
+                   !(in && !mb->is_sequencer);
+    if (!handover)
+        mb->handover_until_us = 0;
+    in |= handover;
     if (in != was) {
         mb->env->lock(mb->ctx);
         mb->in_job = in;
@@ -169,10 +190,18 @@ void hs__q_update(hs__mb *mb) {
     }
     for (int i = 0; i < mb->n_peers; i++) {
         hs__mpeer *p = mb->peers[i];
-        if (p->conn &&
+        if (p->conn && (seq_ok || !handover) &&
             (p->told_quorum != seq_ok + 1 || (seq_ok && p->told_agreed != mb->agreed->m.version)))
             send_status(mb, p, seq_ok);
     }
+}
+
+void hs__q_handover(hs__mb *mb) {
+    if (!mb->in_job || mb->removed)
+        return;
+    mb->handover_until_us = mb->env->now_us(mb->ctx) + (uint64_t)mb->cfg->peer_timeout_ms * 750;
+    HS_LOGD("the sequencer left: in the job on its word while peer %u takes over",
+            mb->sequencer);
 }
 
 void hs__q_on_status(hs__mb *mb, hs__mpeer *p, uint32_t from, const hs__heartbeat *hb) {

@@ -114,9 +114,14 @@ uint64_t hs__mb_choose_eff(hs__mb *mb) {
         if (p && !p->dead && p->known_round > maxr)
             maxr = p->known_round;
     }
-    uint64_t margin = (uint64_t)mb->cfg->change_rounds;
+    /* The margin lets a list reach every member before they train the round it names; while
+     * every member holds before its first round (none has seen hold_members), none can. */
+    int held = mb->cfg->hold_members > 1;
+    for (int i = 0; held && i < mb->n_sched; i++)
+        held = mb->sched[i]->m.n < (uint32_t)mb->cfg->hold_members;
+    uint64_t margin = held ? 0 : (uint64_t)mb->cfg->change_rounds;
     double by_rate = ceil(mb->round_rate * mb->cfg->change_delay_ms / 1000.0);
-    if (by_rate > (double)margin && by_rate < 1e9)
+    if (!held && by_rate > (double)margin && by_rate < 1e9)
         margin = (uint64_t)by_rate;
     uint64_t eff = maxr + margin;
     if (mv && eff < mv->m.eff_round)

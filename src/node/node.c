@@ -283,6 +283,10 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
+    /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
+     * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
+    if (n->have_ck && !cfg->wait_new_only && cfg->wait_peers > 1)
+        nc->hold_members = cfg->wait_peers;
     const char *run_id = nc->run_id ? nc->run_id : "hearsay";
     n->join_ms = nc->join_timeout_ms > 0 ? nc->join_timeout_ms : HS__NODE_JOIN_TIMEOUT_MS;
     /* The first peer of a job: no address to join, and (with a rank) rank 0. A resumed peer is

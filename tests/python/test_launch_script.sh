@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# hearsay launch -n 2 -- /usr/bin/python3 SCRIPT: the launcher runs 2 copies of a script that
+# hearsay launch -n 4 -- /usr/bin/python3 SCRIPT: the launcher runs 4 copies of a script that
 # uses hearsay.Node with no placement option (they take RANK, WORLD_SIZE, MASTER_ADDR,
 # MASTER_PORT and the run secret from the launcher), exits 0, and leaves the run directory
-# (each rank's log, the nodes' metrics, the secret, summary.txt). Then a job with no end:
+# (each rank's log, the nodes' metrics, the secret, summary.txt); a clean job logs no warning
+# that a peer was cut off from it (at the start several peers join at once, at the end the
+# sequencer leaves before the others: 4 peers on a ring, so the successor is not connected to
+# every member); the nodes' metrics are plotted (when gnuplot is there). Then a job with no
+# end, whose live view (not a terminal: a line every 10 refresh periods) shows both nodes:
 # SIGINT to the launcher stops both copies (they exit on their own, not killed after the
 # grace period) and the launcher exits 130.
 # Usage: test_launch_script.sh HEARSAY (env: HEARSAY_LIB, HS_SOURCE_ROOT)
@@ -12,20 +16,27 @@ source "$here/lib.sh"
 need_python numpy
 hs=$(realpath "$1")
 cd "$tmp"
-timeout 120 "$hs" launch -n 2 --master-addr "$ip" --runs-dir "$tmp/runs" --name ok -- \
-    "$py" "$here/avg_peer.py" --value RANK --expect 0.5 algo=dpsgd rounds=20 >"$tmp/ok.out" 2>&1 ||
+timeout 120 "$hs" launch -n 4 --master-addr "$ip" --runs-dir "$tmp/runs" --name ok -- \
+    "$py" "$here/avg_peer.py" --value RANK --expect 1.5 algo=dpsgd rounds=20 >"$tmp/ok.out" 2>&1 ||
     fail "launch exited $?: $(cat "$tmp/ok.out") $(cat "$tmp"/runs/ok/rank-*.log)"
 run=$tmp/runs/ok
-for r in 0 1; do
+for r in 0 1 2 3; do
     grep -q " rank $r rounds " "$run/rank-$r.log" || fail "rank $r: $(cat "$run/rank-$r.log")"
 done
 [[ -s $run/secret && -s $run/summary.txt ]] || fail "no secret or summary in $run: $(ls "$run")"
-[[ $(ls "$run"/peer-*.jsonl | wc -l) == 2 ]] || fail "not 2 metrics files in $run: $(ls "$run")"
+[[ $(ls "$run"/peer-*.jsonl | wc -l) == 4 ]] || fail "not 4 metrics files in $run: $(ls "$run")"
 grep -q "listening on .*(secret" "$run/rank-0.log" ||
     fail "rank 0 did not use the run secret: $(grep listening "$run/rank-0.log")"
-echo "ok: hearsay launch -n 2 -- python script: exit 0, run directory $(ls "$run" | tr '\n' ' ')"
+! grep -H "cut off" "$run"/rank-*.log || fail "a clean job logged a peer cut off from it"
+if command -v gnuplot >/dev/null; then
+    ls "$run"/plots/*.png >/dev/null 2>&1 || fail "no plots in $run: $(cat "$tmp/ok.out")"
+else
+    grep -q "no plots (gnuplot is not installed" "$tmp/ok.out" || fail "plots: $(cat "$tmp/ok.out")"
+fi
+echo "ok: hearsay launch -n 4 -- python script: exit 0, run directory $(ls "$run" | tr '\n' ' ')"
 
-"$hs" launch -n 2 --master-addr "$ip" --runs-dir "$tmp/runs" --name int --grace 60 -- \
+"$hs" launch -n 2 --master-addr "$ip" --runs-dir "$tmp/runs" --name int --grace 60 \
+    --refresh 0.05 -- \
     "$py" "$here/avg_peer.py" --value RANK --expect 0.5 algo=dpsgd >"$tmp/int.out" 2>&1 &
 launcher=$!
 pids+=($launcher)
@@ -35,6 +46,11 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 [[ $(ls "$run"/peer-*.jsonl 2>/dev/null | wc -l) == 2 ]] || fail "the 2 copies did not start rounds: $(cat "$tmp/int.out")"
+for _ in $(seq 100); do
+    grep -q "2/2 peers running, round [1-9]" "$tmp/int.out" && break
+    sleep 0.1
+done
+grep -q "2/2 peers running, round [1-9]" "$tmp/int.out" || fail "no live view: $(cat "$tmp/int.out")"
 children=$(pgrep -P "$launcher")
 pids+=($children)
 [[ $(echo $children | wc -w) == 2 ]] || fail "expected 2 children, got: $children"

@@ -480,6 +480,122 @@ static void test_own_sleep_not_counted(void **state) {
     hs__mb_free(&mb);
 }
 
+/* The sequencer's BYE at the end of a job is a handover, not a loss: its successor (the next
+ * id) is not connected to the members it does not exchange with yet, yet neither it nor they
+ * are cut off while it takes over, for up to 3/4 of the peer timeout; a successor that never
+ * confirms leaves them cut off after that, as a lost sequencer does. */
+static void test_sequencer_bye_is_a_handover(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    uint64_t fresh = (uint64_t)cfg.peer_timeout_ms * 750;
+    topo = "ring"; /* 0-1-2-3-0: peer 3 exchanges with 0 and 2, peer 1 with 0 and 2 */
+    /* A member: the successor (peer 1) confirms. */
+    start_as(&mb, &f, 4, 3);
+    connect(&mb, &f, 0, 0);
+    connect(&mb, &f, 2, 0);
+    sequencer_ok(&mb);
+    disconnect(&mb, 0, HS_ECONNRESET, 2);
+    assert_true(peer(&mb, 0)->m.left);
+    assert_int_equal(mb.sequencer, 1);
+    assert_true(mb.in_job);
+    ticks(&mb, &f, 3, 2, HS__ID_NONE);
+    assert_true(mb.in_job);
+    connect(&mb, &f, 1, 0);
+    assert_true(mb.in_job);
+    hs__heartbeat hb = {HS__HB_QUORUM, 1, 0, 1, 0};
+    hs__q_on_status(&mb, &peer(&mb, 1)->m, 1, &hb);
+    assert_true(mb.in_job);
+    assert_int_equal(mb.handover_until_us, 0);
+    hs__mb_free(&mb);
+    /* A member: the successor never answers. */
+    start_as(&mb, &f, 4, 3);
+    connect(&mb, &f, 0, 0);
+    connect(&mb, &f, 2, 0);
+    sequencer_ok(&mb);
+    uint64_t t0 = f.now_us;
+    disconnect(&mb, 0, HS_ECONNRESET, 2);
+    while (f.now_us + 100000 < t0 + fresh) {
+        ticks(&mb, &f, 1, 2, HS__ID_NONE);
+        assert_true(mb.in_job);
+    }
+    ticks(&mb, &f, 2, 2, HS__ID_NONE);
+    assert_false(mb.in_job);
+    hs__mb_free(&mb);
+    /* The successor: peers 0 and 2 said BYE; it is in the job before it reaches peer 3, and
+     * says so to peer 3 once connected. */
+    start_as(&mb, &f, 4, 1);
+    connect(&mb, &f, 0, 0);
+    connect(&mb, &f, 2, 0);
+    sequencer_ok(&mb);
+    disconnect(&mb, 0, HS_ECONNRESET, 2);
+    assert_true(mb.is_sequencer);
+    disconnect(&mb, 2, HS_ECONNRESET, 2);
+    assert_true(mb.in_job);
+    int quorums = sent_to(&f, 3, HS__T_HEARTBEAT);
+    connect(&mb, &f, 3, 0);
+    assert_true(hs__q_majority(&mb));
+    assert_true(mb.in_job);
+    assert_true(sent_to(&f, 3, HS__T_HEARTBEAT) > quorums);
+    ticks(&mb, &f, (int)(fresh / 100000) + 2, 3, HS__ID_NONE);
+    assert_true(mb.in_job);
+    assert_int_equal(mb.handover_until_us, 0);
+    hs__mb_free(&mb);
+    topo = "complete";
+}
+
+/* Joiners admitted together count as reached while their WELCOMEs go out one by one: the
+ * sequencer of a job starting with 4 peers is never cut off on the way. */
+static void test_joiners_being_welcomed_are_reached(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 1);
+    for (uint64_t k = 0; k < 3; k++)
+        hs__mb_request_join(&mb, 100 + k, 0, "127.0.0.1:7100");
+    hs__mb_commit(&mb);
+    assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
+    peer(&mb, 2)->m.pending_conn = new_conn(&f);
+    peer(&mb, 3)->m.pending_conn = new_conn(&f);
+    connect(&mb, &f, 1, 0); /* the first WELCOME went out */
+    assert_ptr_equal(mb.agreed, hs__mb_newest(&mb));
+    assert_true(mb.in_job);
+    /* A joiner whose connection closed before its WELCOME does not count. */
+    peer(&mb, 2)->m.pending_conn = NULL;
+    peer(&mb, 3)->m.pending_conn = NULL;
+    hs__q_update(&mb);
+    assert_false(mb.in_job);
+    hs__mb_free(&mb);
+}
+
+/* A job restarted at round 10 whose peers wait for 3 members before their first round: the
+ * lists that admit them take effect at round 10 itself (nobody can be past it), and once a
+ * list of 3 was held, changes keep their margin (members train). Without the hold, 14. */
+static void test_held_start_needs_no_margin(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    for (int hold = 0; hold <= 3; hold += 3) {
+        start(&mb, &f, 1);
+        cfg.hold_members = hold;
+        f.round = 10;
+        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        connect(&mb, &f, 1, 10);
+        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        connect(&mb, &f, 2, 10);
+        hs__mb_request_join(&mb, 3, 0, "127.0.0.1:7103");
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 14);
+        hs__mb_free(&mb);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -490,6 +606,9 @@ int main(void) {
         cmocka_unit_test(test_wrongly_dead_redialled),
         cmocka_unit_test(test_wrongly_dead_redialled_not_needed),
         cmocka_unit_test(test_own_sleep_not_counted),
+        cmocka_unit_test(test_sequencer_bye_is_a_handover),
+        cmocka_unit_test(test_joiners_being_welcomed_are_reached),
+        cmocka_unit_test(test_held_start_needs_no_margin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
