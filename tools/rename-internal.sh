@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 names=(
     hs_cli_double hs_cli_expand_config hs_cli_float hs_cli_help hs_cli_install_signals
     hs_cli_int hs_cli_interrupted hs_cli_long hs_cli_now hs_cli_parse hs_cli_signal hs_cli_u64
-    hs_cli_upper hs_cli_usage_error hs_cli_cmd
+    hs_cli_upper hs_cli_usage_error hs_cli_cmd hs_cli_check_out_path hs_cli_precheck
+    hs_launch_write_config
     hs_cmd_launch hs_cmd_run hs_cmd_sim hs_cmd_topo hs_cmd_train
     hs_log hs_log_quiet hs_log_set_tag
     hs_rng_double hs_rng_gamma hs_rng_init hs_rng_normal hs_rng_shuffle_u32 hs_rng_u32

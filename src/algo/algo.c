@@ -200,7 +200,7 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
         double delta = hs_compressor_delta(a->comp), dp = 0;
         if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->tmp2, &dp)) < 0) goto fail;
         a->cfg.gamma_c = hs_algo_default_gamma_c(delta, dp);
-        /* The CLI prints the value once per process (hs_runopts_choco_step). */
+        /* The CLI prints the value once per process (hs__runopts_choco_step). */
         HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g)", ops->name,
                 (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp);
     }

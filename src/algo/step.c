@@ -52,11 +52,11 @@ float hs_algo_default_gamma_c(double delta, double delta_probe) {
 int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *delta_probe) {
     size_t d = hs_compressor_dim(c);
     hs_rng r;
-    hs_rng_init(&r, PROBE_SEED, HS_RNG_PROBE, 0, 0);
+    hs__rng_init(&r, PROBE_SEED, HS_RNG_PROBE, 0, 0);
     /* Irwin-Hall of order 4: bell-shaped, bounded, from additions only. */
     for (size_t k = 0; k < d; k++)
-        v[k] = (float)((hs_rng_double(&r) + hs_rng_double(&r)) +
-                       (hs_rng_double(&r) + hs_rng_double(&r)) - 2.0);
+        v[k] = (float)((hs__rng_double(&r) + hs__rng_double(&r)) +
+                       (hs__rng_double(&r) + hs__rng_double(&r)) - 2.0);
     int err = hs_compress_apply(c, v, d, 0, 0, out);
     if (err < 0) return hs__err_prefix(err, "consensus step: probing %s", hs_compressor_name(c));
     double e = 0, n = 0;

@@ -11,11 +11,11 @@
 
 #include "cli/cli.h"
 
-const char *hs_cli_cmd = "";
+const char *hs__cli_cmd = "";
 
-int hs_cli_usage_error(const char *fmt, ...) {
+int hs__cli_usage_error(const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "hearsay %s: ", hs_cli_cmd);
+    fprintf(stderr, "hearsay %s: ", hs__cli_cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -23,7 +23,7 @@ int hs_cli_usage_error(const char *fmt, ...) {
     return -HS_EXIT_USAGE;
 }
 
-void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summary,
+void hs__cli_help(FILE *f, const char *cmd, const char *usage, const char *summary,
                  const hs_cli_opt *const *tables) {
     fprintf(f, "usage: hearsay %s %s\n\n%s\n\noptions:\n", cmd, usage, summary);
     for (int t = 0; tables[t]; t++)
@@ -46,7 +46,7 @@ void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summar
     fprintf(f, "  %-28s %s\n", "-h, --help", "print this help and exit");
 }
 
-int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, const char *summary,
+int hs__cli_parse(int argc, char **argv, const char *cmd, const char *usage, const char *summary,
                  const hs_cli_opt *const *tables, hs_cli_handler handle, void *ctx,
                  const char **pos, int max_pos, int *npos) {
     int n = 0;
@@ -55,7 +55,7 @@ int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, cons
     struct option *lo = calloc((size_t)n + 2, sizeof(*lo));
     char shorts[256] = ":h";
     size_t sl = 2;
-    if (!lo) return hs_cli_usage_error("out of memory");
+    if (!lo) return hs__cli_usage_error("out of memory");
     int k = 0;
     for (int t = 0; tables[t]; t++)
         for (const hs_cli_opt *o = tables[t]; o->name; o++) {
@@ -85,25 +85,25 @@ int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, cons
         int c = getopt_long(argc, argv, spec, lo, &li);
         if (c == -1) break;
         if (c == 'h') {
-            hs_cli_help(stdout, cmd, usage, summary, tables);
+            hs__cli_help(stdout, cmd, usage, summary, tables);
             rc = 1;
             break;
         }
         if (c == '?') {
             if (optopt && optopt < 128 && optopt > 0)
-                rc = hs_cli_usage_error("unknown option '-%c' (see hearsay %s --help)", optopt, cmd);
+                rc = hs__cli_usage_error("unknown option '-%c' (see hearsay %s --help)", optopt, cmd);
             else
-                rc = hs_cli_usage_error("unknown option '%s' (see hearsay %s --help)",
+                rc = hs__cli_usage_error("unknown option '%s' (see hearsay %s --help)",
                                         argv[optind - 1], cmd);
             break;
         }
         if (c == ':') {
-            rc = hs_cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+            rc = hs__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
             break;
         }
         if (c == 1) {
             if (!pos || np >= max_pos) {
-                rc = hs_cli_usage_error("unexpected argument '%s' (see hearsay %s --help)",
+                rc = hs__cli_usage_error("unexpected argument '%s' (see hearsay %s --help)",
                                         optarg, cmd);
                 break;
             }
@@ -118,51 +118,51 @@ int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, cons
     return rc;
 }
 
-int hs_cli_long(const char *flag, const char *s, long min, long max, long *out) {
+int hs__cli_long(const char *flag, const char *s, long min, long max, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (end == s || *end || errno)
-        return hs_cli_usage_error("%s '%s': not an integer", flag, s);
+        return hs__cli_usage_error("%s '%s': not an integer", flag, s);
     if (v < min || v > max)
-        return hs_cli_usage_error("%s %ld: must be in %ld..%ld", flag, v, min, max);
+        return hs__cli_usage_error("%s %ld: must be in %ld..%ld", flag, v, min, max);
     *out = v;
     return 0;
 }
 
-int hs_cli_int(const char *flag, const char *s, int min, int max, int *out) {
+int hs__cli_int(const char *flag, const char *s, int min, int max, int *out) {
     long v = 0;
-    int rc = hs_cli_long(flag, s, min, max, &v);
+    int rc = hs__cli_long(flag, s, min, max, &v);
     if (rc < 0) return rc;
     *out = (int)v;
     return 0;
 }
 
-int hs_cli_u64(const char *flag, const char *s, unsigned long long *out) {
+int hs__cli_u64(const char *flag, const char *s, unsigned long long *out) {
     char *end;
     errno = 0;
-    if (*s == '-') return hs_cli_usage_error("%s '%s': must not be negative", flag, s);
+    if (*s == '-') return hs__cli_usage_error("%s '%s': must not be negative", flag, s);
     unsigned long long v = strtoull(s, &end, 0);
-    if (end == s || *end || errno) return hs_cli_usage_error("%s '%s': not an integer", flag, s);
+    if (end == s || *end || errno) return hs__cli_usage_error("%s '%s': not an integer", flag, s);
     *out = v;
     return 0;
 }
 
-int hs_cli_double(const char *flag, const char *s, double min, double max, double *out) {
+int hs__cli_double(const char *flag, const char *s, double min, double max, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || *end || errno || !isfinite(v))
-        return hs_cli_usage_error("%s '%s': not a finite number", flag, s);
+        return hs__cli_usage_error("%s '%s': not a finite number", flag, s);
     if (v < min || v > max)
-        return hs_cli_usage_error("%s %g: must be in [%g, %g]", flag, v, min, max);
+        return hs__cli_usage_error("%s %g: must be in [%g, %g]", flag, v, min, max);
     *out = v;
     return 0;
 }
 
-int hs_cli_float(const char *flag, const char *s, double min, double max, float *out) {
+int hs__cli_float(const char *flag, const char *s, double min, double max, float *out) {
     double v = 0;
-    int rc = hs_cli_double(flag, s, min, max, &v);
+    int rc = hs__cli_double(flag, s, min, max, &v);
     if (rc < 0) return rc;
     *out = (float)v;
     return 0;
@@ -181,7 +181,7 @@ static void on_signal(int sig) {
     got_signal = sig;
 }
 
-void hs_cli_install_signals(void) {
+void hs__cli_install_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -191,16 +191,16 @@ void hs_cli_install_signals(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int hs_cli_interrupted(void) { return got_signal != 0; }
-int hs_cli_signal(void) { return (int)got_signal; }
+int hs__cli_interrupted(void) { return got_signal != 0; }
+int hs__cli_signal(void) { return (int)got_signal; }
 
-double hs_cli_now(void) {
+double hs__cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void hs_cli_upper(char *out, size_t cap, const char *s) {
+void hs__cli_upper(char *out, size_t cap, const char *s) {
     size_t i = 0;
     for (; cap && i + 1 < cap && s[i]; i++)
         out[i] = (char)(s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i]);

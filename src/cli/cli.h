@@ -29,11 +29,11 @@ typedef struct hs_cli_opt {
  * negative return is passed through. Positional arguments are collected into pos (up to
  * max_pos) when pos is non-NULL. Returns 0 when all went well. */
 typedef int (*hs_cli_handler)(void *ctx, int key, const char *value);
-int hs_cli_parse(int argc, char **argv, const char *cmd, const char *usage, const char *summary,
+int hs__cli_parse(int argc, char **argv, const char *cmd, const char *usage, const char *summary,
                  const hs_cli_opt *const *tables, hs_cli_handler handle, void *ctx,
                  const char **pos, int max_pos, int *npos);
 
-void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summary,
+void hs__cli_help(FILE *f, const char *cmd, const char *usage, const char *summary,
                  const hs_cli_opt *const *tables);
 
 /* --config FILE: finds "--config FILE" (or --config=FILE) in argv, reads FILE (a JSON object
@@ -42,40 +42,40 @@ void hs_cli_help(FILE *f, const char *cmd, const char *usage, const char *summar
  * the file's options, then the other arguments, so that flags on the command line win.
  * Returns 0 (argv untouched when there is no --config) or -HS_EXIT_USAGE with the file and key
  * named. The new argv lives until exit. */
-int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *tables);
+int hs__cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *tables);
 
 /* Value parsers: on failure they print "hearsay CMD: --flag VALUE: reason" and return
  * -HS_EXIT_USAGE. */
-int hs_cli_long(const char *flag, const char *s, long min, long max, long *out);
-int hs_cli_int(const char *flag, const char *s, int min, int max, int *out);
-int hs_cli_u64(const char *flag, const char *s, unsigned long long *out);
-int hs_cli_float(const char *flag, const char *s, double min, double max, float *out);
-int hs_cli_double(const char *flag, const char *s, double min, double max, double *out);
+int hs__cli_long(const char *flag, const char *s, long min, long max, long *out);
+int hs__cli_int(const char *flag, const char *s, int min, int max, int *out);
+int hs__cli_u64(const char *flag, const char *s, unsigned long long *out);
+int hs__cli_float(const char *flag, const char *s, double min, double max, float *out);
+int hs__cli_double(const char *flag, const char *s, double min, double max, double *out);
 
 /* s in capitals into out (cap bytes, truncated): an algorithm's name as the messages write it. */
-void hs_cli_upper(char *out, size_t cap, const char *s);
+void hs__cli_upper(char *out, size_t cap, const char *s);
 
 /* Prints "hearsay CMD: message" to stderr and returns -HS_EXIT_USAGE. */
-int hs_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int hs__cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The subcommand name used in messages ("train"); set by main. */
-extern const char *hs_cli_cmd;
+extern const char *hs__cli_cmd;
 
 /* Ctrl-C handling: the first SIGINT/SIGTERM sets the flag (the work loop stops at the next
  * safe point); a second one exits at once with 130. */
-void hs_cli_install_signals(void);
-int hs_cli_interrupted(void);
+void hs__cli_install_signals(void);
+int hs__cli_interrupted(void);
 /* The signal that set the flag (SIGINT or SIGTERM), 0 if none. */
-int hs_cli_signal(void);
+int hs__cli_signal(void);
 
 /* Seconds on a monotonic clock. */
-double hs_cli_now(void);
+double hs__cli_now(void);
 
 /* Subcommands. Each returns an exit code. */
-int hs_cmd_train(int argc, char **argv);
-int hs_cmd_topo(int argc, char **argv);
-int hs_cmd_sim(int argc, char **argv);
-int hs_cmd_run(int argc, char **argv);
-int hs_cmd_launch(int argc, char **argv);
+int hs__cmd_train(int argc, char **argv);
+int hs__cmd_topo(int argc, char **argv);
+int hs__cmd_sim(int argc, char **argv);
+int hs__cmd_run(int argc, char **argv);
+int hs__cmd_launch(int argc, char **argv);
 
 #endif

@@ -42,13 +42,13 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *tables) {
+int hs__cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *tables) {
     int at = -1;
     const char *path = NULL;
     for (int i = 1; i < *argc; i++) {
         if (!strcmp((*argv)[i], "--")) break;
         if (!strcmp((*argv)[i], "--config")) {
-            if (i + 1 >= *argc) return hs_cli_usage_error("option '--config' needs a value");
+            if (i + 1 >= *argc) return hs__cli_usage_error("option '--config' needs a value");
             at = i;
             path = (*argv)[i + 1];
             break;
@@ -63,27 +63,27 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
     int skip = strchr((*argv)[at], '=') ? 1 : 2;
     size_t len;
     char *text = read_file(path, &len);
-    if (!text) return hs_cli_usage_error("--config %s: %s", path, strerror(errno));
+    if (!text) return hs__cli_usage_error("--config %s: %s", path, strerror(errno));
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return hs_cli_usage_error("--config %s: not a JSON object", path);
+        return hs__cli_usage_error("--config %s: not a JSON object", path);
     }
     int cap = *argc + 2 * cJSON_GetArraySize(root) + 1, n = 0;
     char **out = calloc((size_t)cap, sizeof(char *));
     if (!out) {
         cJSON_Delete(root);
-        return hs_cli_usage_error("out of memory");
+        return hs__cli_usage_error("out of memory");
     }
     out[n++] = (*argv)[0];
     int rc = 0;
     for (cJSON *it = root->child; it && rc == 0; it = it->next) {
         const hs_cli_opt *o = it->string ? find_opt(tables, it->string) : NULL;
         if (!o || !strcmp(it->string, "config")) {
-            rc = hs_cli_usage_error("--config %s: unknown key \"%s\" (keys are the long options of "
+            rc = hs__cli_usage_error("--config %s: unknown key \"%s\" (keys are the long options of "
                                     "hearsay %s --help)", path, it->string ? it->string : "",
-                                    hs_cli_cmd);
+                                    hs__cli_cmd);
             break;
         }
         char opt[128], val[1024];
@@ -91,14 +91,14 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
         if (cJSON_IsNull(it) || cJSON_IsFalse(it)) continue;
         if (!o->arg) {
             if (!cJSON_IsTrue(it))
-                rc = hs_cli_usage_error("--config %s: \"%s\" is a switch: true or false", path, o->name);
+                rc = hs__cli_usage_error("--config %s: \"%s\" is a switch: true or false", path, o->name);
             else
                 out[n++] = xstrdup(opt);
             continue;
         }
         if (cJSON_IsString(it)) {
             if (strlen(it->valuestring) >= sizeof(val)) {
-                rc = hs_cli_usage_error("--config %s: the value of \"%s\" is longer than %zu "
+                rc = hs__cli_usage_error("--config %s: the value of \"%s\" is longer than %zu "
                                         "characters", path, o->name, sizeof(val) - 1);
                 break;
             }
@@ -114,7 +114,7 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
             val[0] = '\0';
             for (cJSON *e = it->child; e && rc == 0; e = e->next) {
                 if (!cJSON_IsNumber(e) && !cJSON_IsString(e)) {
-                    rc = hs_cli_usage_error("--config %s: \"%s\" holds a list of numbers or strings",
+                    rc = hs__cli_usage_error("--config %s: \"%s\" holds a list of numbers or strings",
                                             path, o->name);
                     break;
                 }
@@ -125,13 +125,13 @@ int hs_cli_expand_config(int *argc, char ***argv, const hs_cli_opt *const *table
                             ? snprintf(val + o2, sizeof(val) - o2, "%s%lld", o2 ? "," : "", (long long)dv)
                             : snprintf(val + o2, sizeof(val) - o2, "%s%.17g", o2 ? "," : "", dv);
                 if (w < 0 || (size_t)w >= sizeof(val) - o2) {
-                    rc = hs_cli_usage_error("--config %s: \"%s\" is too long", path, o->name);
+                    rc = hs__cli_usage_error("--config %s: \"%s\" is too long", path, o->name);
                     break;
                 }
                 o2 += (size_t)w;
             }
         } else {
-            rc = hs_cli_usage_error("--config %s: \"%s\" must be a string, a number or a list",
+            rc = hs__cli_usage_error("--config %s: \"%s\" must be a string, a number or a list",
                                     path, o->name);
         }
         if (rc == 0) {

@@ -74,7 +74,7 @@ static int pass(launch_args *a, const char *s) {
     if (a->npass + 1 >= a->cappass) {
         int cap = a->cappass ? 2 * a->cappass : 64;
         char **p = realloc(a->pass, sizeof(char *) * (size_t)cap);
-        if (!p) return hs_cli_usage_error("out of memory");
+        if (!p) return hs__cli_usage_error("out of memory");
         a->pass = p;
         a->cappass = cap;
     }
@@ -92,12 +92,12 @@ static int parse_devices(launch_args *a, const char *v) {
         char tok[16], dev[32];
         hs_device d;
         if (a->ndevices == MAX_DEVICES)
-            return hs_cli_usage_error("--devices %s: more than %d devices", v, MAX_DEVICES);
+            return hs__cli_usage_error("--devices %s: more than %d devices", v, MAX_DEVICES);
         snprintf(tok, sizeof(tok), "%.*s", len < sizeof(tok) ? (int)len : 15, p);
         snprintf(dev, sizeof(dev), "cuda:%s", tok);
         if (len == 0 || len >= sizeof(tok) ||
             hs_device_parse_id(dev, &d, &a->devices[a->ndevices]) < 0)
-            return hs_cli_usage_error("--devices %s: '%.*s' is not a CUDA device number (0..%d)",
+            return hs__cli_usage_error("--devices %s: '%.*s' is not a CUDA device number (0..%d)",
                                       v, (int)len, p, HS_DEVICE_ID_MAX);
         a->ndevices++;
         if (!p[len]) return 0;
@@ -111,23 +111,23 @@ static int handle(void *ctx, int key, const char *v) {
     if (given && a->n_given < (int)(sizeof(a->given) / sizeof(a->given[0])))
         a->given[a->n_given++] = (hs_launch_given){given->name, v};
     switch (key) {
-    case L_N: return hs_cli_int("--peers", v, 1, 1024, &a->n);
+    case L_N: return hs__cli_int("--peers", v, 1, 1024, &a->n);
     case L_NAME:
-        if (!*v || strchr(v, '/')) return hs_cli_usage_error("--name '%s': a plain directory name", v);
+        if (!*v || strchr(v, '/')) return hs__cli_usage_error("--name '%s': a plain directory name", v);
         a->name = v;
         return 0;
     case L_RUNS_DIR: a->runs_dir = v; return 0;
-    case L_REFRESH: return hs_cli_double("--refresh", v, 0.05, 3600, &a->refresh);
+    case L_REFRESH: return hs__cli_double("--refresh", v, 0.05, 3600, &a->refresh);
     case L_NO_PLOT: a->no_plot = 1; return 0;
     case L_DEVICES: return parse_devices(a, v);
     }
     const hs_cli_opt *o = opt_by_key(a->tables, key);
-    if (!o) return hs_cli_usage_error("internal: unhandled option %d", key);
+    if (!o) return hs__cli_usage_error("internal: unhandled option %d", key);
     for (int i = 0; owned[i]; i++)
         if (!strcmp(o->name, owned[i]))
-            return hs_cli_usage_error("--%s is set by hearsay launch for each peer", o->name);
+            return hs__cli_usage_error("--%s is set by hearsay launch for each peer", o->name);
     /* Shared options are checked here, so a typo fails before any process starts. */
-    int rc = hs_runopts_handle(&a->ro, key, v);
+    int rc = hs__runopts_handle(&a->ro, key, v);
     if (rc < 0) return rc;
     /* Stragglers are chosen per peer ("0:4"), not passed to every one; so is the device when
      * --devices is given, which may come later: --device is passed on after parsing. */
@@ -140,7 +140,7 @@ static int handle(void *ctx, int key, const char *v) {
     if (!strcmp(o->name, "ca") || !strcmp(o->name, "cert") || !strcmp(o->name, "key")) a->certs = 1;
     if (!strcmp(o->name, "secret-file")) a->secret = 1;
     char *flag = malloc(strlen(o->name) + 3);
-    if (!flag) return hs_cli_usage_error("out of memory");
+    if (!flag) return hs__cli_usage_error("out of memory");
     sprintf(flag, "--%s", o->name);
     if ((rc = pass(a, flag)) < 0) return rc;
     return v ? pass(a, v) : 0;
@@ -173,14 +173,14 @@ static void log_tail(const char *path, int lines) {
     for (int i = from; i < n; i++) fprintf(stderr, "    %s", buf[i % 64]);
 }
 
-int hs_cmd_launch(int argc, char **argv) {
+int hs__cmd_launch(int argc, char **argv) {
     if (hs__launch_script_wanted(argc, argv)) return hs__cmd_launch_script(argc, argv);
     launch_args a;
     memset(&a, 0, sizeof(a));
     a.n = 8;
     a.runs_dir = "runs";
     a.refresh = 1.0;
-    hs_runopts_default(&a.ro);
+    hs__runopts_default(&a.ro);
     /* The run options the launcher sets itself are neither accepted nor listed in --help. */
     static hs_cli_opt peer_opts[128];
     int np = 0;
@@ -194,9 +194,9 @@ int hs_cmd_launch(int argc, char **argv) {
     peer_opts[np] = (hs_cli_opt){NULL, 0, NULL, NULL};
     const hs_cli_opt *tables[] = {launch_opts, peer_opts, NULL};
     a.tables = tables;
-    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    int rc = hs__cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
-    rc = hs_cli_parse(argc, argv, "launch", "[options] [run options]",
+    rc = hs__cli_parse(argc, argv, "launch", "[options] [run options]",
                       "Start N peers (hearsay run) on this machine, on loopback with TLS, show "
                       "their progress live, and collect their metrics, a summary and plots in one "
                       "run directory. The options of hearsay run below are passed to every peer; "
@@ -208,17 +208,17 @@ int hs_cmd_launch(int argc, char **argv) {
                       tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
-    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
-    if ((rc = hs_cli_precheck(a.ro.model, NULL, a.ro.topology, a.n, a.ro.seed)) < 0) return -rc;
+    if ((rc = hs__runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = hs__cli_precheck(a.ro.model, NULL, a.ro.topology, a.n, a.ro.seed)) < 0) return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
-    if (!slow || (rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
+    if (!slow || (rc = hs__runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
         free(slow);
         return slow ? -rc : HS_EXIT_FAIL;
     }
     if (a.insecure + a.certs + a.secret > 1)
-        return -hs_cli_usage_error("choose one of --secret-file, --ca/--cert/--key and --insecure");
+        return -hs__cli_usage_error("choose one of --secret-file, --ca/--cert/--key and --insecure");
     if (a.ndevices && a.device && strcmp(a.device, "cuda") != 0)
-        return -hs_cli_usage_error("--devices places peers on CUDA devices: it cannot be combined "
+        return -hs__cli_usage_error("--devices places peers on CUDA devices: it cannot be combined "
                                    "with --device %s", a.device);
     if (!a.ndevices && a.device &&
         ((rc = pass(&a, "--device")) < 0 || (rc = pass(&a, a.device)) < 0))
@@ -249,7 +249,7 @@ int hs_cmd_launch(int argc, char **argv) {
     }
     snprintf(path, sizeof(path), "%s/config.json", dir);
     hs_launch_resolved res = {a.n, a.runs_dir, a.refresh, a.no_plot, a.n, a.ndevices > 0};
-    if (hs_launch_write_config(path, tables, &a.ro, &res, a.given, a.n_given) != 0)
+    if (hs__launch_write_config(path, tables, &a.ro, &res, a.given, a.n_given) != 0)
         fprintf(stderr, "hearsay launch: cannot write %s: %s\n", path, strerror(errno));
 
     char exe[4096];
@@ -281,7 +281,7 @@ int hs_cmd_launch(int argc, char **argv) {
     int user_pending_limit = 0;
     for (int j = 0; j < a.npass; j++)
         if (!strcmp(a.pass[j], "--max-pending-per-addr")) user_pending_limit = 1;
-    double t0 = hs_cli_now();
+    double t0 = hs__cli_now();
     for (int i = 0; i < a.n; i++) {
         snprintf(rbuf, sizeof(rbuf), "%d", i);
         snprintf(ps[i].log, sizeof(ps[i].log), "%s/peer-%d.log", dir, i);
@@ -354,9 +354,9 @@ int hs_cmd_launch(int argc, char **argv) {
             drawn = 0;
             for (int i = 0; i < a.n; i++)
                 if (ps[i].pid > 0 && !ps[i].exited) kill(ps[i].pid, stop_signal ? stop_signal : SIGINT);
-            stop_sent = hs_cli_now();
+            stop_sent = hs__cli_now();
         }
-        if (stop_sent > 0 && hs_cli_now() - stop_sent > 10.0) {
+        if (stop_sent > 0 && hs__cli_now() - stop_sent > 10.0) {
             for (int i = 0; i < a.n; i++)
                 if (ps[i].pid > 0 && !ps[i].exited) {
                     fprintf(stderr, "hearsay launch: peer %d (pid %d) did not stop in 10 s: killed\n",
@@ -395,7 +395,7 @@ int hs_cmd_launch(int argc, char **argv) {
                 }
             }
         }
-        double now = hs_cli_now();
+        double now = hs__cli_now();
         if (now - last_draw >= (tty ? a.refresh : 10 * a.refresh) || alive == 0) {
             hs__lview_scan(dir, pv, &npv, a.n * 2);
             if (!tty && alive == 0) break;
@@ -404,7 +404,7 @@ int hs_cmd_launch(int argc, char **argv) {
         }
         if (alive > 0) usleep(50 * 1000);
     }
-    double wall = hs_cli_now() - t0;
+    double wall = hs__cli_now() - t0;
     hs__lview_scan(dir, pv, &npv, a.n * 2);
     if (tty) drawn = hs__lview_draw(pv, npv, a.n, alive, tty, drawn, wall);
     /* The accuracy is that of the peers that finished (their final report); a peer that died

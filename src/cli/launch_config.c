@@ -171,7 +171,7 @@ static void add_given(cJSON *o, const hs_cli_opt *opt, const char *v) {
     else cJSON_AddStringToObject(o, opt->name, v);
 }
 
-int hs_launch_write_config(const char *path, const hs_cli_opt *const *tables,
+int hs__launch_write_config(const char *path, const hs_cli_opt *const *tables,
                            const hs_runopts *ro, const hs_launch_resolved *lr,
                            const hs_launch_given *given, int n_given) {
     cJSON *o = cJSON_CreateObject();

@@ -26,7 +26,7 @@ typedef struct hs_launch_resolved {
  * peers resolve them); keys whose default is "decided later" (--rounds against --epochs, the
  * model-dependent warm-up) are left out, which means the same. `hearsay launch --config path`
  * runs the same job again (--name aside). 0, or -1 with errno. */
-int hs_launch_write_config(const char *path, const hs_cli_opt *const *tables,
+int hs__launch_write_config(const char *path, const hs_cli_opt *const *tables,
                            const hs_runopts *ro, const hs_launch_resolved *lr,
                            const hs_launch_given *given, int n_given);
 

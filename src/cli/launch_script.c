@@ -52,24 +52,24 @@ typedef struct script_args {
 static int handle(void *ctx, int key, const char *v) {
     script_args *a = ctx;
     switch (key) {
-    case S_N: return hs_cli_int("--peers", v, 1, 4096, &a->n);
+    case S_N: return hs__cli_int("--peers", v, 1, 4096, &a->n);
     case S_NAME:
-        if (!*v || strchr(v, '/')) return hs_cli_usage_error("--name '%s': a plain directory name", v);
+        if (!*v || strchr(v, '/')) return hs__cli_usage_error("--name '%s': a plain directory name", v);
         a->name = v;
         return 0;
     case S_RUNS_DIR: a->runs_dir = v; return 0;
     case S_MASTER: {
         struct in_addr ip;
         if (inet_pton(AF_INET, v, &ip) != 1)
-            return hs_cli_usage_error("--master-addr '%s': an IPv4 address", v);
+            return hs__cli_usage_error("--master-addr '%s': an IPv4 address", v);
         a->master = v;
         return 0;
     }
-    case S_GRACE: return hs_cli_double("--grace", v, 0.1, 3600, &a->grace);
-    case S_REFRESH: return hs_cli_double("--refresh", v, 0.05, 3600, &a->refresh);
+    case S_GRACE: return hs__cli_double("--grace", v, 0.1, 3600, &a->grace);
+    case S_REFRESH: return hs__cli_double("--refresh", v, 0.05, 3600, &a->refresh);
     case S_NO_PLOT: a->no_plot = 1; return 0;
     }
-    return hs_cli_usage_error("internal: unhandled option %d", key);
+    return hs__cli_usage_error("internal: unhandled option %d", key);
 }
 
 int hs__launch_script_wanted(int argc, char **argv) {
@@ -159,7 +159,7 @@ static void supervise(child *ps, const script_args *a, const char *dir, hs__lvie
     int n = a->n, alive = 0, tty = isatty(STDOUT_FILENO), drawn = 0;
     double grace = a->grace;
     for (int i = 0; i < n; i++) alive += ps[i].pid > 0;
-    double stop_sent = 0, t0 = hs_cli_now(), last_draw = t0;
+    double stop_sent = 0, t0 = hs__cli_now(), last_draw = t0;
     while (alive > 0) {
         if (interrupted && stop_sent == 0) {
             printf("\nhearsay launch: stopping every process...\n");
@@ -167,9 +167,9 @@ static void supervise(child *ps, const script_args *a, const char *dir, hs__lvie
             drawn = 0;
             for (int i = 0; i < n; i++)
                 if (ps[i].pid > 0 && !ps[i].exited) kill(-ps[i].pid, stop_signal ? stop_signal : SIGINT);
-            stop_sent = hs_cli_now();
+            stop_sent = hs__cli_now();
         }
-        if (stop_sent > 0 && hs_cli_now() - stop_sent > grace) {
+        if (stop_sent > 0 && hs__cli_now() - stop_sent > grace) {
             for (int i = 0; i < n; i++)
                 if (ps[i].pid > 0 && !ps[i].exited) {
                     fprintf(stderr, "hearsay launch: rank %d (pid %d) did not stop in %g s: killed\n",
@@ -194,7 +194,7 @@ static void supervise(child *ps, const script_args *a, const char *dir, hs__lvie
                                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
                     }
                 }
-        double now = hs_cli_now();
+        double now = hs__cli_now();
         if (alive > 0 && now - last_draw >= (tty ? a->refresh : 10 * a->refresh)) {
             hs__lview_scan(dir, pv, npv, 2 * n);
             drawn = hs__lview_draw(pv, *npv, n, alive, tty, drawn, now - t0);
@@ -203,14 +203,14 @@ static void supervise(child *ps, const script_args *a, const char *dir, hs__lvie
         if (alive > 0) usleep(50 * 1000);
     }
     hs__lview_scan(dir, pv, npv, 2 * n);
-    if (tty && *npv) hs__lview_draw(pv, *npv, n, 0, tty, drawn, hs_cli_now() - t0);
+    if (tty && *npv) hs__lview_draw(pv, *npv, n, 0, tty, drawn, hs__cli_now() - t0);
 }
 
 int hs__cmd_launch_script(int argc, char **argv) {
     int dd = hs__launch_script_wanted(argc, argv);
     script_args a = {.n = 2, .runs_dir = "runs", .master = "127.0.0.1", .grace = 10, .refresh = 1};
     const hs_cli_opt *const tables[] = {script_opts, NULL};
-    int rc = hs_cli_parse(dd, argv, "launch", "[options] -- COMMAND [ARG...]",
+    int rc = hs__cli_parse(dd, argv, "launch", "[options] -- COMMAND [ARG...]",
                           "Start N copies of COMMAND (a training script using hearsay.Node or "
                           "hearsay.torch) on this machine, as torchrun would: each gets RANK, "
                           "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
@@ -223,9 +223,9 @@ int hs__cmd_launch_script(int argc, char **argv) {
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     char **cmd = argv + dd + 1;
-    if (!cmd[0]) return -hs_cli_usage_error("nothing to run after --");
+    if (!cmd[0]) return -hs__cli_usage_error("nothing to run after --");
     int port = free_port(a.master);
-    if (!port) return -hs_cli_usage_error("--master-addr %s: no free port there", a.master);
+    if (!port) return -hs__cli_usage_error("--master-addr %s: no free port there", a.master);
     char base[200], name[256], dir[3000], secret[3100], log[3100];
     base_name(&a, base, sizeof(base));
     if ((rc = hs__cli_claim_run_dir(a.runs_dir, base, a.name != NULL, name, sizeof(name), dir,

@@ -11,11 +11,11 @@ static const struct {
     int (*fn)(int, char **);
     const char *summary;
 } cmds[] = {
-    {"train", hs_cmd_train, "train one peer alone (the single-node baseline)"},
-    {"run", hs_cmd_run, "run one peer of a decentralized job on the network"},
-    {"launch", hs_cmd_launch, "start N peers on this machine and watch them train"},
-    {"sim", hs_cmd_sim, "simulate N peers in one process, deterministically"},
-    {"topo", hs_cmd_topo, "generate, check and show topologies (mixing matrices)"},
+    {"train", hs__cmd_train, "train one peer alone (the single-node baseline)"},
+    {"run", hs__cmd_run, "run one peer of a decentralized job on the network"},
+    {"launch", hs__cmd_launch, "start N peers on this machine and watch them train"},
+    {"sim", hs__cmd_sim, "simulate N peers in one process, deterministically"},
+    {"topo", hs__cmd_topo, "generate, check and show topologies (mixing matrices)"},
 };
 
 static void usage(FILE *f) {
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
             char *sub[] = {argv[2], help, NULL};
             for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
                 if (!strcmp(argv[2], cmds[i].name)) {
-                    hs_cli_cmd = cmds[i].name;
+                    hs__cli_cmd = cmds[i].name;
                     return cmds[i].fn(2, sub);
                 }
         }
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (!strcmp(c, cmds[i].name)) {
-            hs_cli_cmd = cmds[i].name;
+            hs__cli_cmd = cmds[i].name;
             return cmds[i].fn(argc - 1, argv + 1);
         }
     fprintf(stderr, "hearsay: unknown command '%s'\n\n", c);

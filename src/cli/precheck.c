@@ -15,14 +15,14 @@
 #include "hearsay/model.h"
 #include "hearsay/topo.h"
 
-int hs_cli_check_out_path(const char *opt, const char *path) {
+int hs__cli_check_out_path(const char *opt, const char *path) {
     if (!strcmp(path, "-")) return 0;
     char dir[4096];
     const char *at = strstr(path, "{id}");
     int n = at ? snprintf(dir, sizeof(dir), "%.*s0%s", (int)(at - path), path, at + 4)
                : snprintf(dir, sizeof(dir), "%s", path);
     if (n < 0 || (size_t)n >= sizeof(dir))
-        return hs_cli_usage_error("%s %s: path too long", opt, path);
+        return hs__cli_usage_error("%s %s: path too long", opt, path);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, sizeof(dir), ".");
     else if (slash == dir) dir[1] = '\0';
@@ -30,12 +30,12 @@ int hs_cli_check_out_path(const char *opt, const char *path) {
     struct stat sb;
     /* An existing file is appended to or moved aside, never written through a directory. */
     if (!at && stat(path, &sb) == 0 && (S_ISDIR(sb.st_mode) || access(path, W_OK) != 0))
-        return hs_cli_usage_error("%s %s: %s", opt, path,
+        return hs__cli_usage_error("%s %s: %s", opt, path,
                                   S_ISDIR(sb.st_mode) ? "is a directory" : strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return hs_cli_usage_error("%s %s: directory %s does not exist", opt, path, dir);
+        return hs__cli_usage_error("%s %s: directory %s does not exist", opt, path, dir);
     if (access(dir, W_OK) != 0)
-        return hs_cli_usage_error("%s %s: directory %s is not writable: %s", opt, path, dir,
+        return hs__cli_usage_error("%s %s: directory %s is not writable: %s", opt, path, dir,
                                   strerror(errno));
     return 0;
 }
@@ -48,7 +48,7 @@ static int check_model(const char *model) {
     size_t len = strlen(model);
     if ((len > 5 && !strcmp(model + len - 5, ".json")) || strchr(model, '/')) {
         if (access(model, R_OK) != 0)
-            return hs_cli_usage_error("model file %s: cannot open: %s", model, strerror(errno));
+            return hs__cli_usage_error("model file %s: cannot open: %s", model, strerror(errno));
         return 0;
     }
     /* mlp:W-...-W names its own ends, which only the data can confirm: it is resolved against
@@ -63,19 +63,19 @@ static int check_model(const char *model) {
     }
     hs_model_spec s;
     if (hs_model_spec_parse(&s, model, NULL, c, h, w, classes) < 0)
-        return hs_cli_usage_error("%s", hs_error_message());
+        return hs__cli_usage_error("%s", hs_error_message());
     return 0;
 }
 
-int hs_cli_precheck(const char *model, const char *metrics, const char *topology, int n,
+int hs__cli_precheck(const char *model, const char *metrics, const char *topology, int n,
                     uint64_t seed) {
     int rc;
     if ((rc = check_model(model)) < 0) return rc;
-    if (metrics && (rc = hs_cli_check_out_path("--metrics", metrics)) < 0) return rc;
+    if (metrics && (rc = hs__cli_check_out_path("--metrics", metrics)) < 0) return rc;
     if (!topology || n <= 1) return 0;
     hs_topo *t = NULL;
     if (hs_topo_new(&t, topology, n, seed) < 0)
-        return hs_cli_usage_error("--topology %s on %d peers: %s", topology, n,
+        return hs__cli_usage_error("--topology %s on %d peers: %s", topology, n,
                                   hs_error_message());
     hs_topo_free(t);
     return 0;

@@ -108,7 +108,7 @@ typedef struct run_args {
 
 static int handle(void *ctx, int key, const char *v) {
     run_args *a = ctx;
-    int rc = hs_runopts_handle(&a->ro, key, v);
+    int rc = hs__runopts_handle(&a->ro, key, v);
     if (rc != 1) return rc;
     long l;
     switch (key) {
@@ -129,34 +129,34 @@ static int handle(void *ctx, int key, const char *v) {
         return 0;
     case R_EMULATE: a->emulate = v; return 0;
     case R_MAX_FRAME:
-        if ((rc = hs_cli_long("--max-frame", v, 1024, 256L << 20, &l)) < 0) return rc;
+        if ((rc = hs__cli_long("--max-frame", v, 1024, 256L << 20, &l)) < 0) return rc;
         a->net.max_frame = (size_t)l;
         return 0;
-    case R_PEER_TIMEOUT: return hs_cli_int("--peer-timeout", v, 100, 3600000, &a->net.peer_timeout_ms);
-    case R_JOIN_TIMEOUT: return hs_cli_int("--join-timeout", v, 100, 3600000, &a->net.join_timeout_ms);
+    case R_PEER_TIMEOUT: return hs__cli_int("--peer-timeout", v, 100, 3600000, &a->net.peer_timeout_ms);
+    case R_JOIN_TIMEOUT: return hs__cli_int("--join-timeout", v, 100, 3600000, &a->net.join_timeout_ms);
     case R_HANDSHAKE_TIMEOUT:
-        return hs_cli_int("--handshake-timeout", v, 100, 3600000, &a->net.handshake_timeout_ms);
-    case R_MAX_PENDING: return hs_cli_int("--max-pending", v, 1, 1 << 20, &a->net.max_conns);
+        return hs__cli_int("--handshake-timeout", v, 100, 3600000, &a->net.handshake_timeout_ms);
+    case R_MAX_PENDING: return hs__cli_int("--max-pending", v, 1, 1 << 20, &a->net.max_conns);
     case R_MAX_PENDING_ADDR:
-        return hs_cli_int("--max-pending-per-addr", v, 1, 1 << 20, &a->net.max_conns_per_addr);
+        return hs__cli_int("--max-pending-per-addr", v, 1, 1 << 20, &a->net.max_conns_per_addr);
     case R_WORLD:
         a->world_set = 1;
-        return hs_cli_int("--world", v, 1, 1 << 20, &a->world);
+        return hs__cli_int("--world", v, 1, 1 << 20, &a->world);
     case R_WAIT_PEERS:
         a->wait_set = 1;
-        return hs_cli_int("--wait-peers", v, 0, 1 << 20, &a->wait_peers);
-    case R_RANK: return hs_cli_int("--rank", v, 0, 1 << 20, &a->rank);
+        return hs__cli_int("--wait-peers", v, 0, 1 << 20, &a->wait_peers);
+    case R_RANK: return hs__cli_int("--rank", v, 0, 1 << 20, &a->rank);
     case R_RENDEZVOUS: a->rendezvous = v; return 0;
     case R_CK_DIR: a->ck_dir = v; return 0;
-    case R_CK_EVERY: return hs_cli_long("--checkpoint-every", v, 1, 1L << 40, &a->ck_every);
+    case R_CK_EVERY: return hs__cli_long("--checkpoint-every", v, 1, 1L << 40, &a->ck_every);
     case R_RESUME:
         if (v && strcmp(v, "require") != 0)
-            return hs_cli_usage_error("--resume=%s: expected --resume or --resume=require", v);
+            return hs__cli_usage_error("--resume=%s: expected --resume or --resume=require", v);
         a->resume = v ? HS__NODE_RESUME_REQUIRE : 1;
         return 0;
     case R_SAVE: a->save = v; return 0;
     }
-    return hs_cli_usage_error("internal: unhandled option %d", key);
+    return hs__cli_usage_error("internal: unhandled option %d", key);
 }
 
 static volatile sig_atomic_t stop_signal;
@@ -211,10 +211,10 @@ static int from_launcher_env(run_args *a) {
     const char *size = env_first("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS");
     if (!rank || !size) return 0;
     int r, n, rc;
-    if ((rc = hs_cli_int("rank from the environment", rank, 0, 1 << 20, &r)) < 0 ||
-        (rc = hs_cli_int("task count from the environment", size, 1, 1 << 20, &n)) < 0)
+    if ((rc = hs__cli_int("rank from the environment", rank, 0, 1 << 20, &r)) < 0 ||
+        (rc = hs__cli_int("task count from the environment", size, 1, 1 << 20, &n)) < 0)
         return rc;
-    if (r >= n) return hs_cli_usage_error("task rank %d is not below the task count %d", r, n);
+    if (r >= n) return hs__cli_usage_error("task rank %d is not below the task count %d", r, n);
     char job[100];
     launcher_job_id(!env_first("OMPI_COMM_WORLD_RANK", NULL, NULL) && getenv("SLURM_PROCID"), job,
                     sizeof(job));
@@ -246,10 +246,10 @@ static int from_launcher_env(run_args *a) {
     return 0;
 }
 
-int hs_cmd_run(int argc, char **argv) {
+int hs__cmd_run(int argc, char **argv) {
     run_args a;
     memset(&a, 0, sizeof(a));
-    hs_runopts_default(&a.ro);
+    hs__runopts_default(&a.ro);
     /* The node's defaults (hearsay/node.h), so that `run` and a library node agree. */
     hs__node_cfg dc;
     hs__node_cfg_defaults(&dc);
@@ -258,9 +258,9 @@ int hs_cmd_run(int argc, char **argv) {
     a.ck_every = dc.checkpoint_every;
     a.rank = dc.rank;
     const hs_cli_opt *tables[] = {hs_run_opts_table, hs_runopts_table, NULL};
-    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    int rc = hs__cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
-    rc = hs_cli_parse(argc, argv, "run", "[options]",
+    rc = hs__cli_parse(argc, argv, "run", "[options]",
                           "Run one peer of a decentralized training job. Start the first peer "
                           "without --bootstrap; start the others with --bootstrap HOST:PORT of "
                           "any member. The job trains --rounds rounds from its first round, as "
@@ -271,23 +271,23 @@ int hs_cmd_run(int argc, char **argv) {
                           tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
-    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = hs__runopts_finish(&a.ro)) < 0) return -rc;
     /* --quiet: the final summary, warnings and errors; the node would quiet the log too, but
      * only once it exists, after this command's own info lines. */
-    if (a.ro.quiet) hs_log_quiet();
+    if (a.ro.quiet) hs__log_quiet();
     if ((rc = from_launcher_env(&a)) < 0) return -rc;
     /* A rank outside the shards would silently train on another peer's shard (rank mod N). */
     if (a.rank >= a.world)
-        return -hs_cli_usage_error("--rank %d is outside 0..%d (--world %d)", a.rank,
+        return -hs__cli_usage_error("--rank %d is outside 0..%d (--world %d)", a.rank,
                                    a.world - 1, a.world);
     int modes = (a.net.secret_file != NULL) + (a.net.ca_file || a.net.cert_file || a.net.key_file) + a.insecure;
     if (modes != 1)
-        return -hs_cli_usage_error(modes ? "choose one of --secret-file, --ca/--cert/--key and --insecure"
+        return -hs__cli_usage_error(modes ? "choose one of --secret-file, --ca/--cert/--key and --insecure"
                                          : "no security mode: give --secret-file FILE, or --ca, "
                                            "--cert and --key, or --insecure for plain TCP");
     if (a.net.ca_file || a.net.cert_file || a.net.key_file) {
         if (!a.net.ca_file || !a.net.cert_file || !a.net.key_file)
-            return -hs_cli_usage_error("certificates need all of --ca, --cert and --key");
+            return -hs__cli_usage_error("certificates need all of --ca, --cert and --key");
         a.net.security = HS_NET_CERT;
     } else if (a.insecure) {
         a.net.security = HS_NET_INSECURE;
@@ -295,24 +295,24 @@ int hs_cmd_run(int argc, char **argv) {
         a.net.security = HS_NET_SECRET;
     }
     if (a.emulate && hs_net_emulation_parse(a.emulate, &a.net.emulate) < 0)
-        return -hs_cli_usage_error("--emulate: %s", hs_error_message());
+        return -hs__cli_usage_error("--emulate: %s", hs_error_message());
     double slow = 1.0;
-    if (a.ro.slowdown && (rc = hs_cli_double("--slowdown", a.ro.slowdown, 1.0, 1e6, &slow)) < 0)
+    if (a.ro.slowdown && (rc = hs__cli_double("--slowdown", a.ro.slowdown, 1.0, 1e6, &slow)) < 0)
         return -rc;
-    if (a.resume && !a.ck_dir) return -hs_cli_usage_error("--resume needs --checkpoint-dir");
+    if (a.resume && !a.ck_dir) return -hs__cli_usage_error("--resume needs --checkpoint-dir");
     /* Where results go is checked before any data is loaded: a run must not train for hours
      * to find that it cannot write its checkpoints or its model. */
     if (a.ck_dir && hs_checkpoint_dir_check(a.ck_dir) < 0)
-        return -hs_cli_usage_error("%s", hs_error_message());
-    if (a.save && (rc = hs_cli_check_out_path("--save", a.save)) < 0) return -rc;
+        return -hs__cli_usage_error("%s", hs_error_message());
+    if (a.save && (rc = hs__cli_check_out_path("--save", a.save)) < 0) return -rc;
     int job_n = a.wait_peers > 1 ? a.wait_peers : a.world > 1 ? a.world : 0;
-    if ((rc = hs_cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, job_n, a.ro.seed)) < 0)
+    if ((rc = hs__cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, job_n, a.ro.seed)) < 0)
         return -rc;
 
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
-    if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
+    if ((rc = hs__runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
     }
@@ -328,8 +328,8 @@ int hs_cmd_run(int argc, char **argv) {
     pc.rank = a.rank;
     pc.rendezvous = a.rendezvous;
     size_t shard_n = train->n / (size_t)a.world;
-    pc.rounds = hs_runopts_rounds(&a.ro, shard_n);
-    long rpe = hs_runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
+    pc.rounds = hs__runopts_rounds(&a.ro, shard_n);
+    long rpe = hs__runopts_rounds(&(hs_runopts){.batch = a.ro.batch, .epochs = 1,
                                                .local_steps = a.ro.local_steps},
                                  shard_n);
     pc.eval_every = a.ro.eval_every > 0 ? a.ro.eval_every : rpe;
@@ -346,22 +346,22 @@ int hs_cmd_run(int argc, char **argv) {
     pc.checkpoint_every = a.ck_every;
     pc.resume = a.resume;
     pc.save = a.save;
-    hs_runopts_guard_cfg(&a.ro, rpe, &pc.guard);
-    if ((rc = hs_runopts_trainer_cfg(&a.ro, train, pc.rounds, &pc.trainer)) < 0) {
+    hs__runopts_guard_cfg(&a.ro, rpe, &pc.guard);
+    if ((rc = hs__runopts_trainer_cfg(&a.ro, train, pc.rounds, &pc.trainer)) < 0) {
         exit_code = -rc;
         goto out;
     }
     /* The gap of the topology at the job's size is an input of the automatic CHOCO step; every
      * peer given the same options computes the same one. */
     char why[320];
-    float gamma_c = hs_runopts_choco_step(&a.ro, job_n, hs_model_spec_nparams(&pc.trainer.model),
+    float gamma_c = hs__runopts_choco_step(&a.ro, job_n, hs_model_spec_nparams(&pc.trainer.model),
                                           why, sizeof(why));
     pc.algo.gap = a.ro.algo.gap;
     if (gamma_c > 0) {
         /* The guard's advice halves the step in use, not the 0 that means automatic. */
         pc.guard.gamma_c = gamma_c;
         char an[16];
-        hs_cli_upper(an, sizeof(an), hs_algo_kind_name(a.ro.algo.kind));
+        hs__cli_upper(an, sizeof(an), hs_algo_kind_name(a.ro.algo.kind));
         HS_LOGI("%s consensus step gamma_c %g (%s)", an, (double)gamma_c, why);
     }
     struct sigaction sa;

@@ -25,18 +25,18 @@ static int mkdirs(const char *path) {
 
 int hs__cli_claim_run_dir(const char *runs_dir, const char *base, int chosen, char *name,
                           size_t ncap, char *dir, size_t dcap) {
-    if (strlen(runs_dir) > 2500) return hs_cli_usage_error("--runs-dir %s: path too long", runs_dir);
+    if (strlen(runs_dir) > 2500) return hs__cli_usage_error("--runs-dir %s: path too long", runs_dir);
     if (mkdirs(runs_dir) != 0)
-        return hs_cli_usage_error("cannot create %s: %s", runs_dir, strerror(errno));
+        return hs__cli_usage_error("cannot create %s: %s", runs_dir, strerror(errno));
     for (int k = 1;; k++) {
         if (k == 1) snprintf(name, ncap, "%s", base);
         else snprintf(name, ncap, "%s-%d", base, k);
         snprintf(dir, dcap, "%s/%s", runs_dir, name);
         if (mkdir(dir, 0755) == 0) return 0;
         if (errno != EEXIST || k >= 1000)
-            return hs_cli_usage_error("cannot create %s: %s", dir, strerror(errno));
+            return hs__cli_usage_error("cannot create %s: %s", dir, strerror(errno));
         if (chosen)
-            return hs_cli_usage_error("run directory %s exists already (choose another --name)", dir);
+            return hs__cli_usage_error("run directory %s exists already (choose another --name)", dir);
     }
 }
 

@@ -78,7 +78,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {NULL, 0, NULL, NULL},
 };
 
-void hs_runopts_default(hs_runopts *o) {
+void hs__runopts_default(hs_runopts *o) {
     memset(o, 0, sizeof(*o));
     o->hidden = "256,128";
     o->epochs = 10;
@@ -95,66 +95,66 @@ void hs_runopts_default(hs_runopts *o) {
 }
 
 static int usage_from_error(const char *flag) {
-    return hs_cli_usage_error("%s: %s", flag, hs_error_message());
+    return hs__cli_usage_error("%s: %s", flag, hs_error_message());
 }
 
-int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
+int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     switch (key) {
     case RO_DATA: o->data = v; return 0;
     case RO_SYNTHETIC: o->synthetic = 1; return 0;
-    case RO_SUBSET: return hs_cli_long("--subset", v, 1, 1L << 32, &o->subset);
-    case RO_TEST_SUBSET: return hs_cli_long("--test-subset", v, 1, 1L << 32, &o->test_subset);
+    case RO_SUBSET: return hs__cli_long("--subset", v, 1, 1L << 32, &o->subset);
+    case RO_TEST_SUBSET: return hs__cli_long("--test-subset", v, 1, 1L << 32, &o->test_subset);
     case RO_HIDDEN:
         o->hidden = v;
         o->hidden_set = 1;
         return 0;
     case RO_MODEL: o->model = v; return 0;
-    case RO_EPOCHS: return hs_cli_double("--epochs", v, 1e-6, 1e6, &o->epochs);
-    case RO_ROUNDS: return hs_cli_long("--rounds", v, 1, 1L << 40, &o->rounds);
-    case RO_BATCH: return hs_cli_int("--batch", v, 1, 1 << 16, &o->batch);
-    case RO_LR: o->lr_set = 1; return hs_cli_float("--lr", v, 0.0, 100.0, &o->optim.lr);
+    case RO_EPOCHS: return hs__cli_double("--epochs", v, 1e-6, 1e6, &o->epochs);
+    case RO_ROUNDS: return hs__cli_long("--rounds", v, 1, 1L << 40, &o->rounds);
+    case RO_BATCH: return hs__cli_int("--batch", v, 1, 1 << 16, &o->batch);
+    case RO_LR: o->lr_set = 1; return hs__cli_float("--lr", v, 0.0, 100.0, &o->optim.lr);
     case RO_AUGMENT: o->augment = 1; return 0;
     case RO_OPTIMIZER:
         return hs_optim_kind_parse(v, &o->optim.kind) < 0
-                   ? hs_cli_usage_error("%s", hs_error_message())
+                   ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
-    case RO_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
+    case RO_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
-                   ? hs_cli_usage_error("%s", hs_error_message())
+                   ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
-    case RO_WD: return hs_cli_float("--weight-decay", v, 0.0, 1.0, &o->optim.weight_decay);
+    case RO_WD: return hs__cli_float("--weight-decay", v, 0.0, 1.0, &o->optim.weight_decay);
     case RO_SCHED:
         return hs_lr_sched_parse(v, &o->optim.sched) < 0 ? usage_from_error("--lr-schedule") : 0;
     case RO_WARMUP:
         o->warmup_set = 1;
-        return hs_cli_long("--warmup", v, 0, 1L << 40, &o->optim.warmup_steps);
-    case RO_SEED: return hs_cli_u64("--seed", v, &o->seed);
-    case RO_THREADS: return hs_cli_int("--threads", v, 1, 1024, &o->threads);
+        return hs__cli_long("--warmup", v, 0, 1L << 40, &o->optim.warmup_steps);
+    case RO_SEED: return hs__cli_u64("--seed", v, &o->seed);
+    case RO_THREADS: return hs__cli_int("--threads", v, 1, 1024, &o->threads);
     case RO_DEVICE:
         return hs_device_parse_id(v, &o->device, &o->device_id) < 0 ? usage_from_error("--device")
                                                                     : 0;
     case RO_ALGO: return hs_algo_kind_parse(v, &o->algo.kind) < 0 ? usage_from_error("--algo") : 0;
     case RO_COMPRESS:
         if (strlen(v) >= sizeof(o->compress))
-            return hs_cli_usage_error("--compress '%s': too long", v);
+            return hs__cli_usage_error("--compress '%s': too long", v);
         snprintf(o->compress, sizeof(o->compress), "%s", v);
         return 0;
     case RO_GAMMA_C:
         o->gamma_c_set = 1;
-        return hs_cli_float("--gamma-c", v, 1e-6, 1.0, &o->algo.gamma_c);
-    case RO_LOCAL_STEPS: return hs_cli_int("--local-steps", v, 1, 1 << 20, &o->local_steps);
+        return hs__cli_float("--gamma-c", v, 1e-6, 1.0, &o->algo.gamma_c);
+    case RO_LOCAL_STEPS: return hs__cli_int("--local-steps", v, 1, 1 << 20, &o->local_steps);
     case RO_OUTER_LR:
         o->outer.on = 1;
-        return hs_cli_float("--outer-lr", v, 0.0, 10.0, &o->outer.lr);
+        return hs__cli_float("--outer-lr", v, 0.0, 10.0, &o->outer.lr);
     case RO_OUTER_MOMENTUM: {
         o->outer.on = 1;
-        int rc = hs_cli_float("--outer-momentum", v, 0.0, 1.0, &o->outer.momentum);
+        int rc = hs__cli_float("--outer-momentum", v, 0.0, 1.0, &o->outer.momentum);
         if (rc < 0) return rc;
         return o->outer.momentum < 1.0f
                    ? 0
-                   : hs_cli_usage_error("--outer-momentum %s: must be in [0, 1)", v);
+                   : hs__cli_usage_error("--outer-momentum %s: must be in [0, 1)", v);
     }
     case RO_TOPOLOGY: o->topology = v; return 0;
     case RO_PARTITION:
@@ -163,13 +163,13 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_SLOWDOWN: o->slowdown = v; return 0;
     case RO_STALENESS:
         o->staleness_set = 1;
-        return hs_cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
+        return hs__cli_int("--staleness", v, 0, 1 << 20, &o->algo.staleness);
     case RO_RECV_TIMEOUT:
-        return hs_cli_int("--recv-timeout", v, 1, 3600 * 1000, &o->algo.recv_timeout_ms);
+        return hs__cli_int("--recv-timeout", v, 1, 3600 * 1000, &o->algo.recv_timeout_ms);
     case RO_METRICS: o->metrics = v; return 0;
-    case RO_EVAL_EVERY: return hs_cli_long("--eval-every", v, 1, 1L << 40, &o->eval_every);
+    case RO_EVAL_EVERY: return hs__cli_long("--eval-every", v, 1, 1L << 40, &o->eval_every);
     case RO_QUIET: o->quiet = 1; return 0;
-    case RO_CONFIG: return 0; /* expanded before parsing (hs_cli_expand_config) */
+    case RO_CONFIG: return 0; /* expanded before parsing (hs__cli_expand_config) */
     case RO_ON_DIVERGENCE:
         return hs_guard_policy_parse(v, &o->on_divergence) < 0 ? usage_from_error("--on-divergence")
                                                                : 0;
@@ -177,28 +177,28 @@ int hs_runopts_handle(hs_runopts *o, int key, const char *v) {
     return 1;
 }
 
-float hs_runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t why_len) {
+float hs__runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t why_len) {
     /* The node's rule, so that `run` and a library node given the same options agree. */
     return hs__node_auto_gamma_c(&o->algo, o->topology, n, d, o->seed, why, why_len);
 }
 
-int hs_runopts_check_hidden(const char *model, int hidden_set) {
+int hs__runopts_check_hidden(const char *model, int hidden_set) {
     /* Only the plain MLP takes its widths from --hidden; anywhere else they would be dropped
      * without a word, and the run would not be the model the user described. */
     if (hidden_set && model && strcmp(model, "mlp") != 0)
-        return hs_cli_usage_error("--hidden applies to --model mlp only, not --model %s%s", model,
+        return hs__cli_usage_error("--hidden applies to --model mlp only, not --model %s%s", model,
                                   !strncmp(model, "mlp:", 4) ? " (whose widths are given in it)"
                                                               : "");
     return 0;
 }
 
-int hs_runopts_finish(hs_runopts *o) {
-    if (o->synthetic && o->data) return hs_cli_usage_error("--synthetic and --data exclude each other");
-    int err = hs_runopts_check_hidden(o->model, o->hidden_set);
+int hs__runopts_finish(hs_runopts *o) {
+    if (o->synthetic && o->data) return hs__cli_usage_error("--synthetic and --data exclude each other");
+    int err = hs__runopts_check_hidden(o->model, o->hidden_set);
     if (err < 0) return err;
     if (o->optim.kind == HS_OPTIM_ADAMW) {
         if (!o->lr_set) o->optim.lr = 1e-3f;
-        if (o->optim.nesterov) return hs_cli_usage_error("--nesterov applies to --optimizer sgd only");
+        if (o->optim.nesterov) return hs__cli_usage_error("--nesterov applies to --optimizer sgd only");
     }
     if (!o->compress[0])
         snprintf(o->compress, sizeof(o->compress), "%s",
@@ -208,10 +208,10 @@ int hs_runopts_finish(hs_runopts *o) {
      * vector, so that any count k the model could take passes (the model checks it exactly). */
     hs_compressor *c;
     if (hs_compressor_new(&c, o->compress, (size_t)1 << 24, 1) < 0)
-        return hs_cli_usage_error("--compress %s: %s", o->compress, hs_error_message());
+        return hs__cli_usage_error("--compress %s: %s", o->compress, hs_error_message());
     err = hs_algo_check_compressor(o->algo.kind, c);
     hs_compressor_free(c);
-    if (err < 0) return hs_cli_usage_error("%s", hs_error_message());
+    if (err < 0) return hs__cli_usage_error("%s", hs_error_message());
     /* The algorithm and the topology are checked together before any data is loaded: a file
      * is read for its shape; of the generators only onepeer-exp is directed and time-varying. */
     if (hs_algo_kind_synchronous(o->algo.kind)) {
@@ -219,12 +219,12 @@ int hs_runopts_finish(hs_runopts *o) {
         const char *spec = o->topology;
         int is_file = strlen(spec) > 5 && !strcmp(spec + strlen(spec) - 5, ".json");
         if (is_file && hs_topo_new(&t, spec, 0, o->seed) < 0)
-            return hs_cli_usage_error("--topology %s: %s", spec, hs_error_message());
+            return hs__cli_usage_error("--topology %s: %s", spec, hs_error_message());
         int directed = t ? hs_topo_directed(t) : !strncmp(spec, "onepeer-exp", 11);
         int period = t ? hs_topo_period(t) : directed ? 2 : 1;
         hs_topo_free(t);
         if (hs_algo_check_topology(o->algo.kind, directed, period, spec) < 0)
-            return hs_cli_usage_error("%s", hs_error_message());
+            return hs__cli_usage_error("%s", hs_error_message());
     }
     o->algo.compress = o->compress;
     if (!o->gamma_c_set) o->algo.gamma_c = 0; /* automatic: hs_algo_new resolves it */
@@ -233,7 +233,7 @@ int hs_runopts_finish(hs_runopts *o) {
     char ok[96];
     if (o->gamma_c_set && !hs_algo_kind_uses_gamma_c(o->algo.kind)) {
         hs_algo_kind_names(hs_algo_kind_uses_gamma_c, 1, ok, sizeof(ok));
-        return hs_cli_usage_error("--gamma-c applies to --algo %s only", ok);
+        return hs__cli_usage_error("--gamma-c applies to --algo %s only", ok);
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
@@ -242,26 +242,26 @@ int hs_runopts_finish(hs_runopts *o) {
          * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
         if (!hs_algo_kind_qg_momentum(o->algo.kind)) {
             hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
-            return hs_cli_usage_error("--momentum-kind qg applies to --algo %s only (not %s: its "
+            return hs__cli_usage_error("--momentum-kind qg applies to --algo %s only (not %s: its "
                                       "mixing step does not keep the average of the models)",
                                       ok, hs_algo_kind_name(o->algo.kind));
         }
         if (o->optim.kind != HS_OPTIM_SGD || o->optim.momentum == 0.0f)
-            return hs_cli_usage_error("--momentum-kind qg needs --optimizer sgd and --momentum > 0");
+            return hs__cli_usage_error("--momentum-kind qg needs --optimizer sgd and --momentum > 0");
     }
     if (o->algo.staleness && hs_algo_kind_synchronous(o->algo.kind)) {
         hs_algo_kind_names(hs_algo_kind_synchronous, 0, ok, sizeof(ok));
-        return hs_cli_usage_error("--staleness applies to --algo %s only", ok);
+        return hs__cli_usage_error("--staleness applies to --algo %s only", ok);
     }
     o->algo.seed = o->seed;
     o->algo.same_start = 1;
     return 0;
 }
 
-void hs_runopts_print_data(const hs_dataset *ds) {
+void hs__runopts_print_data(const hs_dataset *ds) {
     printf("hearsay %s: %s: %zu examples of %dx%dx%d, %d classes; normalised per channel with "
            "mean",
-           hs_cli_cmd, ds->name, ds->n, ds->channels, ds->height, ds->width, ds->classes);
+           hs__cli_cmd, ds->name, ds->n, ds->channels, ds->height, ds->width, ds->classes);
     for (int c = 0; c < ds->channels && c < HS_DATA_MAX_CHANNELS; c++)
         printf("%s%.4f", c ? "," : " ", (double)ds->mean[c]);
     printf(" std");
@@ -271,7 +271,7 @@ void hs_runopts_print_data(const hs_dataset *ds) {
     fflush(stdout);
 }
 
-int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test) {
+int hs__runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test) {
     *train = *test = NULL;
     int err;
     if (o->synthetic) {
@@ -286,41 +286,41 @@ int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **t
             hs_dataset_free(*train);
             hs_dataset_free(*test);
             *train = *test = NULL;
-            return hs_cli_usage_error("--augment: the synthetic set has no spatial structure "
+            return hs__cli_usage_error("--augment: the synthetic set has no spatial structure "
                                       "(crops and flips need images)");
         }
         return 0;
     }
     if ((err = hs_data_load(o->data, train, test)) < 0) {
-        fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+        fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
         return -HS_EXIT_USAGE;
     }
-    if (!o->quiet) hs_runopts_print_data(*train);
+    if (!o->quiet) hs__runopts_print_data(*train);
     if ((err = hs_dataset_keep(train, (size_t)o->subset, o->seed, 1)) < 0 ||
         (err = hs_dataset_keep(test, (size_t)o->test_subset, o->seed, 0)) < 0)
         goto fail;
     return 0;
 fail:
-    fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+    fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
     hs_dataset_free(*train);
     hs_dataset_free(*test);
     *train = *test = NULL;
     return -HS_EXIT_FAIL;
 }
 
-long hs_runopts_rounds(const hs_runopts *o, size_t shard_n) {
+long hs__runopts_rounds(const hs_runopts *o, size_t shard_n) {
     if (o->rounds > 0) return o->rounds;
     double steps = ceil((double)shard_n / o->batch) * o->epochs;
     long r = (long)ceil(steps / o->local_steps);
     return r > 0 ? r : 1;
 }
 
-int hs_runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long rounds,
+int hs__runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long rounds,
                            hs_trainer_cfg *out) {
     memset(out, 0, sizeof(*out));
     if (hs_model_spec_parse(&out->model, o->model, o->hidden, train->channels, train->height,
                             train->width, train->classes) < 0)
-        return hs_cli_usage_error("%s", hs_error_message());
+        return hs__cli_usage_error("%s", hs_error_message());
     out->optim = o->optim;
     out->optim.total_steps = rounds * o->local_steps;
     if (!o->warmup_set)
@@ -335,12 +335,12 @@ int hs_runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long ro
     return 0;
 }
 
-int hs_runopts_slowdown(const char *s, int n, double *out) {
+int hs__runopts_slowdown(const char *s, int n, double *out) {
     for (int i = 0; i < n; i++) out[i] = 1.0;
     if (!s) return 0;
     if (!strchr(s, ':')) {
         double f;
-        if (hs_cli_double("--slowdown", s, 1.0, 1e6, &f) < 0) return -HS_EXIT_USAGE;
+        if (hs__cli_double("--slowdown", s, 1.0, 1e6, &f) < 0) return -HS_EXIT_USAGE;
         out[0] = f;
         return 0;
     }
@@ -350,10 +350,10 @@ int hs_runopts_slowdown(const char *s, int n, double *out) {
         char *colon = strchr(tok, ':');
         int peer;
         double f;
-        if (!colon) return hs_cli_usage_error("--slowdown '%s': '%s' is not PEER:FACTOR", s, tok);
+        if (!colon) return hs__cli_usage_error("--slowdown '%s': '%s' is not PEER:FACTOR", s, tok);
         *colon = '\0';
-        if (hs_cli_int("--slowdown peer", tok, 0, n - 1, &peer) < 0 ||
-            hs_cli_double("--slowdown factor", colon + 1, 1.0, 1e6, &f) < 0)
+        if (hs__cli_int("--slowdown peer", tok, 0, n - 1, &peer) < 0 ||
+            hs__cli_double("--slowdown factor", colon + 1, 1.0, 1e6, &f) < 0)
             return -HS_EXIT_USAGE;
         out[peer] = f;
     }
@@ -361,13 +361,13 @@ int hs_runopts_slowdown(const char *s, int n, double *out) {
 }
 
 
-int hs_runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
+int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
     hs_backend_cfg bcfg = {o->threads, o->device_id};
     if (hs_backend_open(be, o->device, &bcfg) < 0) {
-        fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+        fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
         return -HS_EXIT_USAGE;
     }
-    int rc = hs_runopts_load_data(o, train, test);
+    int rc = hs__runopts_load_data(o, train, test);
     if (rc < 0) {
         hs_backend_close(*be);
         *be = NULL;
@@ -375,7 +375,7 @@ int hs_runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs
     return rc;
 }
 
-void hs_runopts_guard_cfg(const hs_runopts *o, long rounds_per_epoch, hs_guard_cfg *out) {
+void hs__runopts_guard_cfg(const hs_runopts *o, long rounds_per_epoch, hs_guard_cfg *out) {
     memset(out, 0, sizeof(*out));
     out->policy = o->on_divergence;
     out->algo = o->algo.kind;

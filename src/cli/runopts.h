@@ -96,51 +96,51 @@ extern const hs_cli_opt hs_runopts_table[];
 /* The options of `hearsay run` alone (network, security, sharding, checkpoints). */
 extern const hs_cli_opt hs_run_opts_table[];
 
-void hs_runopts_default(hs_runopts *o);
+void hs__runopts_default(hs_runopts *o);
 
 /* Handles one shared option; returns 1 when key is not one of them. */
-int hs_runopts_handle(hs_runopts *o, int key, const char *v);
+int hs__runopts_handle(hs_runopts *o, int key, const char *v);
 
-/* After hs_runopts_finish: the CHOCO consensus step a job of n peers (n <= 1: not known) with a
+/* After hs__runopts_finish: the CHOCO consensus step a job of n peers (n <= 1: not known) with a
  * model of d parameters will use, the value hs_algo_new resolves. For an automatic step it also
  * sets o->algo.gap to the topology's spectral gap at n peers (a topology file: at its own size),
  * so every peer given the same options computes the same float. why gets a sentence saying how
  * the value was chosen. 0 when the algorithm is not CHOCO (or the compressor fails at d). */
-float hs_runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t why_len);
+float hs__runopts_choco_step(hs_runopts *o, int n, size_t d, char *why, size_t why_len);
 
 /* Checks combinations and fills derived values (the compressor in algo, gamma_c). Prints the
  * problem and returns -HS_EXIT_USAGE. */
-int hs_runopts_finish(hs_runopts *o);
+int hs__runopts_finish(hs_runopts *o);
 /* -HS_EXIT_USAGE (printed) when --hidden was given for a model other than the plain mlp (model
  * NULL is the mlp); hearsay train shares it. */
-int hs_runopts_check_hidden(const char *model, int hidden_set);
+int hs__runopts_check_hidden(const char *model, int hidden_set);
 
 /* Loads the training and test sets the options describe (an image set as hs_data_load finds it,
  * or synthetic, with the subsets) and prints the normalisation unless quiet. Prints the problem
  * and returns -HS_EXIT_USAGE or -HS_EXIT_FAIL. */
 /* One line: the set's size, shape, classes and per-channel normalisation (the numbers every
  * peer must agree on). */
-void hs_runopts_print_data(const hs_dataset *ds);
-int hs_runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test);
+void hs__runopts_print_data(const hs_dataset *ds);
+int hs__runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test);
 
 /* Opens the backend and loads the data the options describe; prints the problem and returns
  * -HS_EXIT_USAGE (bad device, missing dataset) or -HS_EXIT_FAIL. */
-int hs_runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test);
+int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test);
 
 /* The trainer configuration for the model of --model resolved for train's example shape and
  * classes, and `rounds` rounds in total (for the learning-rate schedule). */
-int hs_runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long rounds,
+int hs__runopts_trainer_cfg(const hs_runopts *o, const hs_dataset *train, long rounds,
                            hs_trainer_cfg *out);
 
 /* Per-peer slowdown factors from --slowdown for n peers: "F" slows peer 0, "I:F,J:G" peers I
  * and J; the others get 1. NULL gives all 1. Prints the problem and returns -HS_EXIT_USAGE. */
-int hs_runopts_slowdown(const char *s, int n, double *out);
+int hs__runopts_slowdown(const char *s, int n, double *out);
 
 /* The convergence guard's configuration for these options, with growth windows of a quarter
  * of `rounds_per_epoch`. */
-void hs_runopts_guard_cfg(const hs_runopts *o, long rounds_per_epoch, hs_guard_cfg *out);
+void hs__runopts_guard_cfg(const hs_runopts *o, long rounds_per_epoch, hs_guard_cfg *out);
 
 /* Rounds for o->epochs passes over a shard of `shard_n` examples (or o->rounds). */
-long hs_runopts_rounds(const hs_runopts *o, size_t shard_n);
+long hs__runopts_rounds(const hs_runopts *o, size_t shard_n);
 
 #endif

@@ -45,20 +45,20 @@ typedef struct sim_args {
 
 static int handle(void *ctx, int key, const char *v) {
     sim_args *a = ctx;
-    int rc = hs_runopts_handle(&a->ro, key, v);
+    int rc = hs__runopts_handle(&a->ro, key, v);
     if (rc != 1) return rc;
     switch (key) {
-    case S_N: return hs_cli_int("--peers", v, 1, 4096, &a->n);
+    case S_N: return hs__cli_int("--peers", v, 1, 4096, &a->n);
     case S_LATENCY:
         a->latency_set = 1;
-        return hs_cli_double("--latency", v, 0, 1e6, &a->latency);
+        return hs__cli_double("--latency", v, 0, 1e6, &a->latency);
     case S_SAVE_DIR: a->save_dir = v; return 0;
     case S_LINKS: a->links = v; return 0;
     case S_STEP_TIME:
         a->step_time_set = 1;
-        return hs_cli_double("--step-time", v, 1e-9, 1e6, &a->step_time);
+        return hs__cli_double("--step-time", v, 1e-9, 1e6, &a->step_time);
     }
-    return hs_cli_usage_error("internal: unhandled option %d", key);
+    return hs__cli_usage_error("internal: unhandled option %d", key);
 }
 
 /* The progress line of an evaluated round. */
@@ -83,34 +83,34 @@ static void on_warning(void *ctx, double round, const char *reason, const char *
                     "(--on-divergence warn)\n", round, reason, advice);
 }
 
-int hs_cmd_sim(int argc, char **argv) {
+int hs__cmd_sim(int argc, char **argv) {
     sim_args a;
     memset(&a, 0, sizeof(a));
-    hs_runopts_default(&a.ro);
+    hs__runopts_default(&a.ro);
     a.n = 8;
     a.step_time = 0.01;
     const hs_cli_opt *tables[] = {sim_opts, hs_runopts_table, NULL};
-    int rc = hs_cli_expand_config(&argc, &argv, tables);
+    int rc = hs__cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
-    rc = hs_cli_parse(argc, argv, "sim", "[options]",
+    rc = hs__cli_parse(argc, argv, "sim", "[options]",
                           "Simulate N decentralized peers in one process: the same algorithm code "
                           "as networked peers, deterministic for a given --seed.",
                           tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
-    if ((rc = hs_runopts_finish(&a.ro)) < 0) return -rc;
+    if ((rc = hs__runopts_finish(&a.ro)) < 0) return -rc;
     if (a.links && a.latency_set)
-        return -hs_cli_usage_error("--latency and --links: the profile's delays replace --latency");
-    if (!a.links && a.step_time_set) return -hs_cli_usage_error("--step-time needs --links");
-    if ((rc = hs_cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
+        return -hs__cli_usage_error("--latency and --links: the profile's delays replace --latency");
+    if (!a.links && a.step_time_set) return -hs__cli_usage_error("--step-time needs --links");
+    if ((rc = hs__cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
         return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
     if (!slow) return HS_EXIT_FAIL;
-    if ((rc = hs_runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
+    if ((rc = hs__runopts_slowdown(a.ro.slowdown, a.n, slow)) < 0) {
         free(slow);
         return -rc;
     }
-    hs_cli_install_signals();
+    hs__cli_install_signals();
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
@@ -122,12 +122,12 @@ int hs_cmd_sim(int argc, char **argv) {
         exit_code = err == HS_ENOMEM ? HS_EXIT_FAIL : HS_EXIT_USAGE;
         goto out;
     }
-    if ((rc = hs_runopts_open(&a.ro, &be, &train, &test)) < 0) {
+    if ((rc = hs__runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
     }
     size_t shard_n = train->n / (size_t)a.n;
-    long rounds = a.rounds = hs_runopts_rounds(&a.ro, shard_n);
+    long rounds = a.rounds = hs__runopts_rounds(&a.ro, shard_n);
     long rpe = (long)ceil(ceil((double)shard_n / a.ro.batch) / a.ro.local_steps);
     if (rpe < 1) rpe = 1;
     hs_sim_cfg sc;
@@ -139,7 +139,7 @@ int hs_cmd_sim(int argc, char **argv) {
     sc.seed = a.ro.seed;
     sc.slowdown = slow;
     sc.latency = a.latency;
-    if ((rc = hs_runopts_trainer_cfg(&a.ro, train, rounds, &sc.trainer)) < 0) {
+    if ((rc = hs__runopts_trainer_cfg(&a.ro, train, rounds, &sc.trainer)) < 0) {
         exit_code = -rc;
         goto out;
     }
@@ -168,9 +168,9 @@ int hs_cmd_sim(int argc, char **argv) {
                a.ro.local_steps > 1 ? "s" : "", a.ro.batch);
     if (!a.ro.quiet && hs_algo_kind_uses_gamma_c(a.ro.algo.kind)) {
         char why[320];
-        hs_runopts_choco_step(&a.ro, a.n, hs_model_spec_nparams(&sc.trainer.model), why, sizeof(why));
+        hs__runopts_choco_step(&a.ro, a.n, hs_model_spec_nparams(&sc.trainer.model), why, sizeof(why));
         char an[16];
-        hs_cli_upper(an, sizeof(an), hs_algo_kind_name(a.ro.algo.kind));
+        hs__cli_upper(an, sizeof(an), hs_algo_kind_name(a.ro.algo.kind));
         printf("hearsay sim: %s consensus step gamma_c = %g (%s)\n", an,
                (double)hs_algo_gamma_c(hs_trainer_algo(hs_sim_trainer(sim, 0))), why);
     }
@@ -181,8 +181,8 @@ int hs_cmd_sim(int argc, char **argv) {
 
     hs__sim_job_cfg jc = {rounds, rpe, a.ro.local_steps,
                           a.ro.eval_every > 0 ? a.ro.eval_every : rpe, test, {0}, metrics,
-                          on_record, on_warning, hs_cli_interrupted, hs_cli_now, &a};
-    hs_runopts_guard_cfg(&a.ro, rpe, &jc.guard);
+                          on_record, on_warning, hs__cli_interrupted, hs__cli_now, &a};
+    hs__runopts_guard_cfg(&a.ro, rpe, &jc.guard);
     hs__sim_job_result res;
     if ((err = hs__sim_job_run(sim, &jc, &res)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());

@@ -70,22 +70,22 @@ typedef struct topo_args {
 static int handle(void *ctx, int key, const char *v) {
     topo_args *a = ctx;
     switch (key) {
-    case O_PEERS: return hs_cli_int("--peers", v, 1, HS_TOPO_MAX_PEERS, &a->peers);
-    case O_ROWS: return hs_cli_int("--rows", v, 1, HS_TOPO_MAX_PEERS, &a->rows);
-    case O_COLS: return hs_cli_int("--cols", v, 1, HS_TOPO_MAX_PEERS, &a->cols);
-    case O_DEGREE: return hs_cli_int("--degree", v, 0, HS_TOPO_MAX_PEERS, &a->degree);
-    case O_BRIDGES: return hs_cli_int("--bridges", v, 1, HS_TOPO_MAX_PEERS, &a->bridges);
-    case O_SEED: return hs_cli_u64("--seed", v, &a->seed);
+    case O_PEERS: return hs__cli_int("--peers", v, 1, HS_TOPO_MAX_PEERS, &a->peers);
+    case O_ROWS: return hs__cli_int("--rows", v, 1, HS_TOPO_MAX_PEERS, &a->rows);
+    case O_COLS: return hs__cli_int("--cols", v, 1, HS_TOPO_MAX_PEERS, &a->cols);
+    case O_DEGREE: return hs__cli_int("--degree", v, 0, HS_TOPO_MAX_PEERS, &a->degree);
+    case O_BRIDGES: return hs__cli_int("--bridges", v, 1, HS_TOPO_MAX_PEERS, &a->bridges);
+    case O_SEED: return hs__cli_u64("--seed", v, &a->seed);
     case O_NAME: a->name = v; return 0;
     case O_WEIGHTS: a->weights = 1; return 0;
     case O_OUTPUT: a->output = v; return 0;
     case O_NOGAP: a->nogap = 1; return 0;
     case O_QUIET: a->quiet = 1; return 0;
     case O_DOT: a->dot = 1; return 0;
-    case O_ROUND: return hs_cli_long("--round", v, 0, 1L << 40, &a->round);
+    case O_ROUND: return hs__cli_long("--round", v, 0, 1L << 40, &a->round);
     case O_MATRIX: a->matrix = 1; return 0;
     }
-    return hs_cli_usage_error("unhandled option");
+    return hs__cli_usage_error("unhandled option");
 }
 
 static void usage(FILE *f) {
@@ -118,14 +118,14 @@ static int open_topo(const char *what, const topo_args *a, hs_topo **t) {
     if (is_file(what)) {
         if ((err = hs_topo_load(t, what, HS_TOPO_LENIENT)) < 0) {
             int code = load_exit(err);
-            fprintf(stderr, "hearsay %s: %s%s\n", hs_cli_cmd, code == 1 ? "invalid topology: " : "",
+            fprintf(stderr, "hearsay %s: %s%s\n", hs__cli_cmd, code == 1 ? "invalid topology: " : "",
                     hs_error_message());
             return code;
         }
         return 0;
     }
     if ((err = hs_topo_generate(t, what, a->peers, a->seed)) < 0) {
-        hs_cli_usage_error("%s", hs_error_message());
+        hs__cli_usage_error("%s", hs_error_message());
         return HS_EXIT_USAGE;
     }
     return 0;
@@ -182,12 +182,12 @@ static int cmd_check(int argc, char **argv) {
     topo_args a = {.seed = 1};
     const char *pos[MAX_FILES];
     int npos = 0;
-    int rc = hs_cli_parse(argc, argv, "topo check", usage_s, summary, tables, handle, &a, pos,
+    int rc = hs__cli_parse(argc, argv, "topo check", usage_s, summary, tables, handle, &a, pos,
                           MAX_FILES, &npos);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if (npos == 0) {
-        hs_cli_usage_error("check needs a topology file (see hearsay topo check --help)");
+        hs__cli_usage_error("check needs a topology file (see hearsay topo check --help)");
         return HS_EXIT_USAGE;
     }
     int worst = HS_EXIT_OK;
@@ -198,7 +198,7 @@ static int cmd_check(int argc, char **argv) {
         if (code == 0) {
             int err = hs_topo_check(t, a.nogap ? HS_TOPO_CHECK_NOGAP : 0, &r);
             if (err < 0) {
-                fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+                fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
                 code = HS_EXIT_FAIL;
             } else {
                 if (a.quiet) {
@@ -257,7 +257,7 @@ static int show_emulation(const hs_topo *t) {
     if (!seen || !peers) {
         free(seen);
         free(peers);
-        fprintf(stderr, "hearsay %s: out of memory\n", hs_cli_cmd);
+        fprintf(stderr, "hearsay %s: out of memory\n", hs__cli_cmd);
         return HS_EXIT_FAIL;
     }
     for (int j = 0; j < n; j++) seen[j] = -1;
@@ -295,12 +295,12 @@ static int cmd_show(int argc, char **argv) {
     topo_args a = {.seed = 1, .round = -1};
     const char *pos[1];
     int npos = 0;
-    int rc = hs_cli_parse(argc, argv, "topo show", "TOPO [options]", summary, tables, handle, &a,
+    int rc = hs__cli_parse(argc, argv, "topo show", "TOPO [options]", summary, tables, handle, &a,
                           pos, 1, &npos);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if (npos == 0) {
-        hs_cli_usage_error("show needs a topology file (see hearsay topo show --help)");
+        hs__cli_usage_error("show needs a topology file (see hearsay topo show --help)");
         return HS_EXIT_USAGE;
     }
     hs_topo *t = NULL;
@@ -309,14 +309,14 @@ static int cmd_show(int argc, char **argv) {
     int n = hs_topo_n(t), period = hs_topo_period(t), dir = hs_topo_directed(t);
     if (a.round >= period) {
         hs_topo_free(t);
-        hs_cli_usage_error("--round %ld: the schedule has %d rounds (0..%d)", a.round, period,
+        hs__cli_usage_error("--round %ld: the schedule has %d rounds (0..%d)", a.round, period,
                            period - 1);
         return HS_EXIT_USAGE;
     }
     if (a.dot) {
         char *s = NULL;
         if (hs_topo_to_dot(t, &s) < 0) {
-            fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+            fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
             hs_topo_free(t);
             return HS_EXIT_FAIL;
         }
@@ -331,7 +331,7 @@ static int cmd_show(int argc, char **argv) {
         if (a.round >= 0 && r != a.round) continue;
         if (period > 1) printf("round %d (used at rounds t with t mod %d = %d)\n", r, period, r);
         if (show_round(t, r) < 0) {
-            fprintf(stderr, "hearsay %s: %s\n", hs_cli_cmd, hs_error_message());
+            fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
             hs_topo_free(t);
             return HS_EXIT_FAIL;
         }
@@ -367,17 +367,17 @@ static int cmd_gen(int argc, char **argv) {
     topo_args a = {.seed = 1, .degree = -1};
     const char *pos[1];
     int npos = 0;
-    int rc = hs_cli_parse(argc, argv, "topo gen", "KIND [options]", summary, tables, handle, &a,
+    int rc = hs__cli_parse(argc, argv, "topo gen", "KIND [options]", summary, tables, handle, &a,
                           pos, 1, &npos);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if (npos == 0) {
-        hs_cli_usage_error("gen needs a KIND (see hearsay topo gen --help)");
+        hs__cli_usage_error("gen needs a KIND (see hearsay topo gen --help)");
         return HS_EXIT_USAGE;
     }
     const char *kind = pos[0];
     if (is_file(kind)) {
-        hs_cli_usage_error("gen: '%s' is a file name, not a generator KIND", kind);
+        hs__cli_usage_error("gen: '%s' is a file name, not a generator KIND", kind);
         return HS_EXIT_USAGE;
     }
     int has_par = strchr(kind, ':') != NULL;
@@ -387,31 +387,31 @@ static int cmd_gen(int argc, char **argv) {
     int is_reg = klen == 7 && !strncmp(kind, "regular", 7);
     int is_two = klen == 11 && !strncmp(kind, "two-cluster", 11);
     if ((a.rows || a.cols) && !is_torus) {
-        hs_cli_usage_error("--rows/--cols apply to torus only");
+        hs__cli_usage_error("--rows/--cols apply to torus only");
         return HS_EXIT_USAGE;
     }
     if (a.degree >= 0 && !is_reg) {
-        hs_cli_usage_error("--degree applies to regular only");
+        hs__cli_usage_error("--degree applies to regular only");
         return HS_EXIT_USAGE;
     }
     if (a.bridges && !is_two) {
-        hs_cli_usage_error("--bridges applies to two-cluster only");
+        hs__cli_usage_error("--bridges applies to two-cluster only");
         return HS_EXIT_USAGE;
     }
     if (has_par && (a.rows || a.cols || a.degree >= 0 || a.bridges)) {
-        hs_cli_usage_error("'%s' already has parameters; drop the flag", kind);
+        hs__cli_usage_error("'%s' already has parameters; drop the flag", kind);
         return HS_EXIT_USAGE;
     }
     snprintf(spec, sizeof(spec), "%.100s", kind);
     if (is_torus && (a.rows || a.cols)) {
         if (!a.rows || !a.cols) {
-            hs_cli_usage_error("torus: give both --rows and --cols");
+            hs__cli_usage_error("torus: give both --rows and --cols");
             return HS_EXIT_USAGE;
         }
         snprintf(spec, sizeof(spec), "torus:%dx%d", a.rows, a.cols);
     } else if (is_reg && !has_par) {
         if (a.degree < 0) {
-            hs_cli_usage_error("regular: give --degree D");
+            hs__cli_usage_error("regular: give --degree D");
             return HS_EXIT_USAGE;
         }
         snprintf(spec, sizeof(spec), "regular:%d", a.degree);
@@ -420,31 +420,31 @@ static int cmd_gen(int argc, char **argv) {
     }
     int torus_sized = is_torus && (a.rows || has_par);
     if (!a.peers && !torus_sized) {
-        hs_cli_usage_error("%s: give the number of peers with -n", kind);
+        hs__cli_usage_error("%s: give the number of peers with -n", kind);
         return HS_EXIT_USAGE;
     }
     hs_topo *t = NULL;
     if (hs_topo_new(&t, spec, a.peers, a.seed) < 0) {
-        hs_cli_usage_error("%s", hs_error_message());
+        hs__cli_usage_error("%s", hs_error_message());
         return HS_EXIT_USAGE;
     }
     char *json = NULL;
     int err = 0;
     if (a.name && hs_topo_set_name(t, a.name) < 0) {
-        hs_cli_usage_error("--name: %s", hs_error_message());
+        hs__cli_usage_error("--name: %s", hs_error_message());
         hs_topo_free(t);
         return HS_EXIT_USAGE;
     }
     err = hs_topo_to_json(t, a.weights ? HS_TOPO_JSON_WEIGHTS : 0, &json);
     hs_topo_free(t);
     if (err < 0) {
-        fprintf(stderr, "hearsay %s: out of memory\n", hs_cli_cmd);
+        fprintf(stderr, "hearsay %s: out of memory\n", hs__cli_cmd);
         free(json);
         return HS_EXIT_FAIL;
     }
     FILE *f = a.output ? fopen(a.output, "w") : stdout;
     if (!f) {
-        fprintf(stderr, "hearsay %s: %s: cannot create\n", hs_cli_cmd, a.output);
+        fprintf(stderr, "hearsay %s: %s: cannot create\n", hs__cli_cmd, a.output);
         free(json);
         return HS_EXIT_FAIL;
     }
@@ -453,14 +453,14 @@ static int cmd_gen(int argc, char **argv) {
     bad |= a.output ? fclose(f) != 0 : fflush(f) != 0;
     free(json);
     if (bad) {
-        fprintf(stderr, "hearsay %s: %s: write failed\n", hs_cli_cmd,
+        fprintf(stderr, "hearsay %s: %s: write failed\n", hs__cli_cmd,
                 a.output ? a.output : "standard output");
         return HS_EXIT_FAIL;
     }
     return HS_EXIT_OK;
 }
 
-int hs_cmd_topo(int argc, char **argv) {
+int hs__cmd_topo(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return HS_EXIT_USAGE;
@@ -471,15 +471,15 @@ int hs_cmd_topo(int argc, char **argv) {
         return HS_EXIT_OK;
     }
     if (!strcmp(c, "gen")) {
-        hs_cli_cmd = "topo gen";
+        hs__cli_cmd = "topo gen";
         return cmd_gen(argc - 1, argv + 1);
     }
     if (!strcmp(c, "check")) {
-        hs_cli_cmd = "topo check";
+        hs__cli_cmd = "topo check";
         return cmd_check(argc - 1, argv + 1);
     }
     if (!strcmp(c, "show")) {
-        hs_cli_cmd = "topo show";
+        hs__cli_cmd = "topo show";
         return cmd_show(argc - 1, argv + 1);
     }
     fprintf(stderr, "hearsay topo: unknown command '%s'\n\n", c);

@@ -127,47 +127,47 @@ static int handle(void *ctx, int key, const char *v) {
     switch (key) {
     case O_DATA: a->data = v; return 0;
     case O_SYNTHETIC: a->synthetic = 1; return 0;
-    case O_EPOCHS: return hs_cli_int("--epochs", v, 1, 100000, &a->epochs);
-    case O_BATCH: return hs_cli_int("--batch", v, 1, 1 << 16, &a->batch);
-    case O_LR: a->lr_set = 1; return hs_cli_float("--lr", v, 0.0, 100.0, &a->opt.lr);
+    case O_EPOCHS: return hs__cli_int("--epochs", v, 1, 100000, &a->epochs);
+    case O_BATCH: return hs__cli_int("--batch", v, 1, 1 << 16, &a->batch);
+    case O_LR: a->lr_set = 1; return hs__cli_float("--lr", v, 0.0, 100.0, &a->opt.lr);
     case O_AUGMENT: a->augment = 1; return 0;
     case O_OPTIMIZER:
         if (hs_optim_kind_parse(v, &a->opt.kind) < 0)
-            return hs_cli_usage_error("%s", hs_error_message());
+            return hs__cli_usage_error("%s", hs_error_message());
         return 0;
-    case O_MOMENTUM: return hs_cli_float("--momentum", v, 0.0, 0.9999, &a->opt.momentum);
+    case O_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &a->opt.momentum);
     case O_NESTEROV: a->opt.nesterov = 1; return 0;
-    case O_WD: return hs_cli_float("--weight-decay", v, 0.0, 1.0, &a->opt.weight_decay);
+    case O_WD: return hs__cli_float("--weight-decay", v, 0.0, 1.0, &a->opt.weight_decay);
     case O_SCHED:
         if (hs_lr_sched_parse(v, &a->opt.sched) < 0)
-            return hs_cli_usage_error("%s", hs_error_message());
+            return hs__cli_usage_error("%s", hs_error_message());
         return 0;
     case O_WARMUP:
         a->warmup_set = 1;
-        return hs_cli_long("--warmup", v, 0, 1L << 40, &a->opt.warmup_steps);
+        return hs__cli_long("--warmup", v, 0, 1L << 40, &a->opt.warmup_steps);
     case O_STEP_SIZE:
         a->step_size_set = 1;
-        return hs_cli_long("--step-size", v, 1, 1L << 40, &a->opt.step_size);
-    case O_STEP_GAMMA: return hs_cli_float("--step-gamma", v, 0.0, 1.0, &a->opt.step_gamma);
+        return hs__cli_long("--step-size", v, 1, 1L << 40, &a->opt.step_size);
+    case O_STEP_GAMMA: return hs__cli_float("--step-gamma", v, 0.0, 1.0, &a->opt.step_gamma);
     case O_HIDDEN: a->hidden = v; return 0;
     case O_MODEL: a->model = v; return 0;
-    case O_SEED: return hs_cli_u64("--seed", v, &a->seed);
-    case O_THREADS: return hs_cli_int("--threads", v, 1, 1024, &a->threads);
+    case O_SEED: return hs__cli_u64("--seed", v, &a->seed);
+    case O_THREADS: return hs__cli_int("--threads", v, 1, 1024, &a->threads);
     case O_DEVICE:
         if (hs_device_parse_id(v, &a->device, &a->device_id) < 0)
-            return hs_cli_usage_error("--device: %s", hs_error_message());
+            return hs__cli_usage_error("--device: %s", hs_error_message());
         return 0;
     case O_METRICS: a->metrics = v; return 0;
-    case O_EVAL_EVERY: return hs_cli_long("--eval-every", v, 1, 1L << 40, &a->eval_every);
+    case O_EVAL_EVERY: return hs__cli_long("--eval-every", v, 1, 1L << 40, &a->eval_every);
     case O_NO_EVAL: a->no_eval = 1; return 0;
-    case O_SUBSET: return hs_cli_long("--subset", v, 1, 1L << 32, &a->subset);
-    case O_TEST_SUBSET: return hs_cli_long("--test-subset", v, 1, 1L << 32, &a->test_subset);
-    case O_MAX_STEPS: return hs_cli_long("--max-steps", v, 1, 1L << 40, &a->max_steps);
-    case O_LOG_EVERY: return hs_cli_int("--log-every", v, 1, 1 << 30, &a->log_every);
+    case O_SUBSET: return hs__cli_long("--subset", v, 1, 1L << 32, &a->subset);
+    case O_TEST_SUBSET: return hs__cli_long("--test-subset", v, 1, 1L << 32, &a->test_subset);
+    case O_MAX_STEPS: return hs__cli_long("--max-steps", v, 1, 1L << 40, &a->max_steps);
+    case O_LOG_EVERY: return hs__cli_int("--log-every", v, 1, 1 << 30, &a->log_every);
     case O_SAVE: a->save = v; return 0;
     case O_QUIET: a->quiet = 1; return 0;
     }
-    return hs_cli_usage_error("internal: unhandled option %d", key);
+    return hs__cli_usage_error("internal: unhandled option %d", key);
 }
 
 
@@ -184,7 +184,7 @@ static int steps_to_report(long step, long total, long spe, long log_every, long
     return next - step < (1L << 30) ? (int)(next - step) : 1 << 30;
 }
 
-int hs_cmd_train(int argc, char **argv) {
+int hs__cmd_train(int argc, char **argv) {
     train_args a;
     memset(&a, 0, sizeof(a));
     a.epochs = 10;
@@ -196,25 +196,25 @@ int hs_cmd_train(int argc, char **argv) {
     hs_optim_cfg_default(&a.opt);
     a.opt.weight_decay = 1e-4f;
     const hs_cli_opt *tables[] = {train_opts, NULL};
-    int rc = hs_cli_parse(argc, argv, "train", "[options]",
+    int rc = hs__cli_parse(argc, argv, "train", "[options]",
                           "Train one peer alone on an image set (Fashion-MNIST by default) or a "
                           "synthetic set: the single-node baseline.",
                           tables, handle, &a, NULL, 0, NULL);
     if (rc == 1) return HS_EXIT_OK;
     if (rc < 0) return -rc;
     if (a.synthetic && a.data)
-        return -hs_cli_usage_error("--synthetic and --data exclude each other");
-    if ((rc = hs_runopts_check_hidden(a.model, a.hidden != NULL)) < 0) return -rc;
-    if ((rc = hs_cli_precheck(a.model, a.metrics, NULL, 0, a.seed)) < 0) return -rc;
+        return -hs__cli_usage_error("--synthetic and --data exclude each other");
+    if ((rc = hs__runopts_check_hidden(a.model, a.hidden != NULL)) < 0) return -rc;
+    if ((rc = hs__cli_precheck(a.model, a.metrics, NULL, 0, a.seed)) < 0) return -rc;
     if (a.synthetic && a.augment)
-        return -hs_cli_usage_error("--augment: the synthetic set has no spatial structure "
+        return -hs__cli_usage_error("--augment: the synthetic set has no spatial structure "
                                    "(crops and flips need images)");
     if (a.opt.kind == HS_OPTIM_ADAMW) {
         if (!a.lr_set) a.opt.lr = 1e-3f;
-        if (a.opt.nesterov) return -hs_cli_usage_error("--nesterov applies to --optimizer sgd only");
+        if (a.opt.nesterov) return -hs__cli_usage_error("--nesterov applies to --optimizer sgd only");
     }
 
-    hs_cli_install_signals();
+    hs__cli_install_signals();
     int exit_code = HS_EXIT_FAIL, err;
     hs_backend *be = NULL;
     hs_dataset *train = NULL, *test = NULL;
@@ -244,7 +244,7 @@ int hs_cmd_train(int argc, char **argv) {
             exit_code = HS_EXIT_USAGE;
             goto out;
         }
-        if (!a.quiet) hs_runopts_print_data(train);
+        if (!a.quiet) hs__runopts_print_data(train);
         if ((err = hs_dataset_keep(&train, (size_t)a.subset, a.seed, 1)) < 0 ||
             (err = hs_dataset_keep(&test, (size_t)a.test_subset, a.seed, 0)) < 0) {
             fprintf(stderr, "hearsay train: subset: %s\n", hs_error_message());
@@ -310,11 +310,11 @@ int hs_cmd_train(int argc, char **argv) {
     double test_loss = NAN, test_acc = NAN;
     int stopped = 0;
     while (step < total) {
-        if (hs_cli_interrupted()) {
+        if (hs__cli_interrupted()) {
             stopped = 1;
             break;
         }
-        double t0 = hs_cli_now();
+        double t0 = hs__cli_now();
         /* One step at a time on the host (its losses are read at once anyway); on a device the
          * steps up to the next report, which wait for their losses only at their end. */
         int n = lc.n = be->host_memory ? 1 : steps_to_report(step, total, spe, a.log_every,
@@ -328,7 +328,7 @@ int hs_cmd_train(int argc, char **argv) {
                 fprintf(stderr, "hearsay train: step %ld: %s\n", step, hs_error_message());
             goto out;
         }
-        double t1 = hs_cli_now();
+        double t1 = hs__cli_now();
         t_train += t1 - t0;
         samples += sp->samples;
         step += n;

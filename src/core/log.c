@@ -46,11 +46,11 @@ hs_log_level hs_log_get_level(void) {
     return (hs_log_level)l;
 }
 
-void hs_log_quiet(void) {
+void hs__log_quiet(void) {
     if (!getenv("HEARSAY_LOG") && hs_log_get_level() > HS_LOG_WARN) hs_log_set_level(HS_LOG_WARN);
 }
 
-void hs_log_set_tag(const char *tag) {
+void hs__log_set_tag(const char *tag) {
     if (!tag) tag = "";
     pthread_mutex_lock(&tag_lock);
     snprintf(log_tag, sizeof(log_tag), "%s", tag);
@@ -88,7 +88,7 @@ static void to_callback(hs_log_callback fn, void *user, hs_log_level level, int 
     fn(&rec, user);
 }
 
-void hs_log(hs_log_level level, const char *fmt, ...) {
+void hs__log(hs_log_level level, const char *fmt, ...) {
     if ((int)level > (int)hs_log_get_level()) return;
     static const char *lv[] = {"error", "warn", "info", "debug", "trace"};
     char line[2048];

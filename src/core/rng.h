@@ -17,18 +17,18 @@ typedef struct hs_rng {
     double spare;
 } hs_rng;
 
-void hs_rng_init(hs_rng *r, uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t round);
-uint32_t hs_rng_u32(hs_rng *r);
-uint64_t hs_rng_u64(hs_rng *r);
+void hs__rng_init(hs_rng *r, uint64_t seed, uint32_t purpose, uint32_t peer, uint32_t round);
+uint32_t hs__rng_u32(hs_rng *r);
+uint64_t hs__rng_u64(hs_rng *r);
 /* Uniform double in [0, 1) with 53 bits. */
-double hs_rng_double(hs_rng *r);
+double hs__rng_double(hs_rng *r);
 /* Uniform integer in [0, n), unbiased (rejection). n > 0. */
-uint32_t hs_rng_uniform(hs_rng *r, uint32_t n);
+uint32_t hs__rng_uniform(hs_rng *r, uint32_t n);
 /* Standard normal (Box-Muller). */
-double hs_rng_normal(hs_rng *r);
+double hs__rng_normal(hs_rng *r);
 /* Gamma(shape, 1) by Marsaglia-Tsang; shape > 0. */
-double hs_rng_gamma(hs_rng *r, double shape);
+double hs__rng_gamma(hs_rng *r, double shape);
 /* Fisher-Yates shuffle of idx[0..n). */
-void hs_rng_shuffle_u32(hs_rng *r, uint32_t *idx, size_t n);
+void hs__rng_shuffle_u32(hs_rng *r, uint32_t *idx, size_t n);
 
 #endif

@@ -29,8 +29,8 @@ struct hs_batcher {
 static void permute(hs_batcher *b) {
     for (size_t i = 0; i < b->ds->n; i++) b->perm[i] = (uint32_t)i;
     hs_rng r;
-    hs_rng_init(&r, b->seed, HS_RNG_SHUFFLE, b->stream, (uint32_t)b->epoch);
-    hs_rng_shuffle_u32(&r, b->perm, b->ds->n);
+    hs__rng_init(&r, b->seed, HS_RNG_SHUFFLE, b->stream, (uint32_t)b->epoch);
+    hs__rng_shuffle_u32(&r, b->perm, b->ds->n);
     b->pos = 0;
 }
 

@@ -171,8 +171,8 @@ int hs_dataset_keep(hs_dataset **ds, size_t n, uint64_t seed, int random) {
     for (size_t i = 0; i < (*ds)->n; i++) idx[i] = (uint32_t)i;
     if (random) {
         hs_rng r;
-        hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFDu, 0);
-        hs_rng_shuffle_u32(&r, idx, (*ds)->n);
+        hs__rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFDu, 0);
+        hs__rng_shuffle_u32(&r, idx, (*ds)->n);
     }
     hs_dataset *sub;
     int err = hs_dataset_subset(&sub, *ds, idx, n);

@@ -34,8 +34,8 @@ int hs_shard_iid(size_t n, int rank, int world, uint64_t seed, uint32_t **idx, s
     if (!perm) return hs__err(HS_ENOMEM, "sharding: out of memory");
     for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFFu, 0);
-    hs_rng_shuffle_u32(&r, perm, n);
+    hs__rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFFu, 0);
+    hs__rng_shuffle_u32(&r, perm, n);
     size_t lo = n * (size_t)rank / (size_t)world, hi = n * (size_t)(rank + 1) / (size_t)world;
     memmove(perm, perm + lo, sizeof(uint32_t) * (hi - lo));
     qsort(perm, hi - lo, sizeof(uint32_t), cmp_u32);
@@ -86,17 +86,17 @@ int hs_shard_dirichlet(const uint8_t *labels, size_t n, int classes, int rank, i
     }
     for (int c = 0; c < classes; c++) {
         hs_rng r;
-        hs_rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFEu, (uint32_t)c);
-        hs_rng_shuffle_u32(&r, byclass + cnt[c], cnt[c + 1] - cnt[c]);
+        hs__rng_init(&r, seed, HS_RNG_SHUFFLE, 0xFFFFFFFEu, (uint32_t)c);
+        hs__rng_shuffle_u32(&r, byclass + cnt[c], cnt[c + 1] - cnt[c]);
     }
     int draw;
     for (draw = 0; draw < DIRICHLET_MAX_DRAWS; draw++) {
         memset(got, 0, sizeof(size_t) * (size_t)world);
         for (int c = 0; c < classes; c++) {
             hs_rng r;
-            hs_rng_init(&r, seed, HS_RNG_DIRICHLET, (uint32_t)c, (uint32_t)draw);
+            hs__rng_init(&r, seed, HS_RNG_DIRICHLET, (uint32_t)c, (uint32_t)draw);
             double sum = 0;
-            for (int k = 0; k < world; k++) sum += p[k] = hs_rng_gamma(&r, alpha);
+            for (int k = 0; k < world; k++) sum += p[k] = hs__rng_gamma(&r, alpha);
             size_t nc = cnt[c + 1] - cnt[c];
             size_t *cc = cut + (size_t)c * ((size_t)world + 1);
             double acc = 0;

@@ -27,24 +27,24 @@ int hs_dataset_synthetic(hs_dataset **out, const hs_synth_cfg *cfg) {
     if (!ds->x || !ds->y) goto oom;
     hs_rng r;
     /* Centres depend on the seed only, so train and test splits share them. */
-    hs_rng_init(&r, cfg->seed, HS_RNG_SYNTH, 0xFFFFFFFFu, 0);
+    hs__rng_init(&r, cfg->seed, HS_RNG_SYNTH, 0xFFFFFFFFu, 0);
     for (int c = 0; c < cfg->classes; c++) {
         float *v = centres + (size_t)c * cfg->dim;
         double nrm = 0;
         for (int j = 0; j < cfg->dim; j++) {
-            v[j] = (float)hs_rng_normal(&r);
+            v[j] = (float)hs__rng_normal(&r);
             nrm += (double)v[j] * v[j];
         }
         float s = (float)(cfg->separation / sqrt(nrm > 0 ? nrm : 1));
         for (int j = 0; j < cfg->dim; j++) v[j] *= s;
     }
-    hs_rng_init(&r, cfg->seed, HS_RNG_SYNTH, cfg->split, 1);
+    hs__rng_init(&r, cfg->seed, HS_RNG_SYNTH, cfg->split, 1);
     for (size_t i = 0; i < cfg->n; i++) {
-        int c = (int)hs_rng_uniform(&r, (uint32_t)cfg->classes);
+        int c = (int)hs__rng_uniform(&r, (uint32_t)cfg->classes);
         ds->y[i] = (uint8_t)c;
         float *x = ds->x + i * (size_t)cfg->dim;
         const float *v = centres + (size_t)c * cfg->dim;
-        for (int j = 0; j < cfg->dim; j++) x[j] = v[j] + (float)hs_rng_normal(&r);
+        for (int j = 0; j < cfg->dim; j++) x[j] = v[j] + (float)hs__rng_normal(&r);
     }
     free(centres);
     *out = ds;

@@ -243,7 +243,7 @@ int hs_model_init(hs_model *m, uint64_t seed) {
     float *h = calloc(m->nparams ? m->nparams : 1, sizeof(float));
     if (!h) return hs__err(HS_ENOMEM, "model init: out of memory for %zu parameters", m->nparams);
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_INIT, 0, 0);
+    hs__rng_init(&r, seed, HS_RNG_INIT, 0, 0);
     for (int i = 0; i < m->spec.n_layers; i++) {
         const hs__layer_shape *s = &m->sh[i];
         hs_layer_kind k = m->spec.layer[i].kind;
@@ -252,7 +252,7 @@ int hs_model_init(hs_model *m, uint64_t seed) {
         } else if (s->nw) {
             /* Biases stay zero (calloc). */
             double std = sqrt(2.0 / (double)(s->nw / (size_t)s->oc));
-            for (size_t j = 0; j < s->nw; j++) h[s->w_off + j] = (float)(std * hs_rng_normal(&r));
+            for (size_t j = 0; j < s->nw; j++) h[s->w_off + j] = (float)(std * hs__rng_normal(&r));
         }
     }
     int err = hs_be_upload(m->be, m->params, h, sizeof(float) * m->nparams);

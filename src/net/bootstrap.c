@@ -74,10 +74,10 @@ static void join_dial(hs_net *net) {
     if (!net->join_nonce) {
         /* Unique per attempt: the run seed alone is shared by every peer of a test. */
         hs_rng r;
-        hs_rng_init(&r, net->cfg.seed ^ uv_hrtime(), HS_RNG_NET, (uint32_t)getpid(),
+        hs__rng_init(&r, net->cfg.seed ^ uv_hrtime(), HS_RNG_NET, (uint32_t)getpid(),
                     (uint32_t)net->tr.listen_port);
         while (!net->join_nonce)
-            net->join_nonce = hs_rng_u64(&r);
+            net->join_nonce = hs__rng_u64(&r);
         if (!net->join_deadline_us)
             net->join_deadline_us = now + (uint64_t)net->cfg.join_timeout_ms * 1000;
         net->join_backoff_ms = 50;

@@ -235,7 +235,7 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
     vsnprintf(c->why, sizeof(c->why), fmt, ap);
     va_end(ap);
     char nm[128];
-    hs_log(level, "%s: connection closed: %s", hs__conn_name(c, nm, sizeof(nm)), c->why);
+    hs__log(level, "%s: connection closed: %s", hs__conn_name(c, nm, sizeof(nm)), c->why);
     int was = c->state;
     c->state_before_close = was;
     if (bye && was == HS__C_OPEN && c->got_bye == 0) {

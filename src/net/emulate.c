@@ -111,19 +111,19 @@ void hs__link_init(hs__link *l, const hs_net_emulation *e, uint64_t seed, uint32
                    uint32_t peer) {
     memset(l, 0, sizeof(*l));
     l->e = *e;
-    hs_rng_init(&l->rng, seed, HS_RNG_NET, self, peer);
+    hs__rng_init(&l->rng, seed, HS_RNG_NET, self, peer);
 }
 
 int hs__link_lose(hs__link *l) {
     if (l->e.loss <= 0)
         return 0;
-    return hs_rng_double(&l->rng) < l->e.loss;
+    return hs__rng_double(&l->rng) < l->e.loss;
 }
 
 uint64_t hs__link_release(hs__link *l, uint64_t now_us) {
     double d = l->e.delay_ms * 1e3;
     if (l->e.jitter_ms > 0)
-        d += (2 * hs_rng_double(&l->rng) - 1) * l->e.jitter_ms * 1e3;
+        d += (2 * hs__rng_double(&l->rng) - 1) * l->e.jitter_ms * 1e3;
     uint64_t t = now_us + (d > 0 ? (uint64_t)d : 0);
     if (t < l->last_release_us)
         t = l->last_release_us;

@@ -68,7 +68,7 @@ static void leave_step(hs_net *net, uint64_t now) {
             for (const hs__frame *f = p->outq.head; f; f = f->next)
                 data += f->type == HS__T_DATA;
             if (p->outq.head)
-                hs_log(data ? HS_LOG_WARN : HS_LOG_DEBUG,
+                hs__log(data ? HS_LOG_WARN : HS_LOG_DEBUG,
                        "leave: %zu frames (%zu of data) for peer %u not sent (connection %s)",
                        p->outq.n, data, p->m.id,
                        !p->m.conn                       ? "none"

@@ -83,7 +83,7 @@ int hs__node_new_cfg(hs_node **out, const hs__node_cfg *cfg, size_t d, const cha
     snprintf(n->sig, sizeof(n->sig), "%s", sig);
     n->t0 = hs__node_now();
     reset_reports(n);
-    if (cfg->quiet) hs_log_quiet();
+    if (cfg->quiet) hs__log_quiet();
     *out = n;
     return 0;
 }
@@ -256,7 +256,7 @@ static int adopt_welcome(hs_node *n) {
 static void set_tag(uint32_t self) {
     char tag[32];
     snprintf(tag, sizeof(tag), "peer %u", self);
-    hs_log_set_tag(tag);
+    hs__log_set_tag(tag);
 }
 
 /* ---------------------------------------------------------------- start */

@@ -24,7 +24,7 @@ static int host_err(int code, const char *fmt, va_list ap) {
 static void host_log(int level, const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    hs_log((hs_log_level)level, "%s", msg);
+    hs__log((hs_log_level)level, "%s", msg);
 }
 
 static const hs_host_api host_api = {HS_HOST_API_VERSION, host_err, host_log};

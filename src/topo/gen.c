@@ -149,13 +149,13 @@ static int gen_regular(arcvec *out, int n, int D, uint64_t seed, const char *spe
         bit_set(bs, n, ev[e], eu[e], 1);
     }
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_TOPO, 0, 0);
+    hs__rng_init(&r, seed, HS_RNG_TOPO, 0, 0);
     size_t attempts = 10 * m;
     for (int redraw = 0;; redraw++) {
         for (size_t s = 0; m >= 2 && s < attempts; s++) {
-            size_t e1 = hs_rng_uniform(&r, (uint32_t)m), e2 = hs_rng_uniform(&r, (uint32_t)m);
+            size_t e1 = hs__rng_uniform(&r, (uint32_t)m), e2 = hs__rng_uniform(&r, (uint32_t)m);
             int a = eu[e1], b = ev[e1], c = eu[e2], dd = ev[e2];
-            if (hs_rng_u32(&r) & 1) {
+            if (hs__rng_u32(&r) & 1) {
                 int tmp = c;
                 c = dd;
                 dd = tmp;

@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
         float *x = malloc(d * sizeof(float)), *acc = calloc(d, sizeof(float)),
               *dst = malloc(d * sizeof(float));
         hs_rng r;
-        hs_rng_init(&r, 1, HS_RNG_TEST, 0, 0);
-        for (size_t i = 0; i < d; i++) x[i] = (float)hs_rng_normal(&r);
+        hs__rng_init(&r, 1, HS_RNG_TEST, 0, 0);
+        for (size_t i = 0; i < d; i++) x[i] = (float)hs__rng_normal(&r);
         memset(dst, 0, d * sizeof(float));
         ctx cx = {NULL, x, acc, dst, d, NULL, 7};
         double mc = time_it(do_memcpy, &cx, samples);

@@ -93,8 +93,8 @@ static int run(const cell *c, size_t d, int rounds, float gamma_c, result *res) 
     for (int i = 0; i < n; i++) {
         x[i] = malloc(sizeof(float) * d);
         hs_rng r;
-        hs_rng_init(&r, 123, HS_RNG_TEST, (uint32_t)i, 0);
-        for (size_t k = 0; k < d; k++) x[i][k] = (float)hs_rng_normal(&r);
+        hs__rng_init(&r, 123, HS_RNG_TEST, (uint32_t)i, 0);
+        for (size_t k = 0; k < d; k++) x[i][k] = (float)hs__rng_normal(&r);
         if ((err = hs_algo_new(&a[i], &cfg, (uint32_t)i, d, x[i])) < 0) goto done;
     }
     int w = rounds / 5;

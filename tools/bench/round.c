@@ -189,8 +189,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             hs_rng r;
-            hs_rng_init(&r, 1, HS_RNG_TEST, (uint32_t)s, 0);
-            for (size_t k = 0; k < d; k++) steps[s][k] = (float)hs_rng_normal(&r);
+            hs__rng_init(&r, 1, HS_RNG_TEST, (uint32_t)s, 0);
+            for (size_t k = 0; k < d; k++) steps[s][k] = (float)hs__rng_normal(&r);
         }
         for (int c = 0; c < n_spec; c++) {
             double codec, choco, beer;

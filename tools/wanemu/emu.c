@@ -160,7 +160,7 @@ static void advance(emu *e, pkt *x, double now) {
             break;
         case ST_PROP: {
             double d = pr->delay_s;
-            if (pr->jitter_s > 0) d += (2 * hs_rng_double(&e->rng[x->src]) - 1) * pr->jitter_s;
+            if (pr->jitter_s > 0) d += (2 * hs__rng_double(&e->rng[x->src]) - 1) * pr->jitter_s;
             x->t += d > 0 ? d : 0;
             if (x->t < ps->last_prop) x->t = ps->last_prop;
             ps->last_prop = x->t;
@@ -227,7 +227,7 @@ static void read_peer(emu *e, int i) {
         x->stage = ST_UP;
         x->t = now_s();
         const hs__wan_pair *pr = &e->p->pair[i * e->n + j];
-        if (pr->loss > 0 && hs_rng_double(&e->rng[i]) < pr->loss) {
+        if (pr->loss > 0 && hs__rng_double(&e->rng[i]) < pr->loss) {
             e->ps[i * e->n + j].lost++;
             pkt_put(e, x);
             continue;
@@ -258,7 +258,7 @@ static int emu_init(emu *e, hs__wan_profile *p) {
     for (int i = 0; i < n; i++) {
         e->up[i] = (bucket){p->up_bps[i] / 8, burst, burst, 0, 0};
         e->down[i] = (bucket){p->down_bps[i] / 8, burst, burst, 0, 0};
-        hs_rng_init(&e->rng[i], p->seed, 0x77616e, (uint32_t)i, 0);
+        hs__rng_init(&e->rng[i], p->seed, 0x77616e, (uint32_t)i, 0);
     }
     for (int b = 0; b < p->nbuckets; b++)
         e->link[b] = (bucket){p->bucket_bps[b] / 8, burst, burst, 0, 0};

@@ -50,8 +50,8 @@ static float *host_f(size_t n) {
 
 static void random_normal(float *x, size_t n, uint32_t stream, float scale) {
     hs_rng r;
-    hs_rng_init(&r, 2024, HS_RNG_TEST, stream, 0);
-    for (size_t i = 0; i < n; i++) x[i] = scale * (float)hs_rng_normal(&r);
+    hs__rng_init(&r, 2024, HS_RNG_TEST, stream, 0);
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)hs__rng_normal(&r);
     /* Exact zeros and negative zeros exercise relu's and relu_grad's boundary. */
     if (n > 3) {
         x[n / 3] = 0.0f;
@@ -486,11 +486,11 @@ static void check_xent(int m, int k, int mode, int quantise) {
     assert_non_null(hy);
     random_normal(hz, mk, 60 + (uint32_t)quantise, 3.0f);
     hs_rng r;
-    hs_rng_init(&r, 7, HS_RNG_TEST, 61, 0);
+    hs__rng_init(&r, 7, HS_RNG_TEST, 61, 0);
     for (int i = 0; i < m; i++) {
         if (quantise)
             for (int j = 0; j < k; j++) hz[(size_t)i * k + j] = rintf(hz[(size_t)i * k + j] / 3);
-        hy[i] = (int32_t)hs_rng_uniform(&r, (uint32_t)k);
+        hy[i] = (int32_t)hs__rng_uniform(&r, (uint32_t)k);
         /* Make about half the rows correct, so the count means something. */
         if (i % 2 == 0) hz[(size_t)i * k + hy[i]] += quantise ? 1.0f : 6.0f;
     }

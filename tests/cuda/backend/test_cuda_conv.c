@@ -41,9 +41,9 @@ static float *host_f(size_t n) {
 static float *random_host(size_t n, uint32_t stream, float scale, float offset, float quant) {
     float *x = host_f(n);
     hs_rng r;
-    hs_rng_init(&r, 77, HS_RNG_TEST, stream, 0);
+    hs__rng_init(&r, 77, HS_RNG_TEST, stream, 0);
     for (size_t i = 0; i < n; i++) {
-        float v = scale * (float)hs_rng_normal(&r);
+        float v = scale * (float)hs__rng_normal(&r);
         if (quant > 0) v = roundf(v * quant) / quant;
         x[i] = v + offset;
     }
@@ -323,11 +323,11 @@ static void check_gather(int c, int h, int w, int nhwc, int with_aug, size_t row
     uint32_t *idx = malloc(sizeof(uint32_t) * (size_t)n);
     assert_non_null(labels), assert_non_null(aug), assert_non_null(idx);
     hs_rng r;
-    hs_rng_init(&r, 5, HS_RNG_TEST, (uint32_t)rows, 0);
+    hs__rng_init(&r, 5, HS_RNG_TEST, (uint32_t)rows, 0);
     for (size_t k = 0; k < rows; k++) {
-        labels[k] = (uint8_t)hs_rng_below(hs_rng_u32(&r), 10);
-        for (int j = 0; j < 2; j++) aug[3 * k + j] = (uint8_t)hs_rng_below(hs_rng_u32(&r), 9);
-        aug[3 * k + 2] = (uint8_t)(hs_rng_u32(&r) >> 31);
+        labels[k] = (uint8_t)hs_rng_below(hs__rng_u32(&r), 10);
+        for (int j = 0; j < 2; j++) aug[3 * k + j] = (uint8_t)hs_rng_below(hs__rng_u32(&r), 9);
+        aug[3 * k + 2] = (uint8_t)(hs__rng_u32(&r) >> 31);
     }
     /* Indices in no order, the last row included. */
     for (int i = 0; i < n; i++) idx[i] = (uint32_t)(((size_t)i * 7919 + 3) % rows);

@@ -59,9 +59,9 @@ static void batch_new(batch *b, int m, int k, uint32_t stream) {
     assert_non_null(hz);
     assert_non_null(hy);
     hs_rng r;
-    hs_rng_init(&r, 77, HS_RNG_TEST, stream, 0);
-    for (size_t i = 0; i < mk; i++) hz[i] = 3.0f * (float)hs_rng_normal(&r);
-    for (int i = 0; i < m; i++) hy[i] = (int32_t)(hs_rng_u64(&r) % (uint64_t)k);
+    hs__rng_init(&r, 77, HS_RNG_TEST, stream, 0);
+    for (size_t i = 0; i < mk; i++) hz[i] = 3.0f * (float)hs__rng_normal(&r);
+    for (int i = 0; i < m; i++) hy[i] = (int32_t)(hs__rng_u64(&r) % (uint64_t)k);
     b->m = m;
     b->k = k;
     b->z1 = upload_f(hz, mk);

@@ -79,8 +79,8 @@ int main(int argc, char **argv) {
     hs_buf_unref(snap);
     uint32_t self = hs_net_self(net);
     hs_rng r;
-    hs_rng_init(&r, 99, HS_RNG_TEST, self, 0);
-    for (size_t k = 0; k < d; k++) x[k] = (float)hs_rng_normal(&r) + (float)self;
+    hs__rng_init(&r, 99, HS_RNG_TEST, self, 0);
+    for (size_t k = 0; k < d; k++) x[k] = (float)hs__rng_normal(&r) + (float)self;
     if (hs_algo_new(&a, &ac, self, d, x) < 0) {
         fprintf(stderr, "algopeer: %s\n", hs_error_message());
         goto done;

@@ -44,8 +44,8 @@ static void net_new(net *nt, const char *spec, int n, size_t d, hs_algo_cfg *cfg
     for (int i = 0; i < n; i++) {
         nt->x[i] = malloc(sizeof(float) * d);
         hs_rng r;
-        hs_rng_init(&r, 123, HS_RNG_TEST, (uint32_t)i, 0);
-        for (size_t k = 0; k < d; k++) nt->x[i][k] = (float)hs_rng_normal(&r) + (float)i * 0.1f;
+        hs__rng_init(&r, 123, HS_RNG_TEST, (uint32_t)i, 0);
+        for (size_t k = 0; k < d; k++) nt->x[i][k] = (float)hs__rng_normal(&r) + (float)i * 0.1f;
         int err = hs_algo_new(&nt->a[i], cfg, (uint32_t)i, d, nt->x[i]);
         if (err) fail_msg("hs_algo_new: %s", hs_error_message());
     }
@@ -122,8 +122,8 @@ static double gap_of(const hs_topo *t) {
            *u = malloc(sizeof(double) * n);
     assert_int_equal(hs_topo_matrix(t, 0, W), 0);
     hs_rng r;
-    hs_rng_init(&r, 1, HS_RNG_TEST, 99, 0);
-    for (int i = 0; i < n; i++) v[i] = hs_rng_normal(&r);
+    hs__rng_init(&r, 1, HS_RNG_TEST, 99, 0);
+    for (int i = 0; i < n; i++) v[i] = hs__rng_normal(&r);
     double lam = 0;
     for (int it = 0; it < 20000; it++) {
         double m = 0;
@@ -269,9 +269,9 @@ static double run_heterogeneous(hs_algo_kind kind, const char *compress, float g
     hs_algo *a[N];
     for (int i = 0; i < N; i++) {
         hs_rng r;
-        hs_rng_init(&r, 9, HS_RNG_TEST, (uint32_t)i, 1);
+        hs__rng_init(&r, 9, HS_RNG_TEST, (uint32_t)i, 1);
         for (int k = 0; k < D; k++) {
-            c[i][k] = (float)(2.0 * hs_rng_normal(&r) + (k % 4 == 0 ? 1.0 : 0.0) + 0.5 * i);
+            c[i][k] = (float)(2.0 * hs__rng_normal(&r) + (k % 4 == 0 ? 1.0 : 0.0) + 0.5 * i);
             opt[k] += c[i][k] / (double)N;
             x[i][k] = 0;
         }

@@ -23,8 +23,8 @@
 static float *vec(size_t d, uint64_t seed) {
     float *x = malloc(d * sizeof(float));
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_TEST, 0, 0);
-    for (size_t i = 0; i < d; i++) x[i] = (float)ldexp(hs_rng_normal(&r), (int)(i % 60) - 40);
+    hs__rng_init(&r, seed, HS_RNG_TEST, 0, 0);
+    for (size_t i = 0; i < d; i++) x[i] = (float)ldexp(hs__rng_normal(&r), (int)(i % 60) - 40);
     const float s[] = {-0.0f, 0x1p-149f, 3.4028235e38f, -3.4028235e38f};
     for (size_t i = 0; i < 4 && i < d; i++) x[(i * 5) % d] = s[i];
     return x;

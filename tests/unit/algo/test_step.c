@@ -91,10 +91,10 @@ static float gossip(const cell *c, float gamma_c, long rounds, int cap, outcome 
     for (int i = 0; i < n; i++) {
         x[i] = malloc(sizeof(float) * D);
         hs_rng r, own;
-        hs_rng_init(&r, 123, HS_RNG_TEST, 0, 0);
-        hs_rng_init(&own, 123, HS_RNG_TEST, (uint32_t)i, 1);
+        hs__rng_init(&r, 123, HS_RNG_TEST, 0, 0);
+        hs__rng_init(&own, 123, HS_RNG_TEST, (uint32_t)i, 1);
         for (size_t k = 0; k < D; k++)
-            x[i][k] = (float)hs_rng_normal(&r) + 0.01f * (float)hs_rng_normal(&own);
+            x[i][k] = (float)hs__rng_normal(&r) + 0.01f * (float)hs__rng_normal(&own);
         if (hs_algo_new(&a[i], &cfg, (uint32_t)i, D, x[i]) < 0)
             fail_msg("%s %s: %s", c->topo, c->compress, hs_error_message());
     }

@@ -259,14 +259,14 @@ static void test_sign_values(void **state) {
 static void test_half_conversions(void **state) {
     (void)state;
     hs_rng r;
-    hs_rng_init(&r, 1, HS_RNG_TEST, 0, 0);
+    hs__rng_init(&r, 1, HS_RNG_TEST, 0, 0);
     int top = hs__csimd_level();
     enum { N = 1 << 16 };
     float *x = malloc(N * sizeof(float));
     uint8_t *h = malloc(2 * N);
     for (int rep = 0; rep < 64; rep++) {
         for (int i = 0; i < N; i++) {
-            uint32_t u = hs_rng_u32(&r);
+            uint32_t u = hs__rng_u32(&r);
             /* Mostly around the fp16 range, including subnormals and the rounding edges. */
             if (i % 2) u = (u & 0x80001FFFu) | ((0x33000000u + (u >> 13 & 0x7FFu) * 0x8000u) & 0x7FFFE000u);
             if ((u & 0x7FFFFFFFu) >= HS_CW_F16_OVERFLOW) u &= 0xBFFFFFFFu;

@@ -418,7 +418,7 @@ static void test_qsgd_fields(void **state) {
 static void test_random_corruption(void **state) {
     (void)state;
     hs_rng r;
-    hs_rng_init(&r, 17, HS_RNG_TEST, 0, 0);
+    hs__rng_init(&r, 17, HS_RNG_TEST, 0, 0);
     for (size_t t = 0; t < N_CASES; t++) {
         hs_compressor *c = mk(cases[t].spec, cases[t].d, 1);
         size_t d = cases[t].d, len, accepted = 0;
@@ -427,14 +427,14 @@ static void test_random_corruption(void **state) {
         for (int it = 0; it < 1500; it++) {
             memcpy(q, m, len);
             size_t n = len;
-            int flips = 1 + (int)hs_rng_uniform(&r, 3);
+            int flips = 1 + (int)hs__rng_uniform(&r, 3);
             for (int f = 0; f < flips; f++) {
-                size_t at = hs_rng_uniform(&r, (uint32_t)len);
+                size_t at = hs__rng_uniform(&r, (uint32_t)len);
                 /* Favour the header and low bits: those make plausible messages. */
-                if (hs_rng_uniform(&r, 4) == 0) at = hs_rng_uniform(&r, 16 < len ? 16 : (uint32_t)len);
-                q[at] ^= (uint8_t)(1u << hs_rng_uniform(&r, 8));
+                if (hs__rng_uniform(&r, 4) == 0) at = hs__rng_uniform(&r, 16 < len ? 16 : (uint32_t)len);
+                q[at] ^= (uint8_t)(1u << hs__rng_uniform(&r, 8));
             }
-            if (hs_rng_uniform(&r, 8) == 0) n = hs_rng_uniform(&r, (uint32_t)len + 8);
+            if (hs__rng_uniform(&r, 8) == 0) n = hs__rng_uniform(&r, (uint32_t)len + 8);
             if (n > len) memset(q + len, 0, n - len);
             memcpy(copy, acc, d * sizeof(float));
             int err = hs_compress_decode_add(c, q, n, 1, 1, acc, d, 1.0f);

@@ -24,21 +24,21 @@ enum vec_kind {
 static inline float *test_vec(size_t d, uint64_t seed, int kind) {
     float *x = malloc((d ? d : 1) * sizeof(float));
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_TEST, (uint32_t)kind, 0);
+    hs__rng_init(&r, seed, HS_RNG_TEST, (uint32_t)kind, 0);
     for (size_t i = 0; i < d; i++) {
         switch (kind) {
         case VEC_GAUSS:
-            x[i] = (float)hs_rng_normal(&r);
+            x[i] = (float)hs__rng_normal(&r);
             break;
         case VEC_TIES:
-            x[i] = (float)((int)hs_rng_uniform(&r, 7) - 3);
+            x[i] = (float)((int)hs__rng_uniform(&r, 7) - 3);
             break;
         case VEC_WIDE:
-            x[i] = (float)ldexp(hs_rng_normal(&r), (int)hs_rng_uniform(&r, 56) - 40);
+            x[i] = (float)ldexp(hs__rng_normal(&r), (int)hs__rng_uniform(&r, 56) - 40);
             break;
         default:
-            x[i] = hs_rng_uniform(&r, 10) == 0 ? (float)hs_rng_normal(&r)
-                   : hs_rng_uniform(&r, 2)     ? -0.0f
+            x[i] = hs__rng_uniform(&r, 10) == 0 ? (float)hs__rng_normal(&r)
+                   : hs__rng_uniform(&r, 2)     ? -0.0f
                                                : 0.0f;
             break;
         }
@@ -50,8 +50,8 @@ static inline float *test_vec(size_t d, uint64_t seed, int kind) {
 static inline float *test_acc(size_t d, uint64_t seed) {
     float *a = malloc((d ? d : 1) * sizeof(float));
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_TEST, 99, 1);
-    for (size_t i = 0; i < d; i++) a[i] = (float)(hs_rng_double(&r) + 0.5);
+    hs__rng_init(&r, seed, HS_RNG_TEST, 99, 1);
+    for (size_t i = 0; i < d; i++) a[i] = (float)(hs__rng_double(&r) + 0.5);
     return a;
 }
 

@@ -59,28 +59,28 @@ static void test_philox_kat(void **state) {
 static void test_rng_streams(void **state) {
     (void)state;
     hs_rng a, b;
-    hs_rng_init(&a, 42, HS_RNG_TEST, 1, 2);
-    hs_rng_init(&b, 42, HS_RNG_TEST, 1, 2);
-    for (int i = 0; i < 100; i++) assert_int_equal(hs_rng_u32(&a), hs_rng_u32(&b));
+    hs__rng_init(&a, 42, HS_RNG_TEST, 1, 2);
+    hs__rng_init(&b, 42, HS_RNG_TEST, 1, 2);
+    for (int i = 0; i < 100; i++) assert_int_equal(hs__rng_u32(&a), hs__rng_u32(&b));
     /* Random access agrees with the sequential reader. */
-    hs_rng_init(&a, 42, HS_RNG_TEST, 1, 2);
-    for (uint64_t i = 0; i < 37; i++) assert_int_equal(hs_rng_u32(&a), hs_rng_at(42, HS_RNG_TEST, 1, 2, i));
+    hs__rng_init(&a, 42, HS_RNG_TEST, 1, 2);
+    for (uint64_t i = 0; i < 37; i++) assert_int_equal(hs__rng_u32(&a), hs_rng_at(42, HS_RNG_TEST, 1, 2, i));
     /* A different peer gives a different stream. */
-    hs_rng_init(&a, 42, HS_RNG_TEST, 1, 2);
-    hs_rng_init(&b, 42, HS_RNG_TEST, 2, 2);
+    hs__rng_init(&a, 42, HS_RNG_TEST, 1, 2);
+    hs__rng_init(&b, 42, HS_RNG_TEST, 2, 2);
     int same = 0;
-    for (int i = 0; i < 64; i++) same += hs_rng_u32(&a) == hs_rng_u32(&b);
+    for (int i = 0; i < 64; i++) same += hs__rng_u32(&a) == hs__rng_u32(&b);
     assert_true(same < 2);
 }
 
 static void test_rng_distributions(void **state) {
     (void)state;
     hs_rng r;
-    hs_rng_init(&r, 7, HS_RNG_TEST, 0, 0);
+    hs__rng_init(&r, 7, HS_RNG_TEST, 0, 0);
     const int n = 200000;
     double s = 0, s2 = 0;
     for (int i = 0; i < n; i++) {
-        double x = hs_rng_normal(&r);
+        double x = hs__rng_normal(&r);
         s += x;
         s2 += x * x;
     }
@@ -91,7 +91,7 @@ static void test_rng_distributions(void **state) {
         double shape = k == 0 ? 0.3 : k == 1 ? 1.0 : 4.5;
         double g = 0, g2 = 0;
         for (int i = 0; i < n; i++) {
-            double x = hs_rng_gamma(&r, shape);
+            double x = hs__rng_gamma(&r, shape);
             assert_true(x >= 0);
             g += x;
             g2 += x * x;
@@ -102,7 +102,7 @@ static void test_rng_distributions(void **state) {
         assert_true(fabs(var - shape) < 0.05 * shape + 0.01);
     }
     unsigned hist[10] = {0};
-    for (int i = 0; i < n; i++) hist[hs_rng_uniform(&r, 10)]++;
+    for (int i = 0; i < n; i++) hist[hs__rng_uniform(&r, 10)]++;
     for (int i = 0; i < 10; i++) assert_true(fabs(hist[i] - n / 10.0) < 5 * sqrt(n * 0.09));
     float u = hs_rng_u01(0xffffffffu);
     assert_true(u < 1.0f);
@@ -115,8 +115,8 @@ static void test_shuffle_is_permutation(void **state) {
     uint32_t idx[1000];
     for (int i = 0; i < 1000; i++) idx[i] = (uint32_t)i;
     hs_rng r;
-    hs_rng_init(&r, 3, HS_RNG_TEST, 0, 0);
-    hs_rng_shuffle_u32(&r, idx, 1000);
+    hs__rng_init(&r, 3, HS_RNG_TEST, 0, 0);
+    hs__rng_shuffle_u32(&r, idx, 1000);
     int seen[1000] = {0}, moved = 0;
     for (int i = 0; i < 1000; i++) {
         assert_true(idx[i] < 1000);
@@ -147,7 +147,7 @@ static void test_buf(void **state) {
  * carries one whole tag, never a mix of two (and ThreadSanitizer sees no race). */
 static void *retag(void *arg) {
     (void)arg;
-    for (int i = 0; i < 2000; i++) hs_log_set_tag(i % 2 ? "peer 1" : "peer 22");
+    for (int i = 0; i < 2000; i++) hs__log_set_tag(i % 2 ? "peer 1" : "peer 22");
     return NULL;
 }
 
@@ -159,15 +159,15 @@ static void test_log_tag_threads(void **state) {
     int saved = dup(STDERR_FILENO);
     assert_true(saved >= 0);
     assert_true(dup2(fd, STDERR_FILENO) >= 0);
-    hs_log_set_tag("peer 22");
+    hs__log_set_tag("peer 22");
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, retag, NULL), 0);
-    for (int i = 0; i < 2000; i++) hs_log(HS_LOG_ERROR, "line %d", i);
+    for (int i = 0; i < 2000; i++) hs__log(HS_LOG_ERROR, "line %d", i);
     pthread_join(th, NULL);
     dup2(saved, STDERR_FILENO);
     close(saved);
     close(fd);
-    hs_log_set_tag(NULL);
+    hs__log_set_tag(NULL);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     char line[256];
@@ -208,12 +208,12 @@ static void keep_record(const hs_log_record *r, void *user) {
 
 static void *as_node_7(void *arg) {
     hs__log_set_thread_peer(3, 7);
-    hs_log(HS_LOG_WARN, "from %s", (const char *)arg);
+    hs__log(HS_LOG_WARN, "from %s", (const char *)arg);
     return NULL;
 }
 
 static void *as_nobody(void *arg) {
-    hs_log(HS_LOG_WARN, "from %s", (const char *)arg);
+    hs__log(HS_LOG_WARN, "from %s", (const char *)arg);
     return NULL;
 }
 
@@ -225,7 +225,7 @@ static void test_log_peer_and_callback(void **state) {
     assert_true(fd >= 0);
     int saved = dup(STDERR_FILENO);
     assert_true(dup2(fd, STDERR_FILENO) >= 0);
-    hs_log_set_tag("peer 5");
+    hs__log_set_tag("peer 5");
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, as_node_7, "node 7"), 0);
     pthread_join(th, NULL);
@@ -240,13 +240,13 @@ static void test_log_peer_and_callback(void **state) {
     unlink(path);
     assert_non_null(strstr(line, " peer 7 warn: from node 7"));
     hs_log_set_callback(keep_record, &n_got);
-    hs_log(HS_LOG_ERROR, "from main");
+    hs__log(HS_LOG_ERROR, "from main");
     assert_int_equal(pthread_create(&th, NULL, as_node_7, "node 7"), 0);
     pthread_join(th, NULL);
     assert_int_equal(pthread_create(&th, NULL, as_nobody, "nobody"), 0);
     pthread_join(th, NULL);
     hs_log_set_callback(NULL, NULL);
-    hs_log_set_tag(NULL);
+    hs__log_set_tag(NULL);
     assert_int_equal(n_got, 3);
     assert_int_equal(got[0].level, HS_LOG_ERROR);
     assert_int_equal(got[0].rank, 2);

@@ -36,8 +36,8 @@ static hs_dataset *images(size_t n, int c, int h, int w, int classes) {
     ds->y = malloc(n);
     assert_non_null(ds->x), assert_non_null(ds->y);
     hs_rng r;
-    hs_rng_init(&r, 7, HS_RNG_INIT, 0, 0);
-    for (size_t i = 0; i < n * (size_t)ds->dim; i++) ds->x[i] = (float)hs_rng_normal(&r);
+    hs__rng_init(&r, 7, HS_RNG_INIT, 0, 0);
+    for (size_t i = 0; i < n * (size_t)ds->dim; i++) ds->x[i] = (float)hs__rng_normal(&r);
     for (size_t i = 0; i < n; i++) ds->y[i] = (uint8_t)(i * 7 % (size_t)classes);
     strcpy(ds->name, "test-images");
     return ds;

@@ -37,8 +37,8 @@ static float *inputs(int n, int dim, uint64_t seed) {
     float *x = malloc(sizeof(float) * (size_t)n * (size_t)dim);
     assert_non_null(x);
     hs_rng r;
-    hs_rng_init(&r, seed, HS_RNG_INIT, 0, 0);
-    for (size_t i = 0; i < (size_t)n * (size_t)dim; i++) x[i] = (float)hs_rng_normal(&r);
+    hs__rng_init(&r, seed, HS_RNG_INIT, 0, 0);
+    for (size_t i = 0; i < (size_t)n * (size_t)dim; i++) x[i] = (float)hs__rng_normal(&r);
     return x;
 }
 

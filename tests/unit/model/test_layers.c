@@ -178,22 +178,22 @@ static void gradcheck(const hs_model_spec *s, int bs, int per, uint64_t seed) {
     assert_int_equal(hs_model_nparams(m), np);
     float *pf = hs_model_params(m);
     hs_rng r;
-    hs_rng_init(&r, seed, 99, 0, 0);
+    hs__rng_init(&r, seed, 99, 0, 0);
     /* Non-trivial biases and affine parameters, so their gradients are exercised off the
      * initial values. */
     for (int i = 0; i < s->n_layers; i++) {
         if (s->layer[i].kind == HS_LAYER_GROUPNORM)
             for (size_t j = 0; j < sh[i].nw; j++)
-                pf[sh[i].w_off + j] = (float)(1.0 + 0.3 * hs_rng_normal(&r));
-        for (size_t j = 0; j < sh[i].nb; j++) pf[sh[i].b_off + j] = (float)(0.2 * hs_rng_normal(&r));
+                pf[sh[i].w_off + j] = (float)(1.0 + 0.3 * hs__rng_normal(&r));
+        for (size_t j = 0; j < sh[i].nb; j++) pf[sh[i].b_off + j] = (float)(0.2 * hs__rng_normal(&r));
     }
     size_t in_f = (size_t)s->in_c * s->in_h * s->in_w;
     float *x = malloc(sizeof(float) * in_f * bs);
     int32_t *y = malloc(sizeof(int32_t) * bs);
     double *pd = malloc(sizeof(double) * np);
     assert_non_null(x), assert_non_null(y), assert_non_null(pd);
-    for (size_t i = 0; i < in_f * bs; i++) x[i] = (float)hs_rng_normal(&r);
-    for (int b = 0; b < bs; b++) y[b] = (int32_t)hs_rng_uniform(&r, (uint32_t)s->classes);
+    for (size_t i = 0; i < in_f * bs; i++) x[i] = (float)hs__rng_normal(&r);
+    for (int b = 0; b < bs; b++) y[b] = (int32_t)hs__rng_uniform(&r, (uint32_t)s->classes);
     hs_step_stats st;
     assert_int_equal(hs_model_grad(m, x, y, bs, &st), 0);
     const float *g = hs_model_grads(m);
@@ -207,7 +207,7 @@ static void gradcheck(const hs_model_spec *s, int bs, int per, uint64_t seed) {
         for (int part = 0; part < 2; part++) {
             size_t off = part ? sh[i].b_off : sh[i].w_off, n = part ? sh[i].nb : sh[i].nw;
             for (int k = 0; k < per && n; k++) {
-                size_t j = off + (k == 0 ? 0 : k == 1 ? n - 1 : hs_rng_uniform(&r, (uint32_t)n));
+                size_t j = off + (k == 0 ? 0 : k == 1 ? n - 1 : hs__rng_uniform(&r, (uint32_t)n));
                 const double h = 1e-5;
                 double keep = pd[j];
                 pd[j] = keep + h;
@@ -397,10 +397,10 @@ static float *train_steps(const hs_model_spec *s, int threads, uint64_t seed, si
     float *x = malloc(sizeof(float) * in_f * bs);
     int32_t y[8];
     hs_rng r;
-    hs_rng_init(&r, seed, 98, 0, 0);
+    hs__rng_init(&r, seed, 98, 0, 0);
     for (int step = 0; step < 3; step++) {
-        for (size_t i = 0; i < in_f * bs; i++) x[i] = (float)hs_rng_normal(&r);
-        for (int b = 0; b < bs; b++) y[b] = (int32_t)hs_rng_uniform(&r, (uint32_t)s->classes);
+        for (size_t i = 0; i < in_f * bs; i++) x[i] = (float)hs__rng_normal(&r);
+        for (int b = 0; b < bs; b++) y[b] = (int32_t)hs__rng_uniform(&r, (uint32_t)s->classes);
         assert_int_equal(hs_model_grad(m, x, y, bs, NULL), 0);
         assert_int_equal(hs_optim_step(o, hs_model_params(m), hs_model_grads(m), step, NULL), 0);
     }

@@ -90,12 +90,12 @@ static void test_gradient_check(void **state) {
     float *p = hs_model_params(m);
     /* Non-zero biases so every term of the backward pass is exercised. */
     hs_rng r;
-    hs_rng_init(&r, 11, HS_RNG_TEST, 0, 0);
-    for (size_t i = 0; i < n; i++) p[i] += (float)(0.1 * hs_rng_normal(&r));
+    hs__rng_init(&r, 11, HS_RNG_TEST, 0, 0);
+    for (size_t i = 0; i < n; i++) p[i] += (float)(0.1 * hs__rng_normal(&r));
     float x[6 * 13];
     int32_t y[6];
-    for (int i = 0; i < bs * 13; i++) x[i] = (float)hs_rng_normal(&r);
-    for (int i = 0; i < bs; i++) y[i] = (int32_t)hs_rng_uniform(&r, 5);
+    for (int i = 0; i < bs * 13; i++) x[i] = (float)hs__rng_normal(&r);
+    for (int i = 0; i < bs; i++) y[i] = (int32_t)hs__rng_uniform(&r, 5);
     hs_step_stats st;
     assert_int_equal(hs_model_grad(m, x, y, bs, &st), 0);
     const float *g = hs_model_grads(m);

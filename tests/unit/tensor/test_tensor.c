@@ -34,8 +34,8 @@ static int teardown(void **state) {
 
 static void fill_random(float *x, size_t n, uint32_t stream) {
     hs_rng r;
-    hs_rng_init(&r, 99, HS_RNG_TEST, stream, 0);
-    for (size_t i = 0; i < n; i++) x[i] = (float)hs_rng_normal(&r);
+    hs__rng_init(&r, 99, HS_RNG_TEST, stream, 0);
+    for (size_t i = 0; i < n; i++) x[i] = (float)hs__rng_normal(&r);
 }
 
 static float *alloc_f(size_t n) {
