@@ -421,6 +421,16 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     int n_wait = fresh ? (int)n->jt.wait : cfg->wait_new_only ? 0 : cfg->wait_peers;
     /* Without a wait the job's end is known now (its first round is this one). */
     if (!n->jt.end && n_wait <= 1) n->jt.end = r + (uint64_t)n->jt.rounds;
+    /* A joiner let in at or past the job's end has no round to run: the end test of each round
+     * (r + 1 == end) would never hold for it, and it would train alone for ever. */
+    if (n->jt.end && n->jt.rounds != HS__NODE_NO_END && r >= n->jt.end) {
+        HS_LOGW("the job ended at round %llu, before this peer's first round %llu: nothing to "
+                "train; leaving with the job's final vector",
+                (unsigned long long)n->jt.end, (unsigned long long)r);
+        n->first_round = n->r = r;
+        n->state = ST_ENDED;
+        return 1;
+    }
     /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
      * publish before waiting for the others, or their joins stall. */
     if ((err = publish_snapshot(n, r)) < 0) return err;
