@@ -186,8 +186,9 @@ int hs_peer_run(const hs_peer_cfg *cfg, hs_backend *be, const hs_dataset *train_
     err = hs__node_begin(node, &m);
     res->first_round = hs__node_first_round(node);
     if (err == HS_EINTR && hs__node_stopped(node)) res->stopped = 1;
-    else if (err < 0 || (err = train(node, res)) < 0)
+    else if (err < 0 || (err == 0 && (err = train(node, res)) < 0))
         goto out;
+    res->late = err == 1;
     res->id = hs__node_self(node);
     res->last_round = hs_node_round(node);
     if ((err = hs_trainer_evaluate(pm.t, test, &res->test_loss, &res->test_acc)) < 0) goto out;

@@ -77,7 +77,8 @@ int hs_node_new(hs_node **out, const hs_node_options *o, size_t d);
  * members). x (d floats) is this peer's starting vector; every peer of a new job should pass
  * the same one. When the peer joins a job that has run rounds, or resumes from a checkpoint,
  * the job's vector is written into x: the caller must then continue from x. Blocks; a stop
- * request ends it with HS_EINTR. */
+ * request ends it with HS_EINTR. Returns 1 when the job had ended before this peer's first
+ * round (a late joiner): x is the job's final vector, and there is no round to step. */
 int hs_node_start(hs_node *n, float *x, size_t d);
 
 /* One gossip round on x (d floats, the caller's vector after its local update), in place.
@@ -86,7 +87,7 @@ int hs_node_start(hs_node *n, float *x, size_t d);
  * job and could not rejoin), HS_EINTR (a stop request was honoured after this round), others
  * from the runtime. On an error x holds the last consistent vector. A peer that the job removed
  * (cut off too long) joins again as a new member: the round is void and x becomes the job's
- * vector, as at a join. */
+ * vector, as at a join (1 when it is let in again after the job's end). */
 int hs_node_step(hs_node *n, float *x, size_t d);
 
 /* The next round this node will run (rounds done since the job's round 0). */

@@ -71,6 +71,7 @@ typedef struct hs_peer_result {
     double wall_s;
     uint64_t bytes_sent, bytes_recv; /* algorithm payload (docs/METRICS.md: bytes_sent) */
     int stopped; /* ended by a stop request rather than at the last round */
+    int late; /* let in at or past the job's end: no round run, the job's final vector */
     int diverged; /* stopped by the convergence guard (here, or a neighbour's) */
     double diverged_round;
     char reason[400], advice[256];

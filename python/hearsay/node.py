@@ -197,7 +197,8 @@ class Node:
         """Starts or joins the job with x (float32, in place) as this peer's starting vector;
         when the peer joins a running job or resumes, x is overwritten with the job's vector.
         Blocks until the job's peers are there; Ctrl-C asks the node to stop and raises
-        KeyboardInterrupt."""
+        KeyboardInterrupt. A peer let in after the job's end has no round to run: running is
+        False at once and x is the job's final vector."""
         ptr, d = buffer_of(x)
         if self._h:
             raise RuntimeError("hearsay: Node.start called twice")
@@ -205,8 +206,9 @@ class Node:
             raise RuntimeError("hearsay: the node is closed")
         _lib.check(self._L.hs_node_new(ctypes.byref(self._h), self._opts, d), "hs_node_new")
         self._d = d
-        self._interruptible(self._L.hs_node_start, ptr, d, "hs_node_start")
-        self._started = self.running = True
+        rc = self._interruptible(self._L.hs_node_start, ptr, d, "hs_node_start")
+        self._started = True
+        self.running = rc == 0
         return x
 
     def step(self, x: Any) -> bool:
@@ -229,15 +231,16 @@ class Node:
             raise ValueError(f"hearsay: the vector has {d} floats, the node was started with "
                              f"{self._d}")
 
-    def _interruptible(self, fn: Any, ptr: Any, d: int, what: str) -> None:
+    def _interruptible(self, fn: Any, ptr: Any, d: int, what: str) -> int:
         # The call runs on a helper thread so that the main thread stays in Python and receives
         # KeyboardInterrupt; the error text is read on the thread that failed (it is
         # thread-local in C).
         out: Dict[str, Error] = {}
+        rc = [0]
 
         def run() -> None:
             try:
-                _lib.check(fn(self._h, ptr, d), what)
+                rc[0] = _lib.check(fn(self._h, ptr, d), what)
             except Error as e:
                 out["err"] = e
 
@@ -252,6 +255,7 @@ class Node:
             raise
         if "err" in out:
             raise out["err"]
+        return rc[0]
 
     def leave(self) -> None:
         """Leaves the job gracefully (BYE); idempotent."""

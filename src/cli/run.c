@@ -393,7 +393,7 @@ int hs__cmd_run(int argc, char **argv) {
         fflush(stderr);
     }
     printf("%s: peer %u test accuracy %.2f%% (loss %.4f), rounds %llu..%llu, %.2f MB sent, %.1f s\n",
-           res.diverged ? "diverged" : res.stopped ? "stopped" : "final", res.id, 100 * res.test_acc, res.test_loss,
+           res.diverged ? "diverged" : res.stopped ? "stopped" : res.late ? "late" : "final", res.id, 100 * res.test_acc, res.test_loss,
            (unsigned long long)res.first_round, (unsigned long long)res.last_round,
            res.bytes_sent / 1e6, res.wall_s);
     fflush(stdout);

@@ -394,6 +394,16 @@ int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
 static int round_top(hs_node *n);
 static hs__round_model engine_model(hs_node *n);
 
+/* A peer let in at or after the job's end (late, or let in again) has no round: the end test
+ * (r + 1 == end) would never hold, and it would train for ever. It keeps the job's vector. */
+static int past_end(hs_node *n, uint64_t r) {
+    if (!n->jt.end || n->jt.rounds == HS__NODE_NO_END || r < n->jt.end) return 0;
+    HS_LOGW("the job ended at round %llu, before this peer's round %llu: nothing to train",
+            (unsigned long long)n->jt.end, (unsigned long long)r);
+    n->state = ST_ENDED;
+    return 1;
+}
+
 int hs__node_begin(hs_node *n, const hs__node_model *m) {
     if (n->state != ST_CONNECTED) return hs__err(HS_EINVAL, "node: not connected");
     n->m = *m;
@@ -421,6 +431,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     int n_wait = fresh ? (int)n->jt.wait : cfg->wait_new_only ? 0 : cfg->wait_peers;
     /* Without a wait the job's end is known now (its first round is this one). */
     if (!n->jt.end && n_wait <= 1) n->jt.end = r + (uint64_t)n->jt.rounds;
+    n->first_round = n->r = r;
+    if (past_end(n, r)) return 1;
     /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
      * publish before waiting for the others, or their joins stall. */
     if ((err = publish_snapshot(n, r)) < 0) return err;
@@ -503,7 +515,7 @@ static int recover(hs_node *n, int err) {
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
     if ((err = publish_snapshot(n, n->w.join_round)) < 0) return err;
     n->r = n->w.join_round;
-    return 0;
+    return past_end(n, n->r);
 }
 
 /* Round n->r's open, before its local update: the stop request, the quorum, a snapshot for
@@ -538,7 +550,7 @@ static int round_top(hs_node *n) {
     for (;;) {
         int err = hs__round_run(&n->eng, HS__PH_LOCAL);
         if (err >= 0 || n->stopped) return err;
-        if ((err = recover(n, err)) < 0) return err;
+        if ((err = recover(n, err)) != 0) return err;
         engine_restart(n);
     }
 }
@@ -712,7 +724,7 @@ static int step(hs_node *n) {
     case HS__PH_PUSH:
     case HS__PH_PULL:
         /* Removed and let in again: this round is void, the next starts from the job's state. */
-        if ((err = recover(n, err)) < 0) return err;
+        if ((err = recover(n, err)) != 0) return err;
         reset_reports(n);
         engine_restart(n);
         return round_top(n);
