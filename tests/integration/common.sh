@@ -7,6 +7,9 @@
 #            killed with SIGKILL on exit.
 #   cleanup  the EXIT trap (installed here): kills $pids, then removes or keeps $tmp.
 #   fail     fail MESSAGE...: prints "FAIL: MESSAGE" and exits 1 (through cleanup).
+#   wait_for SECONDS CMD...: polls CMD every 0.1 s until it succeeds; 1 on time out.
+#   last_round FILE: the newest round a metrics file records (0 when none).
+#   started FILE: the peer whose stderr is FILE logged its first round.
 # Optional hooks, which the script may define before or after sourcing this (bash looks a
 # function up when it is called):
 #   cleanup_pid PID  called for each PID just before it is killed (e.g. its children first).
@@ -29,3 +32,18 @@ fail() {
     declare -F fail_extra >/dev/null && fail_extra "$@"
     exit 1
 }
+wait_for() {
+    local n=$(($1 * 10))
+    shift
+    for _ in $(seq "$n"); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+last_round() {
+    local r
+    r=$(grep -o '"round":[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d: -f2)
+    echo "${r:-0}"
+}
+started() { grep -q "starting at round" "$1" 2>/dev/null; }

@@ -27,16 +27,6 @@ cleanup_extra() {
 fail_extra() { # each peer's stderr, less its round lines, after the FAIL line
     for f in "$tmp"/e*; do echo "--- $f"; grep -v "round [0-9]*/" "$f" | tail -15; done
 }
-wait_for() { # SECONDS CMD...: polls CMD every 0.1 s
-    local n=$(($1 * 10))
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
-started() { grep -q "starting at round" "$1" 2>/dev/null; }
 listening() { grep -q "listening on" "$1" 2>/dev/null; }
 # Rounds slowed by a 10 ms link delay, so the job is still running when the fault ends.
 common=(--insecure --synthetic --subset 4000 --test-subset 500 --batch 64 --algo dpsgd

@@ -14,23 +14,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 small=(--synthetic --subset 4000 --test-subset 500 --batch 64)
 
-# wait_for SECONDS CMD...: polls CMD every 0.1 s until it succeeds; 1 on time out.
-wait_for() {
-    local n=$(($1 * 10))
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
-# last_round FILE: the newest round a metrics file records (0 when none).
-last_round() {
-    local r
-    r=$(grep -o '"round":[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d: -f2)
-    echo "${r:-0}"
-}
-started() { grep -q "starting at round" "$1" 2>/dev/null; }
 
 case $case in
 lone)

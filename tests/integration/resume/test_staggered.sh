@@ -23,22 +23,7 @@ args=(--insecure --synthetic --subset 4000 --test-subset 200 --batch 64 --rounds
     --world 4 --checkpoint-dir "$ck" --checkpoint-every $K --eval-every 100000 --seed 5
     --compress topk:0.01 --gamma-c 0.00503)
 
-wait_for() { # wait_for SECONDS CMD...
-    local n=$(($1 * 10))
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
-last_round() {
-    local r
-    r=$(grep -o '"round":[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d: -f2)
-    echo "${r:-0}"
-}
 at_least() { [[ $(last_round "$1") -ge $2 ]]; }
-started() { grep -q "starting at round" "$1" 2>/dev/null; }
 
 # start_peer RUN RANK [--resume]: rank 0 listens on the job's address, the others join it.
 declare -A pid

@@ -25,16 +25,6 @@ cleanup_extra() {
 }
 small=(--synthetic --subset 2000 --test-subset 200 --batch 32)
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
-# wait_for SECONDS CMD...: polls CMD every 0.1 s until it succeeds; 1 on time out.
-wait_for() {
-    local n=$(($1 * 10))
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
 # finish PID NAME: waits (bounded) for a process started here and returns its exit status.
 finish() {
     timeout 120 tail --pid="$1" -f /dev/null || fail "$2 did not finish"
