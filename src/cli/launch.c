@@ -113,9 +113,8 @@ static int handle(void *ctx, int key, const char *v) {
     switch (key) {
     case L_N: return hs__cli_int("--peers", v, 1, 1024, &a->n);
     case L_NAME:
-        if (!*v || strchr(v, '/')) return hs__cli_usage_error("--name '%s': a plain directory name", v);
         a->name = v;
-        return 0;
+        return hs__cli_check_run_name(v);
     case L_RUNS_DIR: a->runs_dir = v; return 0;
     case L_REFRESH: return hs__cli_double("--refresh", v, 0.05, 3600, &a->refresh);
     case L_NO_PLOT: a->no_plot = 1; return 0;

@@ -54,9 +54,8 @@ static int handle(void *ctx, int key, const char *v) {
     switch (key) {
     case S_N: return hs__cli_int("--peers", v, 1, 4096, &a->n);
     case S_NAME:
-        if (!*v || strchr(v, '/')) return hs__cli_usage_error("--name '%s': a plain directory name", v);
         a->name = v;
-        return 0;
+        return hs__cli_check_run_name(v);
     case S_RUNS_DIR: a->runs_dir = v; return 0;
     case S_MASTER: {
         struct in_addr ip;

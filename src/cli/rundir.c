@@ -40,6 +40,11 @@ int hs__cli_claim_run_dir(const char *runs_dir, const char *base, int chosen, ch
     }
 }
 
+int hs__cli_check_run_name(const char *v) {
+    if (!*v || strchr(v, '/')) return hs__cli_usage_error("--name '%s': a plain directory name", v);
+    return 0;
+}
+
 int hs__cli_write_secret(const char *path) {
     unsigned char b[32];
     int fd = open("/dev/urandom", O_RDONLY);

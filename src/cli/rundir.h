@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+/* --name V: a plain directory name (not empty, no '/'), so the run stays under --runs-dir.
+ * 0, or a usage error naming the value. */
+int hs__cli_check_run_name(const char *v);
+
 /* Creates runs_dir (with its parents) and claims runs_dir/base: mkdir is the claim, so of two
  * launches started at once exactly one gets a directory. A chosen name (chosen 1) that exists
  * is refused; a generated one takes the next free suffix (-2, -3, ...). Writes the name and the
