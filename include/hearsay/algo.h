@@ -168,10 +168,12 @@ int hs_algo_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 /* Completes round r: receives the neighbours' messages and leaves the next model in x. A
  * neighbour whose message does not come in time, or that is gone (HS_ECONNRESET), is handled so
  * that the mixing row stays stochastic: D-PSGD and DCD-PSGD move its weight to the peer's own
- * value for this round; CHOCO-SGD keeps it in the gossip step with its replica of the round
- * before (the late message is applied, in order, when it comes; a gone neighbour leaves at the
- * next membership change). A message that is lost for good or fails validation makes a
- * replica algorithm ask that neighbour for its full replica. Other errors are returned. */
+ * value for this round; CHOCO-SGD and BEER keep a late one in the gossip step with its replica
+ * of the round before (the late message is applied, in order, when it comes), and take a gone
+ * one out of it at once, its weight going to the peer's own value (hs_algo_stats.gone), not at
+ * the next membership change: nobody holds its frozen replica any more. A message that is
+ * lost for good or fails validation makes a replica algorithm ask that neighbour for its full
+ * replica. Other errors are returned. */
 int hs_algo_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 
 /* hs_algo_push then hs_algo_pull. */
@@ -190,6 +192,10 @@ typedef struct hs_algo_stats {
                                         shares received */
     uint64_t resyncs;                /* replicas lost (a message lost or malformed) and asked for
                                         again in full, cumulative */
+    uint64_t gone;                   /* neighbours found gone (left with BYE or declared dead)
+                                        while the view in force still listed them, cumulative:
+                                        each left the mix at once, so the neighbourhood that
+                                        `disagreement` measures against changed */
     int staleness_max;               /* SGP: oldest message added in the last round (rounds) */
     double staleness_mean;
     uint64_t waits;                  /* SGP: receives that blocked for a neighbour's share not yet

@@ -78,6 +78,13 @@ hs_guard_verdict hs_guard_observe(hs_guard *g, const hs_guard_obs *o);
  * as before. */
 void hs_guard_restart(hs_guard *g, double round);
 
+/* Follows the neighbourhood a networked peer's own consensus estimate is measured against:
+ * `epoch`, the membership in force at `round`, and `gone`, how many neighbours were found gone
+ * so far (hs_algo_stats.gone: each left the mix at once, before the view that drops it). The
+ * first call, and every call where either differs from the call before, restarts the growth
+ * rule at `round` (hs_guard_restart). Returns 1 when it restarted. */
+int hs_guard_follow(hs_guard *g, double round, uint64_t epoch, uint64_t gone);
+
 /* Stops the run for a failure found elsewhere (the trainer's HS_EDIVERGED: a non-finite loss
  * or parameter), so it is reported like the guard's own verdicts. Returns HS_GUARD_DIVERGED. */
 hs_guard_verdict hs_guard_fail(hs_guard *g, double round, const char *what);

@@ -47,8 +47,14 @@ void hs_simnet_set_loss(hs_simnet *s, double p, uint64_t seed);
 
 /* Peer i leaves (crashes): from now on views are the topology restricted to the survivors,
  * re-weighted by Metropolis-Hastings, under a new epoch; receives from i fail with
- * HS_ECONNRESET; messages to i are dropped. */
+ * HS_ECONNRESET; messages to i are dropped. Also for a peer that left with hs_simnet_leave:
+ * the views then take in every departure so far. */
 int hs_simnet_kill(hs_simnet *s, int i);
+/* Peer i leaves while the views stay as they are, as in the network runtime between a BYE and
+ * the membership view that drops the peer: receives from i fail with HS_ECONNRESET and
+ * messages to i are dropped, but the survivors' views still list it (hs_simnet_kill later
+ * brings the new membership in). */
+int hs_simnet_leave(hs_simnet *s, int i);
 int hs_simnet_alive(const hs_simnet *s, int i);
 
 /* The push-sum weight carried by SGP shares still queued (sent, not yet received). */

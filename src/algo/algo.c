@@ -467,6 +467,27 @@ static void replica_lost(hs_algo *a, hs__nbr *n) {
     a->reps_dirty = 1;
 }
 
+/* The neighbour left (a BYE) or was declared dead, while the view in force still lists it: the
+ * view that drops it comes into force only after the membership change went round the job (about
+ * 90 rounds in a networked run). Its replica stays frozen at its last message. Kept in the
+ * CHOCO/BEER mix, it would pull this peer toward a model no peer holds any more, every round, by
+ * gamma_c W_ij (xhat_j - xhat_i), and the consensus estimate would measure this peer's own drift
+ * from that copy as it trains, which the guard read as divergence (issue 19, docs/RESULTS.md).
+ * So it leaves the mix now, its weight W_ij going to this peer's own term as a late neighbour's
+ * does in D-PSGD and DCD: the row stays stochastic. The edges between the survivors keep their
+ * weights on both sides, so the mix among them stays symmetric and keeps their average; the
+ * leaver's side of its edges no longer exists. One declared dead by mistake that is heard from
+ * again comes back through a full replica, asked for then. */
+static void neighbour_gone(hs_algo *a, hs__nbr *n, uint64_t r) {
+    if (n->gone) return;
+    n->gone = 1;
+    a->stats.gone++;
+    HS_LOGI("round %llu: peer %u is gone: out of the mix until the membership drops it",
+            (unsigned long long)r, n->id);
+    if (n->synced) a->reps_dirty = 1;
+    n->synced = 0;
+}
+
 int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                       hs__apply_fn apply, void *ctx) {
     while (n->next_round <= r) {
@@ -483,9 +504,15 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
         if (err == HS_ETIMEDOUT || err == HS_ECONNRESET) {
             HS_LOGD("round %llu: no message of round %llu from peer %u (%s)",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id, hs_strerror(err));
+            if (err == HS_ECONNRESET) neighbour_gone(a, n, r);
             return 0;
         }
         if (err < 0) return err;
+        if (n->gone) {
+            /* Back after all: its replica missed what it sent meanwhile. */
+            n->gone = 0;
+            n->want_full = n->rep != NULL;
+        }
         a->stats.bytes_recv += b->len;
         /* The neighbour asks for this peer's full replica: it goes out with the next push. */
         if (b->len > 0 && (b->data[0] & HS_PAYLOAD_WANT_FULL)) {

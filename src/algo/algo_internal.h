@@ -37,6 +37,8 @@ typedef struct hs__nbr {
     int lagging;         /* sgp: missed a staleness wait; not waited for until it catches up */
     float w_in;          /* W[self][id] in the current view (in-neighbours) */
     int want_full;       /* rep was lost: ask the neighbour for its full replica */
+    int gone;            /* left or declared dead (the exchange's HS_ECONNRESET): out of the
+                            mix until it is heard from again */
 } hs__nbr;
 
 /* One algorithm: what the front end (algo.c) and the rest of hearsay ask of it. Adding an

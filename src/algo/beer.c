@@ -29,8 +29,12 @@
  * So at a membership change (a new epoch, which every member's view shows from the same round)
  * every member restarts its tracker from its last step, V = s_{r-1}, as a fresh peer does: sum
  * V = sum s holds again over the new membership. The replicas G stay; their mixing terms sum to
- * zero on any symmetric W. Memory: two replicas per in-neighbour, own H and G, V, s_{r-1},
- * X^r and the two mixes. */
+ * zero on any symmetric W. A neighbour found gone before that leaves the mixes at once
+ * (hs__algo_catch_up): its frozen G_j would otherwise add gamma W_ij (G_j - G_i) to V_i every
+ * round until the epoch changes. The tracker itself still restarts only with the epoch: a
+ * restart at only the leaver's neighbours would drop the survivors' own mixing terms on one
+ * side of their edges, and sum V = sum s would not hold over any membership. Memory: two
+ * replicas per in-neighbour, own H and G, V, s_{r-1}, X^r and the two mixes. */
 #include <stdlib.h>
 #include <string.h>
 

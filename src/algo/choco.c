@@ -98,7 +98,8 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
 /* The neighbours' q_j go into their replicas and into m as they are decoded; the gossip step is
  * then one pass, x = x_half + gamma_c m. A neighbour whose message is late keeps its replica of
  * the round before in m (it is applied, in order, when it comes): the same replica it holds of
- * this peer, so the two sides of the edge stay symmetric. */
+ * this peer, so the two sides of the edge stay symmetric. A neighbour that is gone leaves m at
+ * once (hs__algo_catch_up says why). */
 static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, a->own);

@@ -51,8 +51,6 @@ struct hs_node {
     hs__node_model m;
     hs__round eng; /* runs each round's phases on m (train/round.h) */
     hs_guard *guard;
-    uint64_t guard_epoch; /* the membership the guard's windows were measured under */
-    int guard_has_epoch;
     hs_metrics_file *metrics; /* NULL: no metrics file */
     hs_metrics_rec rec;       /* the last round's record (hs_node_metrics_json) */
     int have_rec;
@@ -615,18 +613,15 @@ const char *hs__node_diverged(const hs_node *n, double *round, const char **advi
     return hs_guard_reason(n->guard);
 }
 
-/* The consensus estimate is measured against the neighbours of the membership in force: the
- * guard compares windows of one membership only, and warms up again from this peer's first
- * round, a rejoin or a change of members (guard.c says why). */
-static void guard_follow_view(hs_node *n, hs_exchange *ex, uint64_t r) {
+/* The consensus estimate is measured against the neighbours in the mix: the guard compares
+ * windows of one neighbourhood only, and warms up again from this peer's first round, a rejoin,
+ * a change of members or a neighbour found gone before the view drops it (guard.c says why). */
+static void guard_follow_view(hs_node *n, hs_exchange *ex, uint64_t r, uint64_t gone) {
     hs_peer_view v;
-    if (ex->ops->view(ex, r, &v) < 0 || (n->guard_has_epoch && v.epoch == n->guard_epoch)) return;
-    if (n->guard_has_epoch)
-        HS_LOGD("round %llu: members v%llu: the guard's growth check warms up again",
-                (unsigned long long)r, (unsigned long long)v.epoch);
-    hs_guard_restart(n->guard, (double)r);
-    n->guard_epoch = v.epoch;
-    n->guard_has_epoch = 1;
+    if (ex->ops->view(ex, r, &v) == 0 && hs_guard_follow(n->guard, (double)r, v.epoch, gone))
+        HS_LOGD("round %llu: members v%llu, %llu neighbours gone: the guard's growth check "
+                "warms up again", (unsigned long long)r, (unsigned long long)v.epoch,
+                (unsigned long long)gone);
 }
 
 static hs_algo *e_algo(void *c) {
@@ -659,9 +654,9 @@ static int node_end(void *c, uint64_t r) {
         (r + 1) % (uint64_t)cfg->checkpoint_every == 0 && !last &&
         write_checkpoint(n, r + 1) < 0)
         HS_LOGW("%s", hs_error_message()); /* training goes on without this checkpoint */
-    guard_follow_view(n, hs_net_exchange(n->net), r);
     hs_algo_stats as;
     hs_algo_get_stats(a, &as);
+    guard_follow_view(n, hs_net_exchange(n->net), r, as.gone);
     double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
     /* A loss not reported (NaN) is not known to the guard (negative), not a broken run. */
     hs_guard_obs ob = {(double)r + 1, as.disagreement, mean_square(n->m.eval_x(n->m.ctx), n->d),

@@ -239,13 +239,30 @@ void hs_simnet_set_loss(hs_simnet *s, double p, uint64_t seed) {
 }
 int hs_simnet_alive(const hs_simnet *s, int i) { return i >= 0 && i < s->n && s->alive[i]; }
 
-int hs_simnet_kill(hs_simnet *s, int i) {
+/* Peer i is gone for messages; its queue goes with it. */
+static void depart(hs_simnet *s, int i) {
+    s->alive[i] = 0;
+    endpoint *e = &s->ep[i];
+    for (int k = 0; k < e->nq; k++) hs_buf_unref(e->q[k].payload);
+    e->nq = 0;
+}
+
+int hs_simnet_leave(hs_simnet *s, int i) {
     if (!hs_simnet_alive(s, i)) return hs__err(HS_EINVAL, "simulator: peer %d is not alive", i);
+    depart(s, i);
+    return 0;
+}
+
+int hs_simnet_kill(hs_simnet *s, int i) {
+    /* A peer that left (hs_simnet_leave) is still a member of the views until now. */
+    if (i < 0 || i >= s->n || s->rank_of[i] < 0)
+        return hs__err(HS_EINVAL, "simulator: peer %d is not a member", i);
+    uint8_t was = s->alive[i];
     s->alive[i] = 0;
     hs_topo *r;
     int err = hs_topo_restrict(&r, s->base, s->alive);
     if (err < 0) {
-        s->alive[i] = 1;
+        s->alive[i] = was;
         return err;
     }
     hs_topo_free(s->restricted);
@@ -253,9 +270,7 @@ int hs_simnet_kill(hs_simnet *s, int i) {
     int rank = 0;
     for (int k = 0; k < s->n; k++) s->rank_of[k] = s->alive[k] ? rank++ : -1;
     s->epoch++;
-    endpoint *e = &s->ep[i];
-    for (int k = 0; k < e->nq; k++) hs_buf_unref(e->q[k].payload);
-    e->nq = 0;
+    depart(s, i);
     return 0;
 }
 

@@ -32,7 +32,8 @@
  * start (first round, resume, rejoin: replicas rebuilt from full copies, a model of another
  * round) or change of membership (a newcomer's distance rises from its snapshot as the job's
  * did from the common start) gets the warm-up again: hs_guard_restart, counted from that
- * round's window.
+ * round's window. So does a neighbour found gone before the view that drops it comes into force
+ * (hs_guard_follow): it leaves the mix at once, and the estimate with it (issue 19).
  */
 #include "hearsay/guard.h"
 
@@ -92,6 +93,9 @@ struct hs_guard {
      * stayed further apart than their own size since it. */
     double rel0;
     int apart;
+    /* The neighbourhood of the last hs_guard_follow: membership epoch, neighbours gone. */
+    uint64_t nb_epoch, nb_gone;
+    int nb_known;
     hs_guard_verdict state;
     double verdict_round;
     char reason[320], advice[256];
@@ -243,6 +247,15 @@ void hs_guard_restart(hs_guard *g, double round) {
     g->start = floor(round / (double)g->window) * (double)g->window;
     g->n_hist = 0;
     g->run_len = 0;
+}
+
+int hs_guard_follow(hs_guard *g, double round, uint64_t epoch, uint64_t gone) {
+    if (g->nb_known && epoch == g->nb_epoch && gone == g->nb_gone) return 0;
+    hs_guard_restart(g, round);
+    g->nb_epoch = epoch;
+    g->nb_gone = gone;
+    g->nb_known = 1;
+    return 1;
 }
 
 hs_guard_verdict hs_guard_observe(hs_guard *g, const hs_guard_obs *o) {

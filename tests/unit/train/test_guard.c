@@ -375,6 +375,46 @@ static void test_restart_warms_up_again(void **st) {
     hs_guard_free(g);
 }
 
+/* A survivor's estimate after its neighbour's BYE (issue 19; docs/RESULTS.md, "A guard stop
+ * with the default compressor after churn"): falling slowly from 3.26e-9 at round 560 to
+ * 2.83e-9 at 605, the pair; the neighbour leaves at 606 while the view that drops it comes in
+ * at 695; the estimate then grows 4.4x to 1.29e-8 at 655 (windows of 5 rounds). Fed through
+ * hs_guard_follow as the node does, with `gone` counting the leave at 606 or not. Returns the
+ * first round with a verdict, or -1. */
+static long feed_leave(int report_gone, long until) {
+    hs_guard_cfg c = {HS_GUARD_STOP, HS_ALGO_CHOCO, "topk:0.03:fp16", 0.0375f, 0.05f, 5, 0};
+    hs_guard *g;
+    assert_int_equal(hs_guard_new(&g, &c), 0);
+    long hit = -1;
+    double fall = pow(2.83 / 3.26, 1.0 / 45), rise = pow(12.9 / 2.93, 1.0 / 49);
+    uint64_t s = 99;
+    for (long r = 500; r <= until && hit < 0; r++) {
+        uint64_t gone = report_gone && r >= 606;
+        int restarted = hs_guard_follow(g, (double)r, 6, gone);
+        assert_int_equal(restarted, r == 500 || (report_gone && r == 606));
+        double cons = r < 606 ? 3.26e-9 * pow(fall, (double)(r - 560))
+                              : 2.93e-9 * pow(rise, (double)(r - 606));
+        hs_guard_obs o = {(double)r + 1, cons * noise(&s, 1.02), 0, 0.5, NAN};
+        if (hs_guard_observe(g, &o) != HS_GUARD_OK) hit = r + 1;
+    }
+    hs_guard_free(g);
+    return hit;
+}
+
+/* Without the restart at the leave the guard stops where the runtime's did (round 655, "grew
+ * 4.3x over 45 rounds"); with it, the windows of the pair and of the survivor alone are not
+ * compared, and a drift that goes on growing at that pace is still caught, later. */
+static void test_leave_restarts_warm_up(void **st) {
+    (void)st;
+    long stop = feed_leave(0, 655);
+    printf("# leave not followed: stopped at round %ld\n", stop);
+    assert_true(stop > 640 && stop <= 656);
+    assert_int_equal(feed_leave(1, 655), -1);
+    long later = feed_leave(1, 900);
+    printf("# leave followed, the growth going on: stopped at round %ld\n", later);
+    assert_true(later > 656);
+}
+
 static void test_policy_parse(void **st) {
     (void)st;
     hs_guard_policy p;
@@ -427,6 +467,7 @@ int main(void) {
         cmocka_unit_test(test_different_starts),
         cmocka_unit_test(test_membership_step_is_not_growth),
         cmocka_unit_test(test_restart_warms_up_again),
+        cmocka_unit_test(test_leave_restarts_warm_up),
         cmocka_unit_test(test_advice_names_the_knob),
         cmocka_unit_test(test_policy_parse),
         cmocka_unit_test(test_algo_names_from_table),
