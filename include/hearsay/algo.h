@@ -195,7 +195,8 @@ typedef struct hs_algo_stats {
     uint64_t gone;                   /* neighbours found gone (left with BYE or declared dead)
                                         while the view in force still listed them, cumulative:
                                         each left the mix at once, so the neighbourhood that
-                                        `disagreement` measures against changed */
+                                        `disagreement` measures against changed (0 under sgp,
+                                        which mixes only the shares that arrive) */
     int staleness_max;               /* SGP: oldest message added in the last round (rounds) */
     double staleness_mean;
     uint64_t waits;                  /* SGP: receives that blocked for a neighbour's share not yet

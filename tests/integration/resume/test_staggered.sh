@@ -13,15 +13,8 @@ ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 port=$((7500 + RANDOM % 400))
 K=10
 ck=$tmp/ck
-# CHOCO at the compressor and step this test was written against (top-1%, 0.00503): it is about
-# resume. At the default's larger step the guard stopped a survivor in 2 of 4 runs ("grew 4.3x
-# over 45-55 rounds"): after a BYE the leaver's frozen replica stays in the mix until the next
-# view takes effect ~90 rounds later, and the survivor's drift from it reads as divergence
-# (docs/RESULTS.md, "A guard stop with the default compressor after churn"): the runtime's
-# matter, open under issue 19, not resume's.
 args=(--insecure --synthetic --subset 4000 --test-subset 200 --batch 64 --rounds 100000
-    --world 4 --checkpoint-dir "$ck" --checkpoint-every $K --eval-every 100000 --seed 5
-    --compress topk:0.01 --gamma-c 0.00503)
+    --world 4 --checkpoint-dir "$ck" --checkpoint-every $K --eval-every 100000 --seed 5)
 
 at_least() { [[ $(last_round "$1") -ge $2 ]]; }
 
