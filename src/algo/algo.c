@@ -468,8 +468,8 @@ static void replica_lost(hs_algo *a, hs__nbr *n) {
 }
 
 /* The neighbour left (a BYE) or was declared dead, while the view in force still lists it: the
- * view that drops it comes into force only after the membership change went round the job (about
- * 90 rounds in a networked run). Its replica stays frozen at its last message. Kept in the
+ * view that drops it comes into force only after the membership change went round the job (5 to
+ * 90 rounds in the networked runs of docs/RESULTS.md). Its replica stays frozen at its last message. Kept in the
  * CHOCO/BEER mix, it would pull this peer toward a model no peer holds any more, every round, by
  * gamma_c W_ij (xhat_j - xhat_i), and the consensus estimate would measure this peer's own drift
  * from that copy as it trains, which the guard read as divergence (issue 19, docs/RESULTS.md).
