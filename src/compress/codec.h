@@ -166,6 +166,10 @@ typedef struct hs__chdr_want {
 int hs__chdr_check(const hs_compressor *c, const uint8_t *p, size_t len,
                    const hs__chdr_want *want, uint32_t *flags);
 
+/* Checks that p[0..len) is a message of c's codec (compress.c): HS_EFORMAT when truncated or
+ * of no known codec, HS_EMISMATCH when of another. Every decode makes it first. */
+int hs__ccheck_codec(const hs_compressor *c, const uint8_t *p, size_t len);
+
 /* Checks that a message of `have` bytes is exactly `want` bytes long. */
 int hs__clen_check(const hs_compressor *c, size_t have, size_t want, const char *what);
 

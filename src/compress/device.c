@@ -276,7 +276,8 @@ int hs__compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uin
     if (o && o->add_dense &&
         (id == HS_CODEC_NONE || id == HS_CODEC_FP16 || id == HS_CODEC_BF16)) {
         size_t w = id == HS_CODEC_NONE ? 4 : 2;
-        int err = dense_check(c, p, len, w);
+        int err = hs__ccheck_codec(c, p, len);
+        if (err == 0) err = dense_check(c, p, len, w);
         if (err < 0) return err;
         int fmt = id == HS_CODEC_NONE ? 0 : id == HS_CODEC_FP16 ? 1 : 2;
         return be_status(c, be, o->add_dense(be, acc, p + HS__CHDR, d, fmt, alpha));

@@ -6,7 +6,8 @@
  * bits (choco.c's sub, algo.c's hs__acc_diff and hs__step_sq, beer.c's track and step_model,
  * sgp.c's scalings). The sums of squares are statistics: each block adds its elements' squares
  * in double in a fixed tree, and one block adds the blocks' partial sums in block order, so the
- * value is the same on every run (not the CPU's float-lane value: within 1e-5 relative). */
+ * value is the same on every run (not the CPU's float-lane value, which rounds more: see
+ * src/tensor/gossip_ops.h). */
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -6,8 +6,9 @@
  * defined in src/compress/compress_ew.h (src/compress/device.c packs them into exactly the
  * bytes of hs_compress_encode), and the vector entries do the CPU loops' IEEE operations in the
  * same order per element (no FMA), so their outputs are the CPU's bits. The one exception is
- * the statistic `sq` of step_sq and beer_step, which the CPU sums in float lanes and a device
- * sums in a tree of doubles: equal within 1e-5 relative (tests/cuda/gossip).
+ * the statistic `sq` of step_sq and beer_step, which the CPU sums in 16 float lanes and a
+ * device in doubles: they agree within the float lanes' rounding, (d / 16 + 16) 2^-24
+ * relative (tests/cuda/gossip).
  *
  * Every vector pointer is backend memory of n floats (1 <= n <= HS_GOSSIP_MAX_D); other
  * pointers are host memory, filled (or read) when the call returns. "LE" outputs are
