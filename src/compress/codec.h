@@ -186,6 +186,12 @@ int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, 
 int hs__topk_scratch_grow(hs__topk_scratch *s, size_t n);
 void hs__topk_scratch_free(hs__topk_scratch *s);
 
+/* The pairs of a top-k message, checked as its decode checks it (after hs__ccheck_codec):
+ * idx[j] its j-th index, val[j] = alpha * its j-th value (c->k of each), so acc[idx[j]] +
+ * val[j] is what decoding adds. For decoders whose accumulator is elsewhere (a device). */
+int hs__topk_unpack(const hs_compressor *c, const uint8_t *p, size_t len, float alpha,
+                    uint32_t *idx, float *val);
+
 /* ---------------------------------------------------------------- packing selected values
  *
  * The message of a selection: top-k the sorted indices and their values; random-k the stratum

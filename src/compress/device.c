@@ -13,7 +13,8 @@
  * residual is host memory), copy the vector to the host.
  *
  * Decoding: the message is checked on the host, completely, before the device touches acc.
- * Dense codecs upload their values and the device adds them. The others are decoded by the
+ * Dense codecs upload their values and the device adds them; top-k uploads its k pairs
+ * (hs__topk_unpack) and the device adds them. The others are decoded by the
  * host codec itself into a vector of -0.0 (so it holds exactly alpha * v_i where element i is
  * carried, and -0.0, which adds nothing, elsewhere); the device then adds that vector, or its
  * non-(-0.0) entries. acc + (-0.0 + alpha * v) equals acc + alpha * v in every case, so the
@@ -249,6 +250,24 @@ out:
     return err;
 }
 
+/* Top-k: the message's k (index, alpha * value) pairs, checked on the host by the codec, are
+ * added on the device; nothing of size d crosses. */
+static int sparse_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p, size_t len,
+                         float *acc, float alpha) {
+    size_t k = c->k;
+    int err = hs__ccheck_codec(c, p, len);
+    if (err < 0) return err;
+    uint32_t *ix = malloc(k * sizeof(uint32_t));
+    float *v = malloc(k * sizeof(float));
+    if (!ix || !v)
+        err = hs__err(HS_ENOMEM, "compressor %s: decode scratch: out of memory", c->name);
+    if (err == 0) err = hs__topk_unpack(c, p, len, alpha, ix, v);
+    if (err == 0) err = be_status(c, be, be->ops->gossip->add_sparse(be, acc, ix, v, k));
+    free(ix);
+    free(v);
+    return err;
+}
+
 /* hs_compress_decode_add on a host copy of acc. */
 static int host_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p, size_t len,
                        uint32_t peer, uint64_t round, float *acc, float alpha) {
@@ -282,6 +301,8 @@ int hs__compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uin
         int fmt = id == HS_CODEC_NONE ? 0 : id == HS_CODEC_FP16 ? 1 : 2;
         return be_status(c, be, o->add_dense(be, acc, p + HS__CHDR, d, fmt, alpha));
     }
+    if (o && o->add_sparse && id == HS_CODEC_TOPK)
+        return sparse_decode(c, be, p, len, acc, alpha);
     if (o && o->add_dense && o->add_sparse)
         return staged_decode(c, be, p, len, peer, round, acc, alpha);
     return host_decode(c, be, p, len, peer, round, acc, alpha);

@@ -118,11 +118,13 @@ static uint32_t cast_bits(uint64_t *s, size_t i) {
     uint32_t r = (uint32_t)rng_next(s);
     switch (i % 8) {
     case 0: return r;                                     /* anything, NaNs and Infs too */
-    case 1: return (r & 0x80000000u) | ((r % 40u + 100u) << 23) | (r & 0x1FFFu); /* fp16 low bits */
+    case 1: /* every exponent near fp16's range, random low bits */
+        return (r & 0x80000000u) | ((r % 40u + 100u) << 23) | (r & 0x1FFFu);
     case 2: return (r & 0xFFFFE000u) | 0x1000u;           /* an fp16 midpoint (normal range) */
     case 3: return (r & 0xFFFF0000u) | 0x8000u;           /* a bf16 midpoint */
     case 4: return HS_CW_F16_OVERFLOW + (r % 3u) - 1u;    /* around fp16's overflow limit */
-    case 5: return (r & 0x80000000u) | ((102u + r % 12u) << 23) | (r & 0x7FFFFFu); /* fp16 subnormals */
+    case 5: /* fp16 subnormals */
+        return (r & 0x80000000u) | ((102u + r % 12u) << 23) | (r & 0x7FFFFFu);
     case 6: return (r & 0x807FFFFFu) | (r % 2u ? 0u : 0x7F800000u); /* subnormal or Inf/NaN */
     default: return HS_CW_BF16_OVERFLOW + (r % 3u) - 1u;  /* around bf16's overflow limit */
     }
