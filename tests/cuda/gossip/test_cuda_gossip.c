@@ -15,7 +15,9 @@
  *
  * Exit-code protocol (../cuda_open.h): 77 without a CUDA build or a GPU (CI), a failure where a
  * GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1. Without a GPU it runs under
- * ../shared/tools/cuda-emu (see tests/cuda/gossip/meson.build). */
+ * ../shared/tools/cuda-emu (see tests/cuda/gossip/meson.build). `test_cuda_gossip --reference`
+ * runs it all on gossip_ref.h's reference device instead (host loops posing as a device: the
+ * host side, src/compress/device.c, on every machine; not the kernels). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +30,7 @@
 #include <cmocka.h>
 
 #include "../cuda_open.h"
+#include "gossip_ref.h"
 #include "algo/algo_internal.h"
 #include "compress/codec.h"
 #include "compress/compress_ew.h"
@@ -35,7 +38,8 @@
 #include "hearsay/buf.h"
 #include "tensor/gossip_ops.h"
 
-static hs_backend *dev;
+static hs_backend *dev; /* CUDA, or with --reference gossip_ref.h's reference device */
+static int reference;
 
 /* Sizes: one element, less than a warp, a few blocks, past a top-k chunk (4096) and a partial
  * one, and a prime a little above 3 chunks. */
@@ -321,6 +325,10 @@ static void test_bad_inputs(void **state) {
  * the double sum in order; the CPU adds in 16 float lanes, each rounding up to d / 16 times,
  * so it must be within (d / 16 + 16) 2^-24 of the device's, relatively. */
 static void check_sq(const float *m, size_t d, double cpu, double got, const char *what) {
+    if (reference) { /* the reference device is the CPU loop */
+        assert_true(cpu == got);
+        return;
+    }
     double exact = 0;
     for (size_t i = 0; i < d; i++) exact += (double)m[i] * m[i];
     if (!(fabs(got - exact) <= 1e-9 * exact))
@@ -388,6 +396,7 @@ static void test_vector_ops(void **state) {
 /* The entries refuse arguments outside gossip_ops.h's ranges. */
 static void test_arguments(void **state) {
     (void)state;
+    if (reference) skip(); /* the reference's loops do not check arguments */
     const hs_gossip_ops *g = dev->ops->gossip;
     float one = 1.0f, *x = up(&one, 1);
     uint32_t idx[2], mk;
@@ -555,10 +564,15 @@ static void test_identity(void **state) {
                 g->beer_step && g->scale_to);
 }
 
-int main(void) {
-    hs_backend_cfg cfg = {1, 0};
-    int rc = cuda_test_open(&dev, &cfg);
-    if (rc != 0) return rc;
+int main(int argc, char **argv) {
+    reference = argc > 1 && !strcmp(argv[1], "--reference");
+    if (reference) {
+        if (!(dev = ref_open())) return 1;
+    } else {
+        hs_backend_cfg cfg = {1, 0};
+        int rc = cuda_test_open(&dev, &cfg);
+        if (rc != 0) return rc;
+    }
     printf("# device gossip of %s against the CPU\n", dev->description);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity),   cmocka_unit_test(test_casts),
