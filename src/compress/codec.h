@@ -192,6 +192,12 @@ void hs__topk_scratch_free(hs__topk_scratch *s);
 int hs__topk_unpack(const hs_compressor *c, const uint8_t *p, size_t len, float alpha,
                     uint32_t *idx, float *val);
 
+/* The whole check of a QSGD / sign message as its decode makes it (after hs__ccheck_codec):
+ * header, length, norms or scales, padding, and QSGD's levels. Then the body (norms or scales,
+ * then fields or bits, as compress_ew.h defines them) may be added anywhere. */
+int hs__qsgd_check(const hs_compressor *c, const uint8_t *p, size_t len);
+int hs__sign_check(const hs_compressor *c, const uint8_t *p, size_t len);
+
 /* ---------------------------------------------------------------- packing selected values
  *
  * The message of a selection: top-k the sorted indices and their values; random-k the stratum

@@ -14,7 +14,8 @@
  *
  * Decoding: the message is checked on the host, completely, before the device touches acc.
  * Dense codecs upload their values and the device adds them; top-k uploads its k pairs
- * (hs__topk_unpack) and the device adds them. The others are decoded by the
+ * (hs__topk_unpack), QSGD and sign their message body, and the device adds them, in the
+ * operations of the host decoders. Random-k is decoded by the
  * host codec itself into a vector of -0.0 (so it holds exactly alpha * v_i where element i is
  * carried, and -0.0, which adds nothing, elsewhere); the device then adds that vector, or its
  * non-(-0.0) entries. acc + (-0.0 + alpha * v) equals acc + alpha * v in every case, so the
@@ -268,6 +269,23 @@ static int sparse_decode(const hs_compressor *c, hs_backend *be, const uint8_t *
     return err;
 }
 
+/* QSGD and sign: the message is checked on the host by its codec, then its body (norms or
+ * scales, fields or bits: a few bits an element) crosses and the device adds its values. */
+static int body_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p, size_t len,
+                       float *acc, float alpha) {
+    const hs_gossip_ops *o = be->ops->gossip;
+    size_t d = c->d;
+    int err = hs__ccheck_codec(c, p, len);
+    if (err < 0) return err;
+    if (c->ops->id == HS_CODEC_QSGD) {
+        if ((err = hs__qsgd_check(c, p, len)) < 0) return err;
+        return be_status(c, be, o->qsgd_add(be, acc, p + HS__CHDR, d, c->bucket, c->s, alpha));
+    }
+    if ((err = hs__sign_check(c, p, len)) < 0) return err;
+    size_t bl = c->bucket == 0 || c->bucket > d ? d : c->bucket;
+    return be_status(c, be, o->sign_add(be, acc, p + HS__CHDR, d, bl, alpha));
+}
+
 /* hs_compress_decode_add on a host copy of acc. */
 static int host_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p, size_t len,
                        uint32_t peer, uint64_t round, float *acc, float alpha) {
@@ -303,6 +321,8 @@ int hs__compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uin
     }
     if (o && o->add_sparse && id == HS_CODEC_TOPK)
         return sparse_decode(c, be, p, len, acc, alpha);
+    if (o && ((o->qsgd_add && id == HS_CODEC_QSGD) || (o->sign_add && id == HS_CODEC_SIGN)))
+        return body_decode(c, be, p, len, acc, alpha);
     if (o && o->add_dense && o->add_sparse)
         return staged_decode(c, be, p, len, peer, round, acc, alpha);
     return host_decode(c, be, p, len, peer, round, acc, alpha);

@@ -665,3 +665,65 @@ cudaError_t hs__cuda_add_sparse(cudaStream_t st, float *acc, const uint32_t *idx
     add_sparse_kernel<<<grid_for(n), CT_THREADS, 0, st>>>(acc, d_idx, d_val, n);
     return cudaGetLastError();
 }
+
+/* ------------------------------------------------------------------ QSGD and sign decode */
+
+/* Element i's field: b <= 16 bits at bit i b of the LSB-first stream, within 3 bytes (read
+ * only as far as the stream goes). */
+static __device__ uint32_t field_at(const uint8_t *f, size_t nbytes, size_t i, uint32_t b) {
+    size_t bit = i * b, at = bit / 8;
+    uint32_t w = 0;
+    for (uint32_t t = 0; t < 3 && at + t < nbytes; t++) w |= (uint32_t)f[at + t] << (8 * t);
+    return (w >> (bit % 8)) & ((1u << b) - 1u);
+}
+
+/* qsgd.c's walk_fields and simd.c's add: the value with its sign bit, then acc + alpha v. */
+static __global__ void qsgd_add_kernel(float *acc, const uint8_t *body, size_t d, size_t bucket,
+                                       uint32_t s, uint32_t b, size_t nb, float alpha) {
+    const uint8_t *fields = body + 4 * nb;
+    size_t nbytes = (d * b + 7) / 8;
+    CT_GRID_STRIDE(i, d) {
+        size_t j = i / bucket;
+        uint32_t u = (uint32_t)body[4 * j] | (uint32_t)body[4 * j + 1] << 8 |
+                     (uint32_t)body[4 * j + 2] << 16 | (uint32_t)body[4 * j + 3] << 24;
+        float unit = hs_cw_qsgd_unit(hs_cw_float(u), s);
+        float v = hs_cw_qsgd_value(field_at(fields, nbytes, i, b), b, unit);
+        float t = alpha * v;
+        acc[i] = acc[i] + t;
+    }
+}
+
+/* sign.c's decode: one product alpha * scale per bucket, then acc + (bit ? -as : as). */
+static __global__ void sign_add_kernel(float *acc, const uint8_t *body, size_t d, size_t bucket,
+                                       size_t nb, float alpha) {
+    const uint8_t *bits = body + 4 * nb;
+    CT_GRID_STRIDE(i, d) {
+        size_t j = i / bucket;
+        uint32_t u = (uint32_t)body[4 * j] | (uint32_t)body[4 * j + 1] << 8 |
+                     (uint32_t)body[4 * j + 2] << 16 | (uint32_t)body[4 * j + 3] << 24;
+        float as = alpha * hs_cw_float(u);
+        acc[i] = acc[i] + (((bits[i / 8] >> (i % 8)) & 1u) ? -as : as);
+    }
+}
+
+size_t hs__cuda_body_scratch(size_t bytes) { return align256(bytes); }
+
+cudaError_t hs__cuda_qsgd_add(cudaStream_t st, float *acc, const void *body, size_t bytes,
+                              size_t d, size_t bucket, uint32_t s, float alpha, void *scratch) {
+    if (bucket > d) bucket = d;
+    cudaError_t e = cudaMemcpyAsync(scratch, body, bytes, cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess) return e;
+    qsgd_add_kernel<<<grid_for(d), CT_THREADS, 0, st>>>(acc, (const uint8_t *)scratch, d, bucket,
+                                                        s, hs_cw_qsgd_bits(s),
+                                                        (d + bucket - 1) / bucket, alpha);
+    return cudaGetLastError();
+}
+
+cudaError_t hs__cuda_sign_add(cudaStream_t st, float *acc, const void *body, size_t bytes,
+                              size_t d, size_t bucket, float alpha, void *scratch) {
+    cudaError_t e = cudaMemcpyAsync(scratch, body, bytes, cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess) return e;
+    sign_add_kernel<<<grid_for(d), CT_THREADS, 0, st>>>(acc, (const uint8_t *)scratch, d, bucket,
+                                                        (d + bucket - 1) / bucket, alpha);
+    return cudaGetLastError();
+}

@@ -55,4 +55,12 @@ size_t hs__cuda_add_sparse_scratch(size_t n);
 cudaError_t hs__cuda_add_sparse(cudaStream_t st, float *acc, const uint32_t *idx,
                                 const float *val, size_t n, void *scratch);
 
+/* Decoding a checked QSGD / sign message body (host, `bytes` long) into acc: as
+ * hs_gossip_ops.qsgd_add and sign_add (bucket <= d). */
+size_t hs__cuda_body_scratch(size_t bytes);
+cudaError_t hs__cuda_qsgd_add(cudaStream_t st, float *acc, const void *body, size_t bytes,
+                              size_t d, size_t bucket, uint32_t s, float alpha, void *scratch);
+cudaError_t hs__cuda_sign_add(cudaStream_t st, float *acc, const void *body, size_t bytes,
+                              size_t d, size_t bucket, float alpha, void *scratch);
+
 #endif

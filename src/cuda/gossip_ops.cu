@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "cuda/compress.cuh"
+#include "compress/compress_ew.h"
 #include "cuda/gossip.cuh"
 #include "hearsay/error.h"
 
@@ -158,6 +159,43 @@ fail:
     return drain(st, err);
 }
 
+/* The bytes of a QSGD / sign message body of d elements in nb buckets, fields of b bits. */
+static size_t body_bytes(size_t d, size_t nb, uint32_t b) { return 4 * nb + (d * b + 7) / 8; }
+
+static int go_qsgd_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                       uint32_t lv, float alpha) {
+    int cerr = check_dim(__func__, d);
+    if (cerr < 0) return cerr;
+    if (bucket < 1 || lv < 1 || lv > 32767)
+        return hs__cuda_be_report(HS_EINVAL, "cuda %s: bucket %zu, s = %u (expected >= 1, "
+                                             "1..32767)", __func__, bucket, lv);
+    if (bucket > d) bucket = d;
+    size_t bytes = body_bytes(d, (d + bucket - 1) / bucket, hs_cw_qsgd_bits(lv));
+    GO_ENTER();
+    void *scr;
+    if ((err = hs__cuda_be_scratch(be, hs__cuda_body_scratch(bytes), &scr)) < 0) return err;
+    GO_TRY(hs__cuda_qsgd_add(st, acc, body, bytes, d, bucket, lv, alpha, scr));
+    GO_TRY(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    return drain(st, err);
+}
+
+static int go_sign_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                       float alpha) {
+    int cerr = check_count(__func__, d, bucket);
+    if (cerr < 0) return cerr;
+    size_t bytes = body_bytes(d, (d + bucket - 1) / bucket, 1);
+    GO_ENTER();
+    void *scr;
+    if ((err = hs__cuda_be_scratch(be, hs__cuda_body_scratch(bytes), &scr)) < 0) return err;
+    GO_TRY(hs__cuda_sign_add(st, acc, body, bytes, d, bucket, alpha, scr));
+    GO_TRY(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    return drain(st, err);
+}
+
 /* ------------------------------------------------------------------ vector work */
 
 /* The body of an entry that only enqueues one launcher. */
@@ -230,4 +268,6 @@ const hs_gossip_ops hs__cuda_gossip_ops = {
     go_beer_track, /* beer_track */
     go_beer_step,  /* beer_step */
     go_scale_to,   /* scale_to */
+    go_qsgd_add,   /* qsgd_add */
+    go_sign_add,   /* sign_add */
 };

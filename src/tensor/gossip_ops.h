@@ -88,6 +88,21 @@ typedef struct hs_gossip_ops {
     /* out = a * x (SGP's weight scaling: z = x / w as x * (1 / w), and the push-sum shares
      * p x). out may alias x. */
     int (*scale_to)(hs_backend *be, float *out, const float *x, size_t n, float a);
+
+    /* ---------------------------------------------------------- decoding on the device
+     * The body of a checked message (host memory, any alignment, after the 12-byte header)
+     * added to acc: its bytes cross, not d floats. */
+
+    /* QSGD (s levels, buckets of `bucket`, clamped to d): body = the norms (LE fp32) then the
+     * field stream; acc[i] = acc[i] + alpha * hs_cw_qsgd_value(field_i, b,
+     * hs_cw_qsgd_unit(norm of i's bucket, s)), as qsgd.c's decode. */
+    int (*qsgd_add)(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                    uint32_t s, float alpha);
+    /* Scaled sign (buckets of `bucket`, 1..d): body = the scales (LE fp32) then the sign bits;
+     * with as = alpha * scale of i's bucket, acc[i] = acc[i] + (bit i ? -as : as), as sign.c's
+     * decode. */
+    int (*sign_add)(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                    float alpha);
 } hs_gossip_ops;
 
 #ifdef __cplusplus

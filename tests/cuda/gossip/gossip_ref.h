@@ -148,12 +148,42 @@ static int ref_scale_to(hs_backend *be, float *out, const float *x, size_t n, fl
     return 0;
 }
 
+static int ref_qsgd_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                        uint32_t s, float alpha) {
+    (void)be;
+    const uint8_t *q = body;
+    uint32_t b = hs_cw_qsgd_bits(s);
+    size_t nb = (d + bucket - 1) / bucket;
+    for (size_t i = 0; i < d; i++) {
+        uint32_t f = 0;
+        for (uint32_t t = 0; t < b; t++) {
+            size_t bit = i * b + t;
+            f |= (uint32_t)((q[4 * nb + bit / 8] >> (bit % 8)) & 1u) << t;
+        }
+        float unit = hs_cw_qsgd_unit(hs__ldf(q + 4 * (i / bucket)), s);
+        acc[i] = acc[i] + alpha * hs_cw_qsgd_value(f, b, unit);
+    }
+    return 0;
+}
+
+static int ref_sign_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                        float alpha) {
+    (void)be;
+    const uint8_t *q = body;
+    size_t nb = (d + bucket - 1) / bucket;
+    for (size_t i = 0; i < d; i++) {
+        float as = alpha * hs__ldf(q + 4 * (i / bucket));
+        acc[i] = acc[i] + (((q[4 * nb + i / 8] >> (i % 8)) & 1u) ? -as : as);
+    }
+    return 0;
+}
+
 static const hs_gossip_ops ref_gossip = {
     .topk = ref_topk,           .randk = ref_randk,         .qsgd = ref_qsgd,
     .sign = ref_sign,           .half = ref_half,           .add_dense = ref_add_dense,
     .add_sparse = ref_add_sparse, .sub = ref_sub,           .acc_diff = ref_acc_diff,
     .step_sq = ref_step_sq,     .beer_track = ref_beer_track, .beer_step = ref_beer_step,
-    .scale_to = ref_scale_to,
+    .scale_to = ref_scale_to,   .qsgd_add = ref_qsgd_add,   .sign_add = ref_sign_add,
 };
 
 static hs_backend_ops ref_ops;

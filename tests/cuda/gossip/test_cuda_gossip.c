@@ -219,7 +219,8 @@ static void test_topk(void **state) {
 
 static const char *const specs[] = {
     "none",   "fp16",    "bf16",       "topk:0.01",          "topk:0.05:fp16", "topk:3",
-    "randk:0.01", "randk:0.1:unscaled", "qsgd:4", "qsgd:255:100", "sign", "sign:300",
+    "randk:0.01", "randk:0.1:unscaled", "qsgd:4", "qsgd:255:100", "qsgd:1000:64", "sign",
+    "sign:300",
 };
 #define N_SPECS (sizeof(specs) / sizeof(specs[0]))
 
@@ -561,7 +562,7 @@ static void test_identity(void **state) {
     assert_non_null(g);
     assert_true(g->topk && g->randk && g->qsgd && g->sign && g->half && g->add_dense &&
                 g->add_sparse && g->sub && g->acc_diff && g->step_sq && g->beer_track &&
-                g->beer_step && g->scale_to);
+                g->beer_step && g->scale_to && g->qsgd_add && g->sign_add);
 }
 
 int main(int argc, char **argv) {
