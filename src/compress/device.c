@@ -6,18 +6,19 @@
  * values, QSGD norms and packed fields, sign scales and bits, 16-bit casts) and return only
  * that; the host writes the header and packs with the codecs' own helpers, so the bytes are
  * hs_compress_encode's. Every number the device computes is a compress_ew.h definition,
- * reductions included (32-lane order). A device result that shows an input the message cannot carry (a non-finite value, a
- * norm above 2^127, an fp16 overflow) sends the vector through the host path instead, which
- * reports it in the CPU's words. Operators without primitives, and ef: encoders (their
- * residual is host memory), copy the vector to the host.
+ * reductions included (32-lane order). A device result that shows an input the message cannot
+ * carry (a non-finite value, a norm above 2^127, an fp16 overflow) sends the vector through the
+ * host path instead, which reports it in the CPU's words. Operators without primitives, and
+ * ef: encoders (their residual is host memory), copy the vector to the host.
  *
  * Decoding: the message is checked on the host, completely, before the device touches acc.
  * Dense codecs upload their values and the device adds them; top-k uploads its k pairs
  * (hs__topk_unpack), QSGD and sign their message body, and the device adds them, in the
  * operations of the host decoders. Random-k is decoded by the host codec itself into a vector
  * of -0.0 (so it holds exactly alpha * v_i where element i is carried, and -0.0, which adds
- * nothing, elsewhere); the device then adds that vector, or its non-(-0.0) entries. acc + (-0.0 + alpha * v) equals acc + alpha * v in every case, so the
- * floats are hs_compress_decode_add's.
+ * nothing, elsewhere); the device then adds that vector, or its non-(-0.0) entries:
+ * acc + (-0.0 + alpha * v) equals acc + alpha * v in every case, so the floats are
+ * hs_compress_decode_add's.
  *
  * Threading as hearsay/compress.h; the backend is used by one thread at a time. */
 #include <stdlib.h>
