@@ -227,6 +227,11 @@ typedef struct hs_backend_ops {
      * relu. */
     int (*shortcut_sum)(hs_backend *be, float *y, const float *a, const float *x,
                         const struct hs_shortcut_geom *s, int n, int relu);
+
+    /* ---------------------------------------------------------- optional: gossip on the device
+     * Compression primitives and the algorithms' per-round vector work on backend vectors
+     * (src/tensor/gossip_ops.h). NULL: gossip works on a host copy of the vectors. */
+    const struct hs_gossip_ops *gossip;
 } hs_backend_ops;
 
 struct hs_backend {

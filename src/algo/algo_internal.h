@@ -187,6 +187,13 @@ float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix);
  * loop vectorises). */
 double hs__step_sq(float *x, const float *m, float g, size_t d);
 
+/* BEER's tracker and model steps over d floats (beer.c, where they are explained); the
+ * reference of the device's beer_track and beer_step (src/tensor/gossip_ops.h). */
+void hs__beer_track(float *v, float *s_prev, float *dg, const float *mg, const float *g,
+                    float gamma, const float *xr, const float *x, size_t d);
+double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
+                           const float *h, float gamma, size_t d);
+
 /* The contraction of c on the consensus step's probe (step.c): v and out are scratch of c's d
  * floats. */
 int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *delta_probe);

@@ -119,8 +119,8 @@ static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
 /* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s; dg = V - G (the tracker's
  * difference to send), in the one pass. */
 HS_VECTOR_CLONES
-static void track(float *v, float *s_prev, float *dg, const float *mg, const float *g, float gamma,
-                  const float *xr, const float *x, size_t d) {
+void hs__beer_track(float *v, float *s_prev, float *dg, const float *mg, const float *g,
+                    float gamma, const float *xr, const float *x, size_t d) {
     for (size_t k = 0; k < d; k++) {
         float st = xr[k] - x[k];
         v[k] = v[k] + gamma * mg[k] + (st - s_prev[k]);
@@ -132,8 +132,8 @@ static void track(float *v, float *s_prev, float *dg, const float *mg, const flo
 /* x = (X^r + gamma m_H) - V and dh = x - H (the model's difference to send) in one pass;
  * returns sum_k m_H[k]^2 (a statistic, summed in float lanes as hs__step_sq does). */
 HS_VECTOR_CLONES
-static double step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
-                         const float *h, float gamma, size_t d) {
+double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
+                          const float *h, float gamma, size_t d) {
     float lane[16] = {0};
     double sq = 0;
     size_t k = 0;
@@ -174,10 +174,10 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     float gamma = a->cfg.gamma_c, *dh = a->tmp, *dg = a->tmp2;
     if (a->reps_dirty || r % REBUILD_EVERY == 0) rebuild_mix(a, &v);
     /* V^r from G^{r-1} (the replicas as the last pull left them) and this round's step. */
-    track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
+    hs__beer_track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
     /* X^{r+1} = X^r + gamma m_H - V^r. */
     float wsum = s->mix_wsum;
-    double sq = step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
+    double sq = hs__beer_step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
     a->stats.disagreement = wsum > 0 ? sq / ((double)wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     size_t cap = 4 + 2 * hs_compress_max_bytes(a->comp, d);

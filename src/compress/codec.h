@@ -166,6 +166,10 @@ typedef struct hs__chdr_want {
 int hs__chdr_check(const hs_compressor *c, const uint8_t *p, size_t len,
                    const hs__chdr_want *want, uint32_t *flags);
 
+/* Checks that p[0..len) is a message of c's codec (compress.c): HS_EFORMAT when truncated or
+ * of no known codec, HS_EMISMATCH when of another. Every decode makes it first. */
+int hs__ccheck_codec(const hs_compressor *c, const uint8_t *p, size_t len);
+
 /* Checks that a message of `have` bytes is exactly `want` bytes long. */
 int hs__clen_check(const hs_compressor *c, size_t have, size_t want, const char *what);
 
@@ -181,6 +185,18 @@ int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, 
                     hs__topk_scratch *s);
 int hs__topk_scratch_grow(hs__topk_scratch *s, size_t n);
 void hs__topk_scratch_free(hs__topk_scratch *s);
+
+/* The pairs of a top-k message, checked as its decode checks it (after hs__ccheck_codec):
+ * idx[j] its j-th index, val[j] = alpha * its j-th value (c->k of each), so acc[idx[j]] +
+ * val[j] is what decoding adds. For decoders whose accumulator is elsewhere (a device). */
+int hs__topk_unpack(const hs_compressor *c, const uint8_t *p, size_t len, float alpha,
+                    uint32_t *idx, float *val);
+
+/* The whole check of a QSGD / sign message as its decode makes it (after hs__ccheck_codec):
+ * header, length, norms or scales, padding, and QSGD's levels. Then the body (norms or scales,
+ * then fields or bits, as compress_ew.h defines them) may be added anywhere. */
+int hs__qsgd_check(const hs_compressor *c, const uint8_t *p, size_t len);
+int hs__sign_check(const hs_compressor *c, const uint8_t *p, size_t len);
 
 /* ---------------------------------------------------------------- packing selected values
  *

@@ -184,7 +184,7 @@ int hs_compress_encode(hs_compressor *c, const float *x, size_t d, uint32_t peer
 
 /* Whose message p is: named from the table of operators, which the operators' own header check
  * (hs__chdr_check, below them) cannot see. */
-static int check_codec(const hs_compressor *c, const uint8_t *p, size_t len) {
+int hs__ccheck_codec(const hs_compressor *c, const uint8_t *p, size_t len) {
     if (len < HS__CHDR)
         return hs__err(HS_EFORMAT, "%s message: truncated: %zu bytes, the header needs %d",
                        c->ops->name, len, HS__CHDR);
@@ -199,7 +199,7 @@ static int check_codec(const hs_compressor *c, const uint8_t *p, size_t len) {
 int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                            uint64_t round, float *acc, size_t d, float alpha) {
     int err = hs__cdecode_args(c, d, alpha);
-    if (err == 0) err = check_codec(c, p, len);
+    if (err == 0) err = hs__ccheck_codec(c, p, len);
     return err < 0 ? err : c->ops->decode(c, p, len, peer, round, acc, alpha);
 }
 
@@ -209,7 +209,7 @@ int hs_compress_decode_add2(const hs_compressor *c, const uint8_t *p, size_t len
     int err = hs__cdecode_args(c, d, alpha2);
     if (err < 0) return err;
     if (c->ops->decode2) {
-        if ((err = hs__cdecode_args(c, d, alpha)) < 0 || (err = check_codec(c, p, len)) < 0)
+        if ((err = hs__cdecode_args(c, d, alpha)) < 0 || (err = hs__ccheck_codec(c, p, len)) < 0)
             return err;
         return c->ops->decode2(c, p, len, peer, round, acc, alpha, acc2, alpha2);
     }

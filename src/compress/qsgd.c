@@ -213,10 +213,7 @@ static int walk_fields(const hs_compressor *c, const uint8_t *norms, const uint8
     return 0;
 }
 
-static int qsgd_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                       uint64_t round, float *acc, float alpha) {
-    (void)peer;
-    (void)round;
+int hs__qsgd_check(const hs_compressor *c, const uint8_t *p, size_t len) {
     uint32_t flags;
     hs__chdr_want want = {0,      0, c->s,       1, HS_CW_QSGD_MAX_S, c->bucket, 1, UINT32_MAX,
                           "levels s", "bucket size"};
@@ -235,8 +232,17 @@ static int qsgd_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
     size_t pad = d * field_bits(c) % 8;
     if (pad && (fields[field_bytes(c) - 1] >> pad))
         return hs__err(HS_EFORMAT, "qsgd message: nonzero padding bits after the last level");
-    if ((err = walk_fields(c, norms, fields, NULL, 0)) < 0) return err;
-    walk_fields(c, norms, fields, acc, alpha);
+    return walk_fields(c, norms, fields, NULL, 0);
+}
+
+static int qsgd_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                       uint64_t round, float *acc, float alpha) {
+    (void)peer;
+    (void)round;
+    int err = hs__qsgd_check(c, p, len);
+    if (err < 0) return err;
+    const uint8_t *norms = p + HS__CHDR;
+    walk_fields(c, norms, norms + 4 * n_buckets(c), acc, alpha);
     return 0;
 }
 

@@ -69,17 +69,14 @@ static int sign_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_t
     return 0;
 }
 
-static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                       uint64_t round, float *acc, float alpha) {
-    (void)peer;
-    (void)round;
+int hs__sign_check(const hs_compressor *c, const uint8_t *p, size_t len) {
     uint32_t flags;
     hs__chdr_want want = {0, 0, 0, 0, 0, c->bucket, 0, UINT32_MAX, "parameter", "bucket size"};
     int err = hs__chdr_check(c, p, len, &want, &flags);
     if (err < 0) return err;
     if ((err = hs__clen_check(c, len, sign_max_bytes(c), "header, scales and sign bits")) < 0)
         return err;
-    size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
+    size_t d = c->d, nb = n_buckets(c);
     const uint8_t *scales = p + HS__CHDR, *bits = scales + 4 * nb;
     for (size_t j = 0; j < nb; j++) {
         uint32_t u = hs__ld32(scales + 4 * j);
@@ -90,6 +87,17 @@ static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uin
     }
     if (d % 8 && (bits[(d - 1) / 8] >> (d % 8)))
         return hs__err(HS_EFORMAT, "sign message: nonzero padding bits after the last sign");
+    return 0;
+}
+
+static int sign_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                       uint64_t round, float *acc, float alpha) {
+    (void)peer;
+    (void)round;
+    int err = hs__sign_check(c, p, len);
+    if (err < 0) return err;
+    size_t d = c->d, bl = bucket_len(c), nb = n_buckets(c);
+    const uint8_t *scales = p + HS__CHDR, *bits = scales + 4 * nb;
     for (size_t j = 0; j < nb; j++) {
         size_t lo = j * bl, hi = d - lo < bl ? d : lo + bl;
         /* alpha * -s is exactly -(alpha * s): one product per bucket. */

@@ -343,10 +343,11 @@ static void sparse_add(const uint8_t *ip, size_t ilen, int bitmap, const uint8_t
     }
 }
 
-static int topk_decode2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                        uint64_t round, float *acc, float alpha, float *acc2, float alpha2) {
-    (void)peer;
-    (void)round;
+/* Checks a whole message: header, values (finite), indices (increasing, in range, exactly k);
+ * on success *vals, *ip, *ilen and *flags locate its sections. */
+static int topk_check(const hs_compressor *c, const uint8_t *p, size_t len,
+                      const uint8_t **vals_out, const uint8_t **ip_out, size_t *ilen_out,
+                      uint32_t *flags_out) {
     uint32_t d = (uint32_t)c->d, flags;
     hs__chdr_want want = {HS__CF_FP16 | HS__CF_BITMAP, HS__CF_FP16, 0, 0, 0, c->k, 1, d,
                           "parameter", "count k"};
@@ -363,7 +364,41 @@ static int topk_decode2(const hs_compressor *c, const uint8_t *p, size_t len, ui
     int bad = w == 4 ? hs__cf32_max_key(vals, k) >= HS_CW_KEY_INF
                      : hs__c16_max_mag(vals, k) >= 0x7C00;
     if (bad) return hs__err(HS_EFORMAT, "%s message: a value is not finite", c->ops->name);
-    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, w == 2, k, acc, alpha, acc2, alpha2);
+    *vals_out = vals;
+    *ip_out = ip;
+    *ilen_out = ilen;
+    *flags_out = flags;
+    return 0;
+}
+
+static int topk_decode2(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                        uint64_t round, float *acc, float alpha, float *acc2, float alpha2) {
+    (void)peer;
+    (void)round;
+    const uint8_t *vals, *ip;
+    size_t ilen;
+    uint32_t flags;
+    int err = topk_check(c, p, len, &vals, &ip, &ilen, &flags);
+    if (err < 0) return err;
+    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, value_width(c) == 2, c->k, acc,
+               alpha, acc2, alpha2);
+    return 0;
+}
+
+int hs__topk_unpack(const hs_compressor *c, const uint8_t *p, size_t len, float alpha,
+                    uint32_t *idx, float *val) {
+    const uint8_t *vals, *ip;
+    size_t ilen;
+    uint32_t flags;
+    int err = topk_check(c, p, len, &vals, &ip, &ilen, &flags);
+    if (err < 0) return err;
+    idx_cursor cu = {ip, 0, ilen, (flags & HS__CF_BITMAP) != 0, -1, 0, (size_t)0 - 64};
+    int fp16 = value_width(c) == 2;
+    for (size_t j = 0; j < c->k; j++) {
+        idx[j] = cursor_next(&cu);
+        float v = fp16 ? hs_cw_f32_from_f16(hs__ld16(vals + 2 * j)) : hs__ldf(vals + 4 * j);
+        val[j] = alpha * v; /* sparse_add's product: acc + val[j] is its sum */
+    }
     return 0;
 }
 

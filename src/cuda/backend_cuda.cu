@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "cuda/conv.cuh"
 #include "cuda/data.cuh"
+#include "cuda/gossip.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/startup.cuh"
 #include "tensor/backend_internal.h"
@@ -492,6 +493,31 @@ fail:
     return err;
 }
 
+/* ------------------------------------------------------------------ lent to gossip_ops.cu */
+
+int hs__cuda_be_enter(hs_backend *be, const char *fn, cudaStream_t *st) {
+    cudaError_t e = set_device(state(be));
+    if (e != cudaSuccess) return cuda_error(e, fn, "cudaSetDevice");
+    *st = state(be)->stream;
+    return 0;
+}
+
+int hs__cuda_be_scratch(hs_backend *be, size_t bytes, void **out) {
+    return scratch_get(state(be), bytes, out);
+}
+
+int hs__cuda_be_error(cudaError_t e, const char *fn, const char *call) {
+    return cuda_error(e, fn, call);
+}
+
+int hs__cuda_be_report(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = g_host->err(code, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
 /* ------------------------------------------------------------------ lifetime */
 
 /* Frees what exists of a state, also a half-built one. Errors are only logged: there is no
@@ -653,6 +679,7 @@ static const hs_backend_ops cuda_ops = {
     NULL,                   /* im2row: the model lowers with im2col */
     NULL,                   /* groupnorm_relu: two passes */
     NULL,                   /* shortcut_sum: two passes */
+    &hs__cuda_gossip_ops,   /* gossip */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {
