@@ -576,6 +576,8 @@ double hs__step_sq(float *x, const float *m, float g, size_t d) {
  * (weighted by W_ij) when there is one to keep current. */
 static int decode_part(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
                        size_t at, float *acc) {
+    if (acc && !a->reps_dirty && n->is_in && a->be)
+        return hs__algo_decode_dev(a, n, key, p, len, at, acc);
     if (acc && !a->reps_dirty && n->is_in)
         return hs_compress_decode_add2(a->comp, p, len, n->id, key, n->rep + at, 1.0f, acc + at,
                                        n->w_in, a->d);

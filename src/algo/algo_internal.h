@@ -8,6 +8,7 @@
 
 #include "hearsay/algo.h"
 #include "hearsay/compress.h"
+#include "hearsay/tensor.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "payloads are little-endian IEEE floats: this host is not little-endian"
@@ -88,6 +89,9 @@ typedef struct hs__algo_ops {
      * fields are installed, so an error leaves the algorithm as it was. */
     int (*save)(const hs_algo *a, hs_buf *out);
     int (*load)(hs_algo *a, const uint8_t **p, const uint8_t *end);
+    /* Moves the per-round vector work onto backend be (hs__algo_to_device): allocates the
+     * device state; NULL: the algorithm has no device path. */
+    int (*to_device)(hs_algo *a, hs_backend *be);
 } hs__algo_ops;
 
 struct hs_algo {
@@ -115,10 +119,27 @@ struct hs_algo {
      * replaced or lost, a state was loaded); cleared by the algorithm once it has rebuilt. */
     int reps_dirty;
     hs_algo_stats stats;
+    /* Device mode (hs__algo_to_device): x of begin/push/pull is in be's memory and the
+     * accumulator handed to hs__apply_replica is too; NULL: everything is host memory. */
+    hs_backend *be;
 };
 
 extern const hs__algo_ops hs__algo_dpsgd, hs__algo_dcd, hs__algo_choco, hs__algo_sgp,
     hs__algo_beer;
+
+/* Before the first round: the algorithm takes x (begin, push, pull) in the memory of backend
+ * be and does its per-round vector work there, with the backend's gossip ops
+ * (src/tensor/gossip_ops.h) and compress/device.h, so that only messages cross to the host.
+ * Returns 1 in device mode, 0 when the host path stays (x stays host memory: be is host
+ * memory or has no gossip ops, the algorithm has no device path (all but CHOCO), or its
+ * compressor keeps an ef: residual), or a negative error. The host keeps the replicas and its
+ * own replica (a->own), updated from the same bytes, so checkpoints, full replicas and
+ * neighbourhood changes work as on the host. Implemented in algo_device.c. */
+int hs__algo_to_device(hs_algo *a, hs_backend *be);
+/* hs__apply_replica's decode of a delta into neighbour n's host replica (at `at`) and into a
+ * device accumulator (at `at`, weighted by W_ij), in device mode. */
+int hs__algo_decode_dev(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
+                        size_t at, float *acc);
 
 /* The algorithm of kind k, or NULL. */
 const hs__algo_ops *hs__algo_ops_of(hs_algo_kind k);

@@ -12,8 +12,10 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "compress/device.h"
 #include "core/hd.h"
 #include "core/error_internal.h"
+#include "tensor/gossip_ops.h"
 
 /* CHOCO keeps m = sum_j W_ij (xhat_j - xhat_i) over its synced in-neighbours up to date with
  * sparse updates, so a round's gossip step is one pass x += gamma_c m instead of a pass over
@@ -22,6 +24,9 @@
 typedef struct choco_state {
     float *mix;
     float mix_wsum;
+    /* Device mode (a->be): m, xhat_i and the difference x - xhat_i in the backend's memory;
+     * mix is then NULL and a->own the host's copy of xhat_i (from the same messages). */
+    float *dmix, *down, *ddiff;
 } choco_state;
 
 static int choco_check_compressor(const hs_compressor *c) {
@@ -51,9 +56,18 @@ static int choco_check_compressor(const hs_compressor *c) {
 }
 
 
-static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
+/* In device mode m is rebuilt on the host from the replicas there (in a->tmp) and uploaded
+ * with xhat_i, which a state load or a new start (reset_x) changed on the host only: d floats
+ * cross at a neighbourhood change, none in a steady round. */
+static int rebuild_mix(hs_algo *a, const hs_peer_view *v) {
     choco_state *s = a->priv;
-    s->mix_wsum = hs__mix_rebuild(a, v, s->mix);
+    if (!a->be) {
+        s->mix_wsum = hs__mix_rebuild(a, v, s->mix);
+        return 0;
+    }
+    s->mix_wsum = hs__mix_rebuild(a, v, a->tmp);
+    int err = hs_be_upload(a->be, s->dmix, a->tmp, sizeof(float) * a->d);
+    return err < 0 ? err : hs_be_upload(a->be, s->down, a->own, sizeof(float) * a->d);
 }
 
 static int choco_init(hs_algo *a, const float *x0) {
@@ -66,7 +80,48 @@ static int choco_init(hs_algo *a, const float *x0) {
 
 static void choco_fini(hs_algo *a) {
     choco_state *s = a->priv;
-    if (s) free(s->mix);
+    if (!s) return;
+    free(s->mix);
+    if (a->be) {
+        hs_be_free(a->be, s->dmix);
+        hs_be_free(a->be, s->down);
+        hs_be_free(a->be, s->ddiff);
+    }
+}
+
+/* The host's m goes: the device's takes its place. xhat_i is uploaded with m's first
+ * rebuild (the replicas start dirty). */
+static int choco_to_device(hs_algo *a, hs_backend *be) {
+    choco_state *s = a->priv;
+    size_t d = a->d;
+    int err;
+    if ((err = hs_be_alloc_f(be, d, &s->dmix)) < 0 || (err = hs_be_alloc_f(be, d, &s->down)) < 0 ||
+        (err = hs_be_alloc_f(be, d, &s->ddiff)) < 0) {
+        hs_be_free(be, s->dmix);
+        hs_be_free(be, s->down);
+        s->dmix = s->down = NULL;
+        return hs__err_prefix(err, "choco: device state of %zu parameters", d);
+    }
+    free(s->mix);
+    s->mix = NULL;
+    a->reps_dirty = 1;
+    return 0;
+}
+
+/* choco_push's arithmetic on the device: the same operations (sub, encode, the two decodes of
+ * the message), so the same bits; the host's xhat_i takes the message too. */
+static int push_dev(hs_algo *a, uint64_t r, const float *x, hs_buf *msg) {
+    choco_state *s = a->priv;
+    hs_backend *be = a->be;
+    size_t d = a->d;
+    int err = be->ops->gossip->sub(be, s->ddiff, x, s->down, d);
+    if (err < 0 ||
+        (err = hs__compress_encode_be(a->comp, be, s->ddiff, d, a->self, r, msg)) < 0 ||
+        (err = hs__compress_decode_add2_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, r,
+                                           s->down, 1.0f, s->dmix, -s->mix_wsum, d)) < 0)
+        return err;
+    return hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, a->own, d,
+                                  1.0f);
 }
 
 HS_VECTOR_CLONES
@@ -81,11 +136,16 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t d = a->d;
     choco_state *s = a->priv;
     float *xh = a->own, *diff = a->tmp;
-    if (a->reps_dirty) rebuild_mix(a, &v);
-    sub(diff, x, xh, d);
+    if (a->reps_dirty && (err = rebuild_mix(a, &v)) < 0) return err;
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
+    if (a->be) {
+        if ((err = push_dev(a, r, x, msg)) >= 0) err = hs__algo_send_replica(a, ex, &v, r, msg);
+        hs_buf_unref(msg);
+        return err < 0 ? err : 0;
+    }
+    sub(diff, x, xh, d);
     /* xhat_i += q and m -= (sum_j W_ij) q, both from the bytes that travel. */
     if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
         (err = hs_compress_decode_add2(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh,
@@ -108,11 +168,16 @@ static int choco_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     choco_state *s = a->priv;
     /* The deltas go into m as they are decoded while m is current. */
-    int got = hs__algo_recv_replicas(a, ex, &v, r, present, a->reps_dirty ? NULL : s->mix);
+    float *m = a->be ? s->dmix : s->mix;
+    int got = hs__algo_recv_replicas(a, ex, &v, r, present, a->reps_dirty ? NULL : m);
     if (got < 0) return got;
     a->stats.missing = v.n_in - got;
-    if (a->reps_dirty) rebuild_mix(a, &v);
-    double sq = hs__step_sq(x, s->mix, a->cfg.gamma_c, a->d);
+    if (a->reps_dirty && (err = rebuild_mix(a, &v)) < 0) return err;
+    double sq;
+    if (!a->be)
+        sq = hs__step_sq(x, s->mix, a->cfg.gamma_c, a->d);
+    else if ((err = a->be->ops->gossip->step_sq(a->be, x, m, a->cfg.gamma_c, a->d, &sq)) < 0)
+        return err;
     double w = s->mix_wsum;
     a->stats.disagreement = w > 0 ? sq / (w * w * (double)a->d) : 0.0;
     return 0;
@@ -136,4 +201,5 @@ const hs__algo_ops hs__algo_choco = {
     .fini = choco_fini,
     .push = choco_push,
     .pull = choco_pull,
+    .to_device = choco_to_device,
 };

@@ -1,0 +1,249 @@
+/* CHOCO's real round with some peers on the device (hs__algo_to_device): real hs_algo objects
+ * over hs_simnet, a ring of five, two neighbouring peers keeping x and their CHOCO state in the
+ * backend's memory and the others on the host. Every peer's x after every round must be the
+ * bits of the all-host run, for each compressor, with peers that start apart (the first round
+ * carries full replicas) and with lost messages (replicas asked for again in full), and a
+ * steady device round must not bring x (or any d-float vector) to the host, bar the one
+ * compressor whose message is x itself. Algorithms without a device path stay on the host.
+ *
+ * Exit codes as tests/cuda (../cuda_open.h): 77 without a CUDA build or a GPU, a failure where
+ * a GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1; runs under ../shared/tools/cuda-emu.
+ * `--reference` runs it on gossip_ref.h's reference device (the host side on every machine). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../cuda_open.h"
+#include "gossip_ref.h"
+#include "algo/algo_internal.h"
+#include "compress/compress_ew.h"
+#include "hearsay/sim.h"
+#include "hearsay/topo.h"
+
+#define N 5
+#define D 1000
+#define ROUNDS 8
+
+static hs_backend *dev;
+static hs_backend_ops counted_ops;
+static const hs_backend_ops *real_ops;
+static int full_downloads; /* downloads of D floats or more since last cleared */
+
+static int counted_download(hs_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes >= sizeof(float) * D) full_downloads++;
+    return real_ops->download(be, dst, src, bytes);
+}
+
+static int on_device(int i) { return i == 1 || i == 2; }
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 40) * 0x1p-24 - 0.5); }
+
+/* One job of N peers; peers with `mixed` and on_device(i) run on dev. x_out[i] (host, D
+ * floats) receives every peer's x after each round, appended: ROUNDS * D floats. */
+typedef struct job_opts {
+    const char *spec;
+    hs_algo_kind kind;
+    int same_start;
+    double loss;
+    int mixed;
+} job_opts;
+
+static void run_job(const job_opts *o, float *x_out) {
+    hs_topo *topo;
+    hs_simnet *sim;
+    assert_int_equal(hs_topo_new(&topo, "ring", N, 5), 0);
+    assert_int_equal(hs_simnet_new(&sim, topo), 0);
+    if (o->loss > 0) hs_simnet_set_loss(sim, o->loss, 11);
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = o->kind;
+    cfg.compress = o->spec;
+    cfg.gamma_c = 0.5f;
+    cfg.seed = 3;
+    cfg.recv_timeout_ms = 0;
+    cfg.same_start = o->same_start;
+    hs_algo *a[N];
+    float *xh[N], *target[N], *x[N], *tgt[N];
+    for (int i = 0; i < N; i++) {
+        uint64_t s = (uint64_t)(o->same_start ? 1 : 100 + i);
+        xh[i] = malloc(sizeof(float) * D);
+        target[i] = malloc(sizeof(float) * D);
+        assert_true(xh[i] && target[i]);
+        for (size_t k = 0; k < D; k++) xh[i][k] = rng_float(&s);
+        uint64_t t = (uint64_t)(7 + i);
+        for (size_t k = 0; k < D; k++) target[i][k] = 4.0f * rng_float(&t);
+        if (hs_algo_new(&a[i], &cfg, (uint32_t)i, D, xh[i]) < 0)
+            fail_msg("hs_algo_new: %s", hs_error_message());
+        x[i] = xh[i];
+        tgt[i] = target[i];
+        if (!o->mixed || !on_device(i)) continue;
+        int rc = hs__algo_to_device(a[i], dev);
+        if (rc < 0) fail_msg("hs__algo_to_device: %s", hs_error_message());
+        /* CHOCO moves; the others keep the host path. */
+        assert_int_equal(rc, o->kind == HS_ALGO_CHOCO && strncmp(o->spec, "ef:", 3));
+        if (rc == 0) continue;
+        assert_int_equal(hs_be_alloc_f(dev, D, &x[i]), 0);
+        assert_int_equal(hs_be_alloc_f(dev, D, &tgt[i]), 0);
+        assert_int_equal(hs_be_upload(dev, x[i], xh[i], sizeof(float) * D), 0);
+        assert_int_equal(hs_be_upload(dev, tgt[i], target[i], sizeof(float) * D), 0);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        full_downloads = 0;
+        /* The local step, x += 0.1 (target_i - x), where x lives: the same floats anywhere. */
+        for (int i = 0; i < N; i++) {
+            if (x[i] != xh[i])
+                assert_int_equal(dev->ops->gossip->acc_diff(dev, x[i], tgt[i], x[i], D, 0.1f), 0);
+            else
+                hs__acc_diff(x[i], target[i], x[i], D, 0.1f);
+        }
+        for (int i = 0; i < N; i++) {
+            hs_simnet_set_clock(sim, i, (double)r + 1);
+            if (hs_algo_push(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
+                fail_msg("push of peer %d, round %d: %s", i, r, hs_error_message());
+        }
+        for (int i = 0; i < N; i++)
+            if (hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
+                fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
+        /* A steady round (no loss, past the first) moves only messages across. */
+        if (o->mixed && r > 0 && o->loss == 0 && strcmp(o->spec, "none") &&
+            o->kind == HS_ALGO_CHOCO && strncmp(o->spec, "ef:", 3) && full_downloads)
+            fail_msg("%s: round %d brought %d vectors of %d floats to the host", o->spec, r,
+                     full_downloads, D);
+        for (int i = 0; i < N; i++) {
+            float *out = x_out + ((size_t)r * N + (size_t)i) * D;
+            if (x[i] != xh[i])
+                assert_int_equal(hs_be_download(dev, out, x[i], sizeof(float) * D), 0);
+            else
+                memcpy(out, x[i], sizeof(float) * D);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        if (x[i] != xh[i]) {
+            hs_be_free(dev, x[i]);
+            hs_be_free(dev, tgt[i]);
+        }
+        /* Freed before the backend's vectors go: fini frees the device state. */
+        hs_algo_free(a[i]);
+        free(xh[i]);
+        free(target[i]);
+    }
+    hs_simnet_free(sim);
+    hs_topo_free(topo);
+}
+
+/* Mean squared distance of the peers' x from their average, at round r. */
+static double consensus(const float *x, int r) {
+    double sum = 0;
+    for (size_t k = 0; k < D; k++) {
+        double m = 0;
+        for (int i = 0; i < N; i++) m += x[((size_t)r * N + (size_t)i) * D + k];
+        m /= N;
+        for (int i = 0; i < N; i++) {
+            double e = x[((size_t)r * N + (size_t)i) * D + k] - m;
+            sum += e * e;
+        }
+    }
+    return sum / (N * D);
+}
+
+static void check(const job_opts *o) {
+    size_t n = (size_t)ROUNDS * N * D;
+    float *cpu = malloc(sizeof(float) * n), *mixed = malloc(sizeof(float) * n);
+    assert_true(cpu && mixed);
+    job_opts c = *o;
+    c.mixed = 0;
+    run_job(&c, cpu);
+    c.mixed = 1;
+    run_job(&c, mixed);
+    for (size_t j = 0; j < n; j++)
+        if (hs_cw_bits(cpu[j]) != hs_cw_bits(mixed[j]))
+            fail_msg("%s %s (same start %d, loss %g): round %zu, peer %zu, element %zu: host "
+                     "run %a, mixed run %a",
+                     hs_algo_kind_name(o->kind), o->spec, o->same_start, o->loss,
+                     j / ((size_t)N * D), j / D % N, j % D, (double)cpu[j], (double)mixed[j]);
+    printf("# %s %s same_start %d loss %g: consensus %.4g -> %.4g, bit-identical\n",
+           hs_algo_kind_name(o->kind), o->spec, o->same_start, o->loss, consensus(cpu, 0),
+           consensus(cpu, ROUNDS - 1));
+    free(cpu);
+    free(mixed);
+}
+
+static const char *const specs[] = {"topk:0.03:fp16", "topk:0.1", "randk:0.1:unscaled",
+                                    "qsgd:16:128",    "sign:64",  "fp16",
+                                    "bf16",           "none"};
+
+static void test_choco_mixed_job(void **state) {
+    (void)state;
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+        job_opts o = {specs[s], HS_ALGO_CHOCO, 1, 0, 0};
+        check(&o);
+    }
+}
+
+/* Peers that start apart exchange full replicas first (the host rebuilds m and uploads it);
+ * lost messages make replicas be asked for again in full. */
+static void test_choco_full_replicas(void **state) {
+    (void)state;
+    job_opts apart = {"topk:0.1", HS_ALGO_CHOCO, 0, 0, 0};
+    check(&apart);
+    job_opts lossy = {"topk:0.1", HS_ALGO_CHOCO, 1, 0.15, 0};
+    check(&lossy);
+    job_opts lossy_q = {"qsgd:16:128", HS_ALGO_CHOCO, 0, 0.15, 0};
+    check(&lossy_q);
+}
+
+/* An algorithm without a device path keeps the host path (x of its peers stays on the
+ * host), and a backend whose memory is host memory has nothing to move. */
+static void test_host_path_stays(void **state) {
+    (void)state;
+    job_opts dpsgd = {"ef:topk:0.1", HS_ALGO_DPSGD, 1, 0, 0};
+    check(&dpsgd);
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    float x0[D] = {0};
+    hs_algo *a;
+    assert_int_equal(hs_algo_new(&a, &cfg, 0, D, x0), 0);
+    hs_backend *cpu;
+    hs_backend_cfg bc = {1, 0};
+    assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+    assert_int_equal(hs__algo_to_device(a, cpu), 0); /* host memory: nothing to move */
+    hs_backend_close(cpu);
+    hs_algo_free(a);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--reference")) {
+        if (!(dev = ref_open())) return 1;
+    } else {
+        hs_backend_cfg cfg = {1, 0};
+        int rc = cuda_test_open(&dev, &cfg);
+        if (rc != 0) return rc;
+    }
+    real_ops = dev->ops;
+    counted_ops = *dev->ops;
+    counted_ops.download = counted_download;
+    dev->ops = &counted_ops;
+    printf("# CHOCO rounds with peers on %s and on the host\n", dev->description);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choco_mixed_job),
+        cmocka_unit_test(test_choco_full_replicas),
+        cmocka_unit_test(test_host_path_stays),
+    };
+    int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
+    dev->ops = real_ops;
+    hs_backend_close(dev);
+    return failed ? 1 : 0;
+}
