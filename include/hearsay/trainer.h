@@ -76,7 +76,9 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
  * HS_EDIVERGED on a non-finite loss. */
 int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st);
 /* Open before hs_algo_begin and close after hs_algo_pull (the outer step, the optimizer's round
- * hooks), with the vector the phases work on. */
+ * hooks), with the vector the phases work on: hs_trainer_gossip_x, which is host memory, or
+ * on a device backend, for an algorithm that gossips there (CHOCO without an outer step or
+ * quasi-global momentum), the parameters in the backend's memory. */
 int hs_trainer_round_open(hs_trainer *t);
 int hs_trainer_round_close(hs_trainer *t);
 float *hs_trainer_gossip_x(hs_trainer *t);
@@ -84,7 +86,8 @@ float *hs_trainer_gossip_x(hs_trainer *t);
 /* Loss and accuracy of the model at the algorithm's evaluation point (x, or x / w for SGP). */
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy);
 
-/* The host copy of x (d floats), current between rounds. */
+/* The host copy of x (d floats), current between rounds (brought from the device when the
+ * algorithm gossips there). */
 const float *hs_trainer_x(const hs_trainer *t);
 /* The model as evaluated (z = x / w for SGP): d host floats, valid until the next call. */
 const float *hs_trainer_eval_x(hs_trainer *t);

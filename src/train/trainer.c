@@ -1,10 +1,12 @@
 /* One peer's training loop (see hearsay/trainer.h). Keeps the algorithm's host vector x and
  * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
- * unless the algorithm evaluates elsewhere than x, the model's own parameters); on CUDA x is
- * uploaded after each mixing step and downloaded after the local steps, through page-locked
- * memory where the backend has it, and the shard stays on the device (model/devshard.h) so
- * that the local steps copy nothing else; their losses are summed there too and read once, at
- * the round's end. One thread. */
+ * unless the algorithm evaluates elsewhere than x, the model's own parameters). On CUDA an
+ * algorithm with a device path (CHOCO, hs__algo_to_device) gossips the parameters where they
+ * are, so only its messages cross, and the host copy of x is brought over when something reads
+ * it; the others have x uploaded after each mixing step and downloaded after the local steps,
+ * through page-locked memory where the backend has it. The shard stays on the device
+ * (model/devshard.h) so that the local steps copy nothing else; their losses are summed there
+ * too and read once, at the round's end. One thread. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
+#include "core/log.h"
 #include "hearsay/trainer.h"
 #include "model/devshard.h"
 #include "model/lossacc.h"
@@ -42,6 +45,9 @@ struct hs_trainer {
     float *x_host; /* the algorithm's x: the parameters themselves on a host backend without
                       split_eval, else a copy synchronised at the round's phase boundaries */
     int own_host; /* 1: x_host is malloc'd; 2: the backend's host_alloc */
+    /* The algorithm gossips the parameters in backend memory (hs__algo_to_device): they are x,
+     * and x_host a copy brought over when read, stale once x was handed out for a change. */
+    int dev_gossip, x_stale;
     long steps;
 };
 
@@ -112,6 +118,14 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     if ((acfg && (err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) ||
         (err = hs__outer_new(&t->outer, &cfg->outer, t->d)) < 0)
         goto fail;
+    /* The outer step's anchor and quasi-global momentum's round start are host vectors that
+     * read x at every round's open and close: with them x stays on the host path. */
+    if (t->algo && !be->host_memory && !t->split_eval && !cfg->outer.on &&
+        cfg->optim.momentum_kind != HS_MOMENTUM_QG) {
+        if ((err = hs__algo_to_device(t->algo, be)) < 0) goto fail;
+        t->dev_gossip = err;
+        err = 0;
+    }
     *out = t;
     return 0;
 fail:
@@ -124,10 +138,23 @@ static const float *eval_point(hs_trainer *t, const float *x) {
     return t->algo ? hs_algo_eval_point(t->algo, x) : x;
 }
 
+/* The host copy of x, brought from the device when the gossip or the local steps changed it
+ * there. A failed copy is logged and leaves the last copy; the backend's next call reports
+ * the device's failure too. */
+static const float *host_x(hs_trainer *t) {
+    if (t->x_stale) {
+        int err = hs_be_download(t->be, t->x_host, hs_model_params(t->model),
+                                 sizeof(float) * t->d);
+        if (err < 0) HS_LOGE("trainer: copying x to the host: %s", hs_error_message());
+        else t->x_stale = 0;
+    }
+    return t->x_host;
+}
+
 /* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
 static int stage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
-    if (params == t->x_host) return 0;
+    if (params == t->x_host || t->dev_gossip) return 0;
     const float *p = eval_point(t, t->x_host);
     return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
 }
@@ -135,7 +162,8 @@ static int stage_params(hs_trainer *t) {
 /* The reverse after the local steps: x from the parameters (x = w z for SGP). */
 static int unstage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
-    if (params == t->x_host) return 0;
+    t->x_stale = t->dev_gossip;
+    if (params == t->x_host || t->dev_gossip) return 0;
     int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
     if (err < 0) return err;
     if (t->algo) hs_algo_from_eval_point(t->algo, t->x_host);
@@ -145,7 +173,9 @@ static int unstage_params(hs_trainer *t) {
 int hs_trainer_set_x(hs_trainer *t, const float *x) {
     if (t->x_host != x) memmove(t->x_host, x, sizeof(float) * t->d);
     if (t->algo) hs_algo_reset_x(t->algo, t->x_host);
-    return stage_params(t);
+    if (!t->dev_gossip) return stage_params(t);
+    t->x_stale = 0;
+    return hs_be_upload(t->be, hs_model_params(t->model), t->x_host, sizeof(float) * t->d);
 }
 
 /* The outer step's anchor is the model at the round's open, whatever set it (the last
@@ -164,7 +194,11 @@ int hs_trainer_round_close(hs_trainer *t) {
     return err < 0 ? err : hs_optim_round_end(t->opt, t->x_host);
 }
 
-float *hs_trainer_gossip_x(hs_trainer *t) { return t->x_host; }
+float *hs_trainer_gossip_x(hs_trainer *t) {
+    if (!t->dev_gossip) return t->x_host;
+    t->x_stale = 1; /* handed out for the gossip to change */
+    return hs_model_params(t->model);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -217,7 +251,7 @@ int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
 }
 
 static hs_algo *rm_algo(void *c) { return ((hs_trainer *)c)->algo; }
-static float *rm_x(void *c) { return ((hs_trainer *)c)->x_host; }
+static float *rm_x(void *c) { return hs_trainer_gossip_x(c); }
 static int rm_open(void *c, uint64_t r) {
     (void)r;
     return hs_trainer_round_open(c);
@@ -239,8 +273,9 @@ int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, doubl
     return hs_model_evaluate(t->model, ds, loss, accuracy);
 }
 
-const float *hs_trainer_x(const hs_trainer *t) { return t->x_host; }
-const float *hs_trainer_eval_x(hs_trainer *t) { return eval_point(t, t->x_host); }
+/* The copy is a cache of the device's x: reading it changes nothing the caller can see. */
+const float *hs_trainer_x(const hs_trainer *t) { return host_x((hs_trainer *)t); }
+const float *hs_trainer_eval_x(hs_trainer *t) { return eval_point(t, host_x(t)); }
 size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
 hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }
 hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
@@ -322,7 +357,7 @@ static int set_optim(hs_trainer *t, const float *state, uint64_t count) {
  * the model itself), the optimizer's state (in a snapshot only when it has one), the outer
  * section (its anchor is the model), the algorithm's state. */
 static hs__state_parts parts(hs_trainer *t, int optim) {
-    hs__state_parts s = {t->d, (uint64_t)t->steps, eval_point(t, t->x_host),
+    hs__state_parts s = {t->d, (uint64_t)t->steps, eval_point(t, host_x(t)),
                          optim ? put_optim : NULL, t, t->outer, t->algo};
     return s;
 }

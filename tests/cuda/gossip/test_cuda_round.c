@@ -9,6 +9,7 @@
  * Exit codes as tests/cuda (../cuda_open.h): 77 without a CUDA build or a GPU, a failure where
  * a GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1; runs under ../shared/tools/cuda-emu.
  * `--reference` runs it on gossip_ref.h's reference device (the host side on every machine). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,14 +24,18 @@
 #include "gossip_ref.h"
 #include "algo/algo_internal.h"
 #include "compress/compress_ew.h"
+#include "hearsay/data.h"
+#include "hearsay/model.h"
 #include "hearsay/sim.h"
 #include "hearsay/topo.h"
+#include "hearsay/trainer.h"
 
 #define N 5
 #define D 1000
 #define ROUNDS 8
 
 static hs_backend *dev;
+static int reference; /* dev is gossip_ref.h's reference device */
 static hs_backend_ops counted_ops;
 static const hs_backend_ops *real_ops;
 static int full_downloads; /* downloads of D floats or more since last cleared */
@@ -224,8 +229,87 @@ static void test_host_path_stays(void **state) {
     hs_algo_free(a);
 }
 
+/* The simulator on backend be: 4 peers training an MLP with CHOCO for 6 rounds; returns every
+ * peer's x (host, 4 d floats; caller frees). On a device the trainers hand the parameters
+ * themselves to the algorithm, and their host copy of x, read after the rounds, is the
+ * device's. */
+static float *run_sim(hs_backend *be, const hs_dataset *ds, const char *spec, size_t *d) {
+    hs_sim_cfg sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.n = 4;
+    sc.topology = "ring";
+    sc.seed = 3;
+    assert_int_equal(hs_partition_parse("iid", &sc.partition), 0);
+    hs_algo_cfg_default(&sc.algo);
+    sc.algo.compress = spec;
+    sc.algo.seed = 3;
+    hs_mlp_cfg mc;
+    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "32", ds->classes), 0);
+    hs_model_spec_mlp(&sc.trainer.model, &mc);
+    hs_optim_cfg_default(&sc.trainer.optim);
+    sc.trainer.optim.lr = 0.05f;
+    sc.trainer.optim.total_steps = 6;
+    sc.trainer.batch = 16;
+    sc.trainer.local_steps = 2;
+    sc.trainer.seed = 3;
+    hs_sim *s;
+    if (hs_sim_new(&s, be, &sc, ds) < 0) fail_msg("sim: %s", hs_error_message());
+    for (int r = 0; r < 6; r++) {
+        int peer;
+        if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
+    }
+    *d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    float *x = malloc(sizeof(float) * 4 * *d), *g = malloc(sizeof(float) * *d);
+    assert_true(x && g);
+    for (int i = 0; i < 4; i++) {
+        hs_trainer *t = hs_sim_trainer(s, i);
+        memcpy(x + (size_t)i * *d, hs_trainer_x(t), sizeof(float) * *d);
+        if (be->host_memory) continue;
+        /* The gossip works on the device's x, and the host copy read above is its bits. */
+        const float *gx = hs_trainer_gossip_x(t);
+        assert_ptr_not_equal(gx, hs_trainer_x(t));
+        assert_int_equal(hs_be_download(be, g, gx, sizeof(float) * *d), 0);
+        assert_memory_equal(g, x + (size_t)i * *d, sizeof(float) * *d);
+    }
+    free(g);
+    hs_sim_free(s);
+    return x;
+}
+
+/* The trainers' hand-off (src/train/trainer.c) in a simulated job on the device. On the
+ * reference device, whose model kernels are the CPU backend's, every peer's x must be the
+ * bits of the same job on the CPU backend; a GPU's model kernels round differently, so there
+ * the check is the hand-off's own (above). */
+static void test_sim_on_device(void **state) {
+    (void)state;
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    size_t d, d2;
+    float *xd = run_sim(dev, ds, "topk:0.1", &d);
+    if (reference) {
+        hs_backend *cpu;
+        hs_backend_cfg bc = {1, 0};
+        assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+        float *xc = run_sim(cpu, ds, "topk:0.1", &d2);
+        assert_int_equal(d, d2);
+        for (size_t j = 0; j < 4 * d; j++)
+            if (hs_cw_bits(xc[j]) != hs_cw_bits(xd[j]))
+                fail_msg("peer %zu, element %zu: CPU backend %a, reference device %a", j / d,
+                         j % d, (double)xc[j], (double)xd[j]);
+        printf("# sim: 4 peers' x on the reference device are the CPU backend's bits\n");
+        free(xc);
+        hs_backend_close(cpu);
+    }
+    for (size_t j = 0; j < 4 * d; j++)
+        if (!isfinite(xd[j])) fail_msg("element %zu of the device job is %g", j, (double)xd[j]);
+    free(xd);
+    hs_dataset_free(ds);
+}
+
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--reference")) {
+    reference = argc > 1 && !strcmp(argv[1], "--reference");
+    if (reference) {
         if (!(dev = ref_open())) return 1;
     } else {
         hs_backend_cfg cfg = {1, 0};
@@ -241,6 +325,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_choco_mixed_job),
         cmocka_unit_test(test_choco_full_replicas),
         cmocka_unit_test(test_host_path_stays),
+        cmocka_unit_test(test_sim_on_device),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
     dev->ops = real_ops;
