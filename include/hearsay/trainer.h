@@ -77,8 +77,8 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st);
 int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st);
 /* Open before hs_algo_begin and close after hs_algo_pull (the outer step, the optimizer's round
  * hooks), with the vector the phases work on: hs_trainer_gossip_x, which is host memory, or
- * on a device backend, for an algorithm that gossips there (CHOCO without an outer step or
- * quasi-global momentum), the parameters in the backend's memory. */
+ * on a device backend, for an algorithm that gossips there (CHOCO without an outer step), the
+ * parameters in the backend's memory. */
 int hs_trainer_round_open(hs_trainer *t);
 int hs_trainer_round_close(hs_trainer *t);
 float *hs_trainer_gossip_x(hs_trainer *t);

@@ -118,10 +118,9 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
     if ((acfg && (err = hs_algo_new(&t->algo, acfg, self, t->d, t->x_host)) < 0) ||
         (err = hs__outer_new(&t->outer, &cfg->outer, t->d)) < 0)
         goto fail;
-    /* The outer step's anchor and quasi-global momentum's round start are host vectors that
-     * read x at every round's open and close: with them x stays on the host path. */
-    if (t->algo && !be->host_memory && !t->split_eval && !cfg->outer.on &&
-        cfg->optim.momentum_kind != HS_MOMENTUM_QG) {
+    /* The outer step changes x on the host at every round's close: with it x stays on the
+     * host path. (Quasi-global momentum only reads x there: one copy per round.) */
+    if (t->algo && !be->host_memory && !t->split_eval && !cfg->outer.on) {
         if ((err = hs__algo_to_device(t->algo, be)) < 0) goto fail;
         t->dev_gossip = err;
         err = 0;
@@ -182,7 +181,7 @@ int hs_trainer_set_x(hs_trainer *t, const float *x) {
  * round, a snapshot adopted, a checkpoint loaded). */
 int hs_trainer_round_open(hs_trainer *t) {
     hs__outer_open(t->outer, t->algo, t->x_host);
-    return hs_optim_round_begin(t->opt, t->x_host);
+    return hs_optim_round_begin(t->opt, host_x(t));
 }
 
 /* After the gossip: the outer step, then quasi-global momentum's buffer takes the whole
@@ -191,7 +190,7 @@ int hs_trainer_round_open(hs_trainer *t) {
  * copy it does not need. */
 int hs_trainer_round_close(hs_trainer *t) {
     int err = hs__outer_step(t->outer, t->algo, t->x_host);
-    return err < 0 ? err : hs_optim_round_end(t->opt, t->x_host);
+    return err < 0 ? err : hs_optim_round_end(t->opt, host_x(t));
 }
 
 float *hs_trainer_gossip_x(hs_trainer *t) {

@@ -233,7 +233,7 @@ static void test_host_path_stays(void **state) {
  * peer's x (host, 4 d floats; caller frees). On a device the trainers hand the parameters
  * themselves to the algorithm, and their host copy of x, read after the rounds, is the
  * device's. */
-static float *run_sim(hs_backend *be, const hs_dataset *ds, const char *spec, size_t *d) {
+static float *run_sim(hs_backend *be, const hs_dataset *ds, hs_momentum_kind mk, size_t *d) {
     hs_sim_cfg sc;
     memset(&sc, 0, sizeof(sc));
     sc.n = 4;
@@ -241,13 +241,15 @@ static float *run_sim(hs_backend *be, const hs_dataset *ds, const char *spec, si
     sc.seed = 3;
     assert_int_equal(hs_partition_parse("iid", &sc.partition), 0);
     hs_algo_cfg_default(&sc.algo);
-    sc.algo.compress = spec;
+    sc.algo.compress = "topk:0.1";
     sc.algo.seed = 3;
     hs_mlp_cfg mc;
     assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "32", ds->classes), 0);
     hs_model_spec_mlp(&sc.trainer.model, &mc);
     hs_optim_cfg_default(&sc.trainer.optim);
     sc.trainer.optim.lr = 0.05f;
+    sc.trainer.optim.momentum = 0.9f;
+    sc.trainer.optim.momentum_kind = mk;
     sc.trainer.optim.total_steps = 6;
     sc.trainer.batch = 16;
     sc.trainer.local_steps = 2;
@@ -276,34 +278,41 @@ static float *run_sim(hs_backend *be, const hs_dataset *ds, const char *spec, si
     return x;
 }
 
-/* The trainers' hand-off (src/train/trainer.c) in a simulated job on the device. On the
- * reference device, whose model kernels are the CPU backend's, every peer's x must be the
- * bits of the same job on the CPU backend; a GPU's model kernels round differently, so there
- * the check is the hand-off's own (above). */
+/* The trainers' hand-off (src/train/trainer.c) in a simulated job on the device, with local
+ * and quasi-global momentum (which reads x at each round's close). On the reference device,
+ * whose model kernels are the CPU backend's, every peer's x must be the bits of the same job
+ * on the CPU backend; a GPU's model kernels round differently, so there the check is the
+ * hand-off's own (run_sim). */
+static void sim_case(const hs_dataset *ds, hs_momentum_kind mk) {
+    size_t d, d2;
+    float *xd = run_sim(dev, ds, mk, &d);
+    for (size_t j = 0; j < 4 * d; j++)
+        if (!isfinite(xd[j])) fail_msg("element %zu of the device job is %g", j, (double)xd[j]);
+    if (reference) {
+        hs_backend *cpu;
+        hs_backend_cfg bc = {1, 0};
+        assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+        float *xc = run_sim(cpu, ds, mk, &d2);
+        assert_int_equal(d, d2);
+        for (size_t j = 0; j < 4 * d; j++)
+            if (hs_cw_bits(xc[j]) != hs_cw_bits(xd[j]))
+                fail_msg("momentum %d: peer %zu, element %zu: CPU backend %a, reference device %a",
+                         (int)mk, j / d, j % d, (double)xc[j], (double)xd[j]);
+        printf("# sim (momentum %s): 4 peers' x on the reference device are the CPU backend's "
+               "bits\n", mk == HS_MOMENTUM_QG ? "qg" : "local");
+        free(xc);
+        hs_backend_close(cpu);
+    }
+    free(xd);
+}
+
 static void test_sim_on_device(void **state) {
     (void)state;
     hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
     hs_dataset *ds;
     assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
-    size_t d, d2;
-    float *xd = run_sim(dev, ds, "topk:0.1", &d);
-    if (reference) {
-        hs_backend *cpu;
-        hs_backend_cfg bc = {1, 0};
-        assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
-        float *xc = run_sim(cpu, ds, "topk:0.1", &d2);
-        assert_int_equal(d, d2);
-        for (size_t j = 0; j < 4 * d; j++)
-            if (hs_cw_bits(xc[j]) != hs_cw_bits(xd[j]))
-                fail_msg("peer %zu, element %zu: CPU backend %a, reference device %a", j / d,
-                         j % d, (double)xc[j], (double)xd[j]);
-        printf("# sim: 4 peers' x on the reference device are the CPU backend's bits\n");
-        free(xc);
-        hs_backend_close(cpu);
-    }
-    for (size_t j = 0; j < 4 * d; j++)
-        if (!isfinite(xd[j])) fail_msg("element %zu of the device job is %g", j, (double)xd[j]);
-    free(xd);
+    sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_case(ds, HS_MOMENTUM_QG);
     hs_dataset_free(ds);
 }
 
