@@ -4,7 +4,7 @@
  * bits of the all-host run, for each compressor, with peers that start apart (the first round
  * carries full replicas) and with lost messages (replicas asked for again in full), and a
  * steady device round must not bring x (or any d-float vector) to the host, bar the one
- * compressor whose message is x itself. Algorithms without a device path stay on the host.
+ * compressor whose message is x itself. The saved states (replicas, own replica) are equal too. Algorithms without a device path stay on the host.
  *
  * Exit codes as tests/cuda (../cuda_open.h): 77 without a CUDA build or a GPU, a failure where
  * a GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1; runs under ../shared/tools/cuda-emu.
@@ -56,8 +56,9 @@ static uint64_t rng_next(uint64_t *s) {
 
 static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 40) * 0x1p-24 - 0.5); }
 
-/* One job of N peers; peers with `mixed` and on_device(i) run on dev. x_out[i] (host, D
- * floats) receives every peer's x after each round, appended: ROUNDS * D floats. */
+/* One job of N peers; peers with `mixed` and on_device(i) run on dev. x_out (host) receives
+ * every peer's x after each round, appended: ROUNDS * N * D floats; save_hash[i] a hash of
+ * peer i's hs_algo_save at the end (its replicas and own replica, which the host keeps). */
 typedef struct job_opts {
     const char *spec;
     hs_algo_kind kind;
@@ -66,7 +67,7 @@ typedef struct job_opts {
     int mixed;
 } job_opts;
 
-static void run_job(const job_opts *o, float *x_out) {
+static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
     hs_topo *topo;
     hs_simnet *sim;
     assert_int_equal(hs_topo_new(&topo, "ring", N, 5), 0);
@@ -136,6 +137,13 @@ static void run_job(const job_opts *o, float *x_out) {
         }
     }
     for (int i = 0; i < N; i++) {
+        hs_buf *b;
+        assert_int_equal(hs_buf_new(&b, 64), 0);
+        if (hs_algo_save(a[i], b) < 0) fail_msg("save of peer %d: %s", i, hs_error_message());
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+        for (size_t k = 0; k < b->len; k++) h = (h ^ b->data[k]) * 0x100000001b3ull;
+        save_hash[i] = h;
+        hs_buf_unref(b);
         if (x[i] != xh[i]) {
             hs_be_free(dev, x[i]);
             hs_be_free(dev, tgt[i]);
@@ -169,10 +177,14 @@ static void check(const job_opts *o) {
     float *cpu = malloc(sizeof(float) * n), *mixed = malloc(sizeof(float) * n);
     assert_true(cpu && mixed);
     job_opts c = *o;
+    uint64_t hc[N], hm[N];
     c.mixed = 0;
-    run_job(&c, cpu);
+    run_job(&c, cpu, hc);
     c.mixed = 1;
-    run_job(&c, mixed);
+    run_job(&c, mixed, hm);
+    for (int i = 0; i < N; i++)
+        if (hc[i] != hm[i])
+            fail_msg("%s: peer %d's saved state differs from the host run's", o->spec, i);
     for (size_t j = 0; j < n; j++)
         if (hs_cw_bits(cpu[j]) != hs_cw_bits(mixed[j]))
             fail_msg("%s %s (same start %d, loss %g): round %zu, peer %zu, element %zu: host "
