@@ -71,11 +71,15 @@ typedef struct hs_sim_cfg {
     uint64_t seed;            /* topology, sharding and compression seed */
     const double *slowdown;   /* n factors (>= 1) or NULL: virtual round time per peer */
     double latency;           /* virtual message latency, in rounds of a normal peer */
+    /* n backends (borrowed, each outliving the simulator; NULL entries mean be) or NULL: peer i
+     * trains and gossips on peer_be[i], so GPU and CPU peers can share one job. */
+    hs_backend *const *peer_be;
 } hs_sim_cfg;
 
 typedef struct hs_sim hs_sim;
 
-/* n trainers on be (borrowed) over shards of train (borrowed; both outlive the simulator). */
+/* n trainers on be (borrowed; or cfg->peer_be's) over shards of train (borrowed; both outlive
+ * the simulator). */
 int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dataset *train);
 void hs_sim_free(hs_sim *s);
 

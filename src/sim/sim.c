@@ -90,7 +90,8 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
         if (err < 0) goto fail;
         hs_trainer_cfg tc = cfg->trainer;
         tc.stream = (uint32_t)i;
-        if ((err = hs_trainer_new(&s->tr[i], be, &tc, s->shards[i], &s->cfg.algo, (uint32_t)i)) < 0) {
+        hs_backend *bi = cfg->peer_be && cfg->peer_be[i] ? cfg->peer_be[i] : be;
+        if ((err = hs_trainer_new(&s->tr[i], bi, &tc, s->shards[i], &s->cfg.algo, (uint32_t)i)) < 0) {
             hs__err_prefix(err, "peer %d", i);
             goto fail;
         }

@@ -245,9 +245,11 @@ static void test_host_path_stays(void **state) {
  * peer's x (host, 4 d floats; caller frees). On a device the trainers hand the parameters
  * themselves to the algorithm, and their host copy of x, read after the rounds, is the
  * device's. */
-static float *run_sim(hs_backend *be, const hs_dataset *ds, hs_momentum_kind mk, size_t *d) {
+static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
+                      hs_momentum_kind mk, size_t *d, double *cons) {
     hs_sim_cfg sc;
     memset(&sc, 0, sizeof(sc));
+    sc.peer_be = peer_be;
     sc.n = 4;
     sc.topology = "ring";
     sc.seed = 3;
@@ -273,16 +275,18 @@ static float *run_sim(hs_backend *be, const hs_dataset *ds, hs_momentum_kind mk,
         if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
     }
     *d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    assert_int_equal(hs_sim_consensus(s, cons, NULL), 0);
     float *x = malloc(sizeof(float) * 4 * *d), *g = malloc(sizeof(float) * *d);
     assert_true(x && g);
     for (int i = 0; i < 4; i++) {
         hs_trainer *t = hs_sim_trainer(s, i);
         memcpy(x + (size_t)i * *d, hs_trainer_x(t), sizeof(float) * *d);
-        if (be->host_memory) continue;
+        hs_backend *bi = peer_be && peer_be[i] ? peer_be[i] : be;
+        if (bi->host_memory) continue;
         /* The gossip works on the device's x, and the host copy read above is its bits. */
         const float *gx = hs_trainer_gossip_x(t);
         assert_ptr_not_equal(gx, hs_trainer_x(t));
-        assert_int_equal(hs_be_download(be, g, gx, sizeof(float) * *d), 0);
+        assert_int_equal(hs_be_download(bi, g, gx, sizeof(float) * *d), 0);
         assert_memory_equal(g, x + (size_t)i * *d, sizeof(float) * *d);
     }
     free(g);
@@ -297,14 +301,15 @@ static float *run_sim(hs_backend *be, const hs_dataset *ds, hs_momentum_kind mk,
  * hand-off's own (run_sim). */
 static void sim_case(const hs_dataset *ds, hs_momentum_kind mk) {
     size_t d, d2;
-    float *xd = run_sim(dev, ds, mk, &d);
+    double cd, cc;
+    float *xd = run_sim(dev, NULL, ds, mk, &d, &cd);
     for (size_t j = 0; j < 4 * d; j++)
         if (!isfinite(xd[j])) fail_msg("element %zu of the device job is %g", j, (double)xd[j]);
     if (reference) {
         hs_backend *cpu;
         hs_backend_cfg bc = {1, 0};
         assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
-        float *xc = run_sim(cpu, ds, mk, &d2);
+        float *xc = run_sim(cpu, NULL, ds, mk, &d2, &cc);
         assert_int_equal(d, d2);
         for (size_t j = 0; j < 4 * d; j++)
             if (hs_cw_bits(xc[j]) != hs_cw_bits(xd[j]))
@@ -328,6 +333,43 @@ static void test_sim_on_device(void **state) {
     hs_dataset_free(ds);
 }
 
+/* One simulated job with peers 1 and 2 on the device and 0 and 3 on the CPU backend
+ * (hs_sim_cfg.peer_be) against the all-CPU job. On the reference device the two are equal bit
+ * for bit. On a GPU the local steps' kernels round differently from the CPU's (the gossip is
+ * bit-exact: test_choco_mixed_job), so the jobs agree within that rounding: every x within
+ * 1e-3 of the all-CPU job's, and the consensus distance within 5% of it. */
+static void test_sim_mixed_peers(void **state) {
+    (void)state;
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_backend *cpu;
+    hs_backend_cfg bc = {1, 0};
+    assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+    hs_backend *const peers[4] = {cpu, dev, dev, cpu};
+    size_t d, d2;
+    double cm, cc;
+    float *xm = run_sim(cpu, peers, ds, HS_MOMENTUM_LOCAL, &d, &cm);
+    float *xc = run_sim(cpu, NULL, ds, HS_MOMENTUM_LOCAL, &d2, &cc);
+    assert_int_equal(d, d2);
+    double worst = 0;
+    for (size_t j = 0; j < 4 * d; j++) {
+        if (reference && hs_cw_bits(xc[j]) != hs_cw_bits(xm[j]))
+            fail_msg("peer %zu, element %zu: all-CPU job %a, mixed job %a", j / d, j % d,
+                     (double)xc[j], (double)xm[j]);
+        double e = fabs((double)xc[j] - (double)xm[j]);
+        if (!(e <= worst)) worst = e;
+    }
+    printf("# mixed sim (peers 1, 2 on the device): consensus %.6g, all-CPU %.6g; largest "
+           "difference of x %.3g\n", cm, cc, worst);
+    if (!(worst <= 1e-3)) fail_msg("mixed job's x differs from the all-CPU job's by %g", worst);
+    if (!(fabs(cm - cc) <= 0.05 * cc)) fail_msg("consensus %g, all-CPU %g", cm, cc);
+    free(xm);
+    free(xc);
+    hs_backend_close(cpu);
+    hs_dataset_free(ds);
+}
+
 int main(int argc, char **argv) {
     reference = argc > 1 && !strcmp(argv[1], "--reference");
     if (reference) {
@@ -347,6 +389,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_choco_full_replicas),
         cmocka_unit_test(test_host_path_stays),
         cmocka_unit_test(test_sim_on_device),
+        cmocka_unit_test(test_sim_mixed_peers),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
     dev->ops = real_ops;
