@@ -18,7 +18,7 @@
 #include "sim/linktime.h"
 #include "wan/profile.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME };
+enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME, S_CPU_PEERS };
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},
@@ -31,6 +31,9 @@ static const hs_cli_opt sim_opts[] = {
      "and rates and per-peer compute factors; also prints DDP's ring all-reduce time"},
     {"step-time", S_STEP_TIME, "S",
      "with --links: seconds of one local step of a peer of compute factor 1 (default: 0.01)"},
+    {"cpu-peers", S_CPU_PEERS, "I,J,..",
+     "with --device cuda: these peers train and gossip on the CPU, the others on the GPU (one "
+     "job of both kinds)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -39,7 +42,7 @@ typedef struct sim_args {
     int n;
     double latency, step_time;
     int latency_set, step_time_set;
-    const char *save_dir, *links;
+    const char *save_dir, *links, *cpu_peers;
     long rounds;
 } sim_args;
 
@@ -54,11 +57,27 @@ static int handle(void *ctx, int key, const char *v) {
         return hs__cli_double("--latency", v, 0, 1e6, &a->latency);
     case S_SAVE_DIR: a->save_dir = v; return 0;
     case S_LINKS: a->links = v; return 0;
+    case S_CPU_PEERS: a->cpu_peers = v; return 0;
     case S_STEP_TIME:
         a->step_time_set = 1;
         return hs__cli_double("--step-time", v, 1e-9, 1e6, &a->step_time);
     }
     return hs__cli_usage_error("internal: unhandled option %d", key);
+}
+
+/* --cpu-peers: peer_be[i] = cpu for each listed peer i of n. */
+static int parse_cpu_peers(const char *s, int n, hs_backend *cpu, hs_backend **peer_be) {
+    const char *p = s;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= n || (*end && *end != ','))
+            return hs__cli_usage_error("--cpu-peers '%s': expected peer numbers 0..%d separated "
+                                       "by commas", s, n - 1);
+        peer_be[v] = cpu;
+        if (!*end) return 0;
+        p = end + 1;
+    }
 }
 
 /* The progress line of an evaluated round. */
@@ -112,7 +131,7 @@ int hs__cmd_sim(int argc, char **argv) {
     }
     hs__cli_install_signals();
     int exit_code = HS_EXIT_FAIL, err;
-    hs_backend *be = NULL;
+    hs_backend *be = NULL, *cpu = NULL, **peer_be = NULL;
     hs_dataset *train = NULL, *test = NULL;
     hs_sim *sim = NULL;
     hs_metrics_file *metrics = NULL;
@@ -125,6 +144,23 @@ int hs__cmd_sim(int argc, char **argv) {
     if ((rc = hs__runopts_open(&a.ro, &be, &train, &test)) < 0) {
         exit_code = -rc;
         goto out;
+    }
+    if (a.cpu_peers) {
+        hs_backend_cfg bc = {a.ro.threads, 0};
+        if (be->host_memory) {
+            exit_code = -hs__cli_usage_error("--cpu-peers: every peer is on the CPU already "
+                                             "(use --device cuda)");
+            goto out;
+        }
+        if (!(peer_be = calloc((size_t)a.n, sizeof(*peer_be)))) goto out;
+        if (hs_backend_open(&cpu, HS_DEVICE_CPU, &bc) < 0) {
+            fprintf(stderr, "hearsay sim: --cpu-peers: %s\n", hs_error_message());
+            goto out;
+        }
+        if ((rc = parse_cpu_peers(a.cpu_peers, a.n, cpu, peer_be)) < 0) {
+            exit_code = -rc;
+            goto out;
+        }
     }
     size_t shard_n = train->n / (size_t)a.n;
     long rounds = a.rounds = hs__runopts_rounds(&a.ro, shard_n);
@@ -139,6 +175,7 @@ int hs__cmd_sim(int argc, char **argv) {
     sc.seed = a.ro.seed;
     sc.slowdown = slow;
     sc.latency = a.latency;
+    sc.peer_be = peer_be;
     if ((rc = hs__runopts_trainer_cfg(&a.ro, train, rounds, &sc.trainer)) < 0) {
         exit_code = -rc;
         goto out;
@@ -227,6 +264,8 @@ out:
     hs_dataset_free(train);
     hs_dataset_free(test);
     hs_backend_close(be);
+    hs_backend_close(cpu);
+    free(peer_be);
     free(slow);
     return exit_code;
 }
