@@ -266,16 +266,8 @@ int hs__node_connect(hs_node *n) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (cfg->resume) {
-        if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
-        /* Files are named by shard: a resumed peer knows its rank, not the id it had. A job
-         * stopped before its first checkpoint restarts with the same command, from the start. */
-        err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck);
-        if (err == HS_ENOENT && cfg->resume != HS__NODE_RESUME_REQUIRE)
-            HS_LOGW("%s: starting without one, as a new peer (--resume=require refuses this)",
-                    hs_error_message());
-        else if (err < 0)
-            return err;
-        n->have_ck = err == 0;
+        if ((err = hs__node_resume_load(cfg, n->sig, &n->ck)) < 0) return err;
+        n->have_ck = err;
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
@@ -312,28 +304,9 @@ int hs__node_connect(hs_node *n) {
     if (n->net) err = 0;
     else if (!n->have_ck || nc->bootstrap) err = hs_net_start(&n->net, nc, &n->w);
     if (n->have_ck && !n->net) {
-        /* Resuming: rejoin through the members the checkpoint knew, each tried briefly; not
-         * through this peer's own old entry (it is not a member until it has rejoined). */
-        hs_net_config nk = *nc;
-        nk.join_timeout_ms = n->join_ms < 3000 ? n->join_ms : 3000;
-        for (int i = 0; i < n->ck.n_members && !n->net && !hs__node_refusal_final(err); i++) {
-            if (n->ck.ids[i] == n->ck.id) continue;
-            HS_LOGI("rejoining through %s, a member in the checkpoint", n->ck.addrs[i]);
-            nk.bootstrap = n->ck.addrs[i];
-            if ((err = hs_net_start(&n->net, &nk, &n->w)) == 0) {
-                snprintf(n->rv_addr, sizeof(n->rv_addr), "%s", nk.bootstrap);
-                nc->bootstrap = n->rv_addr;
-            }
-        }
-        if (!n->net && first && !hs__node_refusal_final(err)) {
-            HS_LOGW("no member of the checkpoint's job answers: going on from its round %llu",
-                    (unsigned long long)n->ck.round);
-            nc->bootstrap = NULL;
-            err = hs_net_start(&n->net, nc, &n->w);
-            n->alone = 1;
-        } else {
-            first = 0;
-        }
+        err = hs__node_resume_rejoin(&n->ck, nc, n->join_ms, first, err, &n->net, &n->w,
+                                     n->rv_addr, sizeof(n->rv_addr), &n->alone);
+        first = first && n->alone;
     }
     if (err < 0) return err;
     if (cfg->rendezvous && first) {
@@ -354,16 +327,12 @@ int hs__node_connect(hs_node *n) {
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
      * from this peer's checkpoint branches from that checkpoint's. */
-    if (n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES) {
-        if ((err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0) return err;
-        if (n->have_ck && cfg->checkpoint_dir)
-            n->have_ck = hs__node_resume_pick(cfg, n->rank, n->sig, &n->tl, n->w.join_round,
-                                              n->w.snapshot->len > JOB_TERMS_BYTES, &n->ck);
-    } else {
-        hs_timeline_new(&n->tl, n->have_ck ? &n->ck.timeline : NULL, n->have_ck ? n->ck.round : 0);
-        if (n->have_ck)
-            hs_checkpoint_drop_abandoned(cfg->checkpoint_dir, n->rank, &n->tl, n->ck.round);
-    }
+    const uint8_t *wtl = n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES
+                             ? n->w.snapshot->data + 24 : NULL;
+    if ((err = hs__node_resume_timeline(cfg, n->rank, n->sig, wtl, n->w.join_round,
+                                        wtl && n->w.snapshot->len > JOB_TERMS_BYTES, &n->have_ck,
+                                        &n->ck, &n->tl)) < 0)
+        return err;
     /* This peer's own terms hold until it learns the job's. */
     n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
     if (!n->have_ck && n->w.snapshot) {

@@ -1,6 +1,7 @@
-/* --resume across a job's restarts (hearsay/checkpoint.h, "Timelines"): which checkpoint a
- * resumed peer may continue from once it knows the job's timeline and round, and the timeline
- * as it travels at the head of every welcome snapshot. */
+/* --resume across a job's restarts (hearsay/checkpoint.h, "Timelines"): the newest checkpoint,
+ * rejoining through the members it names, which checkpoint a resumed peer may continue from
+ * once it knows the job's timeline and round, and the timeline as it travels at the head of
+ * every welcome snapshot. */
 #include <stdio.h>
 #include <string.h>
 
@@ -77,4 +78,58 @@ int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
         HS_LOGI("--resume: removed %d checkpoint(s) of shard %d that the job will never load",
                 gone, rank);
     return kept;
+}
+
+int hs__node_resume_load(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck) {
+    if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
+    /* Files are named by shard: a resumed peer knows its rank, not the id it had. A job
+     * stopped before its first checkpoint restarts with the same command, from the start. */
+    int err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, sig, ck);
+    if (err == HS_ENOENT && cfg->resume != HS__NODE_RESUME_REQUIRE) {
+        HS_LOGW("%s: starting without one, as a new peer (--resume=require refuses this)",
+                hs_error_message());
+        return 0;
+    }
+    return err < 0 ? err : 1;
+}
+
+int hs__node_resume_rejoin(const hs_checkpoint *ck, hs_net_config *nc, int join_ms, int first,
+                           int err, hs_net **net, hs_net_welcome *w, char *addr, size_t cap,
+                           int *alone) {
+    /* Rejoin through the members the checkpoint knew, each tried briefly; not through this
+     * peer's own old entry (it is not a member until it has rejoined). */
+    hs_net_config nk = *nc;
+    nk.join_timeout_ms = join_ms < 3000 ? join_ms : 3000;
+    for (int i = 0; i < ck->n_members && !*net && !hs__node_refusal_final(err); i++) {
+        if (ck->ids[i] == ck->id) continue;
+        HS_LOGI("rejoining through %s, a member in the checkpoint", ck->addrs[i]);
+        nk.bootstrap = ck->addrs[i];
+        if ((err = hs_net_start(net, &nk, w)) == 0) {
+            snprintf(addr, cap, "%s", nk.bootstrap);
+            nc->bootstrap = addr;
+        }
+    }
+    if (!*net && first && !hs__node_refusal_final(err)) {
+        HS_LOGW("no member of the checkpoint's job answers: going on from its round %llu",
+                (unsigned long long)ck->round);
+        nc->bootstrap = NULL;
+        err = hs_net_start(net, nc, w);
+        *alone = 1;
+    }
+    return err;
+}
+
+int hs__node_resume_timeline(const hs__node_cfg *cfg, int rank, const char *sig,
+                             const uint8_t *welcome_tl, uint64_t join_round, int job_model,
+                             int *have_ck, hs_checkpoint *ck, hs_timeline *tl) {
+    if (welcome_tl) {
+        int err = hs__node_timeline_get(welcome_tl, tl);
+        if (err < 0) return err;
+        if (*have_ck && cfg->checkpoint_dir)
+            *have_ck = hs__node_resume_pick(cfg, rank, sig, tl, join_round, job_model, ck);
+        return 0;
+    }
+    hs_timeline_new(tl, *have_ck ? &ck->timeline : NULL, *have_ck ? ck->round : 0);
+    if (*have_ck) hs_checkpoint_drop_abandoned(cfg->checkpoint_dir, rank, tl, ck->round);
+    return 0;
 }
