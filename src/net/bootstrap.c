@@ -118,7 +118,9 @@ void hs__bs_join_start(hs_net *net) {
     hs_buf *b;
     if (hs_buf_new(&b, 64) < 0)
         return;
-    if (hs__wire_join_encode(b, &j) == 0 && hs__send_conn(c, HS__T_JOIN, net->cfg.resume_round, b) == 0) {
+    /* The frame's round: a resumed joiner's checkpoint round (hs_net_config.resume_round). */
+    if (hs__wire_join_encode(b, &j) == 0 &&
+        hs__send_conn(c, HS__T_JOIN, net->cfg.resume_round, b) == 0) {
         uv_mutex_lock(&net->mu);
         net->join_state = HS__JOIN_WAITING;
         uv_mutex_unlock(&net->mu);
