@@ -596,6 +596,31 @@ static void test_held_start_needs_no_margin(void **state) {
     }
 }
 
+/* A restarted job (the sequencer at its checkpoint's round 10, holding for 3 members) whose
+ * joiners resume from rounds 30 and 20: the list that admits each takes effect at the newest
+ * round among them so far, 30 once the first came (issue 21: the job goes on from the newest
+ * checkpoint any member holds). Without the hold a joiner's round is not counted: a peer
+ * rejoining a running job never moves it. */
+static void test_held_start_at_newest_resume_round(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    for (int hold = 0; hold <= 3; hold += 3) {
+        start(&mb, &f, 1);
+        cfg.hold_members = hold;
+        f.round = 10;
+        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 30);
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
+        connect(&mb, &f, 1, 10);
+        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 20);
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
+        hs__mb_free(&mb);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -609,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_sequencer_bye_is_a_handover),
         cmocka_unit_test(test_joiners_being_welcomed_are_reached),
         cmocka_unit_test(test_held_start_needs_no_margin),
+        cmocka_unit_test(test_held_start_at_newest_resume_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
