@@ -128,6 +128,11 @@ typedef struct hs_net_config {
      * 4 MiB parts. Default (0): the larger of max_frame and 24 bytes per parameter (six float
      * vectors of the model); hard cap 64 GiB. */
     uint64_t max_message;
+    /* A resumed peer's checkpoint round, sent with its JOIN: a job that holds for its members
+     * (hold_members) starts at the highest round of the members that joined through the
+     * sequencer, so that a restarted job goes on from the newest checkpoint any of them holds
+     * (0: a new peer; ignored by a job that does not hold). */
+    uint64_t resume_round;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */

@@ -21,7 +21,8 @@
 /* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
  * while the job waits for its members and has not decided it), and the rule the first peers
  * follow until then: how many members they wait for and how many rounds they train from the
- * round at which those are in. */
+ * round at which those are in. A restarted job waiting for its members says -N members: its
+ * end is known, its first round and timeline are agreed once they are in (resume.c). */
 typedef struct job_terms {
     uint64_t end;
     int64_t rounds, wait;
@@ -43,7 +44,7 @@ struct hs_node {
     hs_net *net;
     hs_net_welcome w;
     hs_checkpoint ck;
-    int have_ck, alone;
+    int have_ck, alone, restart; /* restart: a restarted job's round and timeline not agreed */
     hs_timeline tl; /* the job's, which this peer's checkpoints are written on */
     uint32_t self;
     int rank;
@@ -230,7 +231,7 @@ static int read_job_terms(const hs_net_welcome *w, job_terms *jt) {
     memcpy(&jt->end, w->snapshot->data, 8);
     memcpy(&jt->rounds, w->snapshot->data + 8, 8);
     memcpy(&jt->wait, w->snapshot->data + 16, 8);
-    if (jt->rounds < 1 || jt->wait < 0 || jt->wait > (1 << 20))
+    if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
         return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
                        (long long)jt->rounds, (long long)jt->wait);
     return 0;
@@ -264,16 +265,8 @@ int hs__node_connect(hs_node *n) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (cfg->resume) {
-        if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
-        /* Files are named by shard: a resumed peer knows its rank, not the id it had. A job
-         * stopped before its first checkpoint restarts with the same command, from the start. */
-        err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck);
-        if (err == HS_ENOENT && cfg->resume != HS__NODE_RESUME_REQUIRE)
-            HS_LOGW("%s: starting without one, as a new peer (--resume=require refuses this)",
-                    hs_error_message());
-        else if (err < 0)
-            return err;
-        n->have_ck = err == 0;
+        if ((err = hs__node_resume_load(cfg, n->sig, &n->ck)) < 0) return err;
+        n->have_ck = err;
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
@@ -281,6 +274,7 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
+    if (n->have_ck) nc->resume_round = n->ck.round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
     if (n->have_ck && !cfg->wait_new_only && cfg->wait_peers > 1)
@@ -288,18 +282,19 @@ int hs__node_connect(hs_node *n) {
     const char *run_id = nc->run_id ? nc->run_id : "hearsay";
     n->join_ms = nc->join_timeout_ms > 0 ? nc->join_timeout_ms : HS__NODE_JOIN_TIMEOUT_MS;
     /* The first peer of a job: no address to join, and (with a rank) rank 0. A resumed peer is
-     * never first while a member it knew still answers: it rejoins the running job. */
-    int first = !nc->bootstrap && cfg->rank <= 0;
+     * never first while a member it knew still answers: it rejoins the running job. Without a
+     * rank, a resumed peer has its checkpoint's: peers resumed together agree on the first. */
+    int rank = cfg->rank >= 0 ? cfg->rank : n->have_ck ? n->ck.rank : -1;
+    int first = !nc->bootstrap && rank <= 0;
     if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
-        if (!first && (err = hs__node_rendezvous_turn(cfg->rendezvous, run_id, cfg->rank,
-                                                      n->join_ms, &n->stop)) < 0)
+        if (!first && (err = hs__node_rendezvous_turn(cfg->rendezvous, run_id, rank, n->join_ms,
+                                                      &n->stop)) < 0)
             return err;
         err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
                                        n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
                                        &n->stop);
         if (err == 0) {
-            if (cfg->rank > 0)
-                hs__node_rendezvous_mark(cfg->rendezvous, run_id, cfg->rank, n->rv_addr);
+            if (rank > 0) hs__node_rendezvous_mark(cfg->rendezvous, run_id, rank, n->rv_addr);
             nc->bootstrap = n->rv_addr;
             first = 0;
         } else if (!first || err == HS_EINTR) {
@@ -310,28 +305,10 @@ int hs__node_connect(hs_node *n) {
     if (n->net) err = 0;
     else if (!n->have_ck || nc->bootstrap) err = hs_net_start(&n->net, nc, &n->w);
     if (n->have_ck && !n->net) {
-        /* Resuming: rejoin through the members the checkpoint knew, each tried briefly; not
-         * through this peer's own old entry (it is not a member until it has rejoined). */
-        hs_net_config nk = *nc;
-        nk.join_timeout_ms = n->join_ms < 3000 ? n->join_ms : 3000;
-        for (int i = 0; i < n->ck.n_members && !n->net && !hs__node_refusal_final(err); i++) {
-            if (n->ck.ids[i] == n->ck.id) continue;
-            HS_LOGI("rejoining through %s, a member in the checkpoint", n->ck.addrs[i]);
-            nk.bootstrap = n->ck.addrs[i];
-            if ((err = hs_net_start(&n->net, &nk, &n->w)) == 0) {
-                snprintf(n->rv_addr, sizeof(n->rv_addr), "%s", nk.bootstrap);
-                nc->bootstrap = n->rv_addr;
-            }
-        }
-        if (!n->net && first && !hs__node_refusal_final(err)) {
-            HS_LOGW("no member of the checkpoint's job answers: going on from its round %llu",
-                    (unsigned long long)n->ck.round);
-            nc->bootstrap = NULL;
-            err = hs_net_start(&n->net, nc, &n->w);
-            n->alone = 1;
-        } else {
-            first = 0;
-        }
+        err = hs__node_resume_rejoin(&n->ck, nc, n->join_ms, first, cfg->wait_peers, err,
+                                     &n->net, &n->w, n->rv_addr, sizeof(n->rv_addr), &n->alone);
+        first = first && n->alone;
+        n->restart = n->alone && cfg->wait_peers > 1;
     }
     if (err < 0) return err;
     if (cfg->rendezvous && first) {
@@ -352,19 +329,21 @@ int hs__node_connect(hs_node *n) {
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
      * from this peer's checkpoint branches from that checkpoint's. */
-    if (n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES) {
-        if ((err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0) return err;
-        if (n->have_ck && cfg->checkpoint_dir)
-            n->have_ck = hs__node_resume_pick(cfg, n->rank, n->sig, &n->tl, n->w.join_round,
-                                              n->w.snapshot->len > JOB_TERMS_BYTES, &n->ck);
-    } else {
-        hs_timeline_new(&n->tl, n->have_ck ? &n->ck.timeline : NULL, n->have_ck ? n->ck.round : 0);
-        if (n->have_ck)
-            hs_checkpoint_drop_abandoned(cfg->checkpoint_dir, n->rank, &n->tl, n->ck.round);
-    }
+    const uint8_t *wtl = n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES
+                             ? n->w.snapshot->data + 24 : NULL;
+    job_terms wj = {0, 1, 0};
+    if (wtl && (err = read_job_terms(&n->w, &wj)) < 0) return err;
+    if (wj.wait < 0) n->restart = 1;
+    if ((err = hs__node_resume_timeline(cfg, n->rank, n->sig, wtl, n->w.join_round,
+                                        wtl && n->w.snapshot->len > JOB_TERMS_BYTES, n->restart,
+                                        &n->have_ck, &n->ck, &n->tl)) < 0)
+        return err;
     /* This peer's own terms hold until it learns the job's. */
     n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
-    if (!n->have_ck && n->w.snapshot) {
+    if (n->restart)
+        n->jt = n->have_ck ? (job_terms){n->ck.end_round, n->jt.rounds, wtl ? wj.wait : -n->jt.wait}
+                           : wj;
+    else if (!n->have_ck && n->w.snapshot) {
         if ((err = read_job_terms(&n->w, &n->jt)) < 0) return err;
         if (n->jt.rounds != (cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END))
             HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
@@ -426,7 +405,10 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
      * (the first peer's count); one joining a running job or resuming waits only when told to
      * explicitly. */
     int fresh = !n->have_ck && n->jt.end == 0;
-    int n_wait = fresh ? (int)n->jt.wait : cfg->wait_new_only ? 0 : cfg->wait_peers;
+    int n_wait = n->restart ? -(int)n->jt.wait
+                 : fresh    ? (int)n->jt.wait
+                 : cfg->wait_new_only ? 0
+                                      : cfg->wait_peers;
     /* Without a wait the job's end is known now (its first round is this one). */
     if (!n->jt.end && n_wait <= 1) n->jt.end = r + (uint64_t)n->jt.rounds;
     n->first_round = n->r = r;
@@ -453,6 +435,16 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         if ((err = hs_net_members(n->net, &mem, &nm, NULL, &eff)) < 0) return err;
         free(mem);
         if (eff > r) r = eff;
+        if (n->restart) {
+            if (hs__node_restart_agree(cfg, n->rank, n->sig, &n->tl, r, &n->ck, n->have_ck,
+                                       n_wait) > 0 &&
+                (err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0)
+                return err;
+            n->have_ck |= n->ck.state != NULL;
+            n->restart = 0;
+            n->jt.wait = n_wait;
+            if ((err = publish_snapshot(n, r)) < 0) return err;
+        }
         /* Every peer that waited computes the same first round, hence the same end; joiners
          * arriving from now on learn it from the snapshot, published again at once. */
         if (!n->jt.end) {
