@@ -46,8 +46,9 @@ out:
 }
 
 typedef struct mix_ctx {
-    float *buf; /* receives C(x_j) */
+    float *buf; /* receives C(x_j), or (in_place) holds -x_r and receives C(x_j) - x_r */
     int used;
+    int in_place;
 } mix_ctx;
 
 /* Only the message of the current round is mixed; older ones (from a round in which the
@@ -58,10 +59,45 @@ static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p,
     if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
         return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id, len ? p[0] : -1);
     if (c->used == -1) return 0; /* a stale round: drop */
-    memset(c->buf, 0, sizeof(float) * a->d);
+    if (!c->in_place) memset(c->buf, 0, sizeof(float) * a->d);
+    /* In place, -x_r + C(x_j) is C(x_j) - x_r to the bit (IEEE subtraction is the addition of
+     * the negation); on error the buffer is unchanged. */
     int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
     if (err == 0) c->used = 1;
     return err;
+}
+
+/* Receives neighbour id's message of round r into c (older rounds it still owes are taken
+ * without waiting and dropped): 1 when it came and decoded, 0 when it is missing. */
+static int recv_model(hs_algo *a, hs_exchange *ex, uint64_t r, uint32_t id, mix_ctx *c) {
+    hs__nbr *n = hs__algo_nbr(a, id);
+    mix_ctx stale = {c->buf, -1, 0};
+    int err;
+    if (n->next_round < r && (err = hs__algo_catch_up(a, ex, n, r - 1, 0, apply_model, &stale)) < 0)
+        return err;
+    if (n->next_round < r) n->next_round = r;
+    int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, c);
+    if (got < 0) return got;
+    if (!got || !c->used) a->stats.missing++;
+    return got && c->used;
+}
+
+/* One neighbour (a pair, a path's end): x_r's own storage becomes w (x_j - x_r), the term the
+ * general case accumulates, so the round needs no vector beyond x and x_r (a model of several
+ * GB mixes without scratch vectors). x_r is dead once the round is mixed: the next begin
+ * writes it again. Returns the sum of the term's squares. */
+static int pull_one(hs_algo *a, hs_exchange *ex, uint64_t r, const hs_nbr *nb, float *x,
+                    double *sq) {
+    size_t d = a->d;
+    float *m = a->own;
+    mix_ctx c = {m, 0, 1};
+    for (size_t k = 0; k < d; k++) m[k] = -m[k];
+    int got = recv_model(a, ex, r, nb->id, &c);
+    if (got <= 0) return got;
+    float w = (float)nb->w;
+    for (size_t k = 0; k < d; k++) m[k] = w * m[k];
+    *sq = hs__step_sq(x, m, 1.0f, d);
+    return 1;
 }
 
 static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
@@ -69,35 +105,32 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
     size_t d = a->d;
-    const float *xr = a->own;
-    float *acc = a->tmp, *xj = a->tmp2;
-    double wsum = 0;
-    memset(acc, 0, sizeof(float) * d);
+    double wsum = 0, sq = 0;
     a->stats.missing = 0;
-    /* In ascending id order, so every run (simulated or networked) sums in the same order. */
-    for (int i = 0; i < v.n_in; i++) {
-        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
-        /* Rounds this neighbour still owes from earlier are taken without waiting and dropped. */
-        mix_ctx stale = {xj, -1};
-        if (n->next_round < r &&
-            (err = hs__algo_catch_up(a, ex, n, r - 1, 0, apply_model, &stale)) < 0)
-            return err;
-        if (n->next_round < r) n->next_round = r;
-        mix_ctx c = {xj, 0};
-        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, &c);
+    if (v.n_in == 1) {
+        int got = pull_one(a, ex, r, &v.in[0], x, &sq);
         if (got < 0) return got;
-        if (!got || !c.used) {
-            a->stats.missing++;
-            continue;
+        wsum = got ? v.in[0].w : 0;
+    } else {
+        const float *xr = a->own;
+        float *acc = a->tmp, *xj = a->tmp2;
+        memset(acc, 0, sizeof(float) * d);
+        /* In ascending id order, so every run (simulated or networked) sums in the same order. */
+        for (int i = 0; i < v.n_in; i++) {
+            mix_ctx c = {xj, 0, 0};
+            int got = recv_model(a, ex, r, v.in[i].id, &c);
+            if (got < 0) return got;
+            if (!got) continue;
+            hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
+            wsum += v.in[i].w;
         }
-        hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
-        wsum += v.in[i].w;
+        /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r).
+         * Mixing differences rather than weighted values keeps the network average exact for
+         * any float weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j
+         * W_ij x_j would drift with the rounding of the weights' sum. A missing neighbour's
+         * weight stays on x_r. */
+        sq = hs__step_sq(x, acc, 1.0f, d);
     }
-    /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r). Mixing
-     * differences rather than weighted values keeps the network average exact for any float
-     * weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j W_ij x_j would
-     * drift with the rounding of the weights' sum. A missing neighbour's weight stays on x_r. */
-    double sq = hs__step_sq(x, acc, 1.0f, d);
     a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
     return 0;
 }
