@@ -68,7 +68,6 @@ struct hs_node {
     void (*vec_free)(void *vec);
 };
 
-
 static void reset_reports(hs_node *n) {
     n->loss = n->acc = n->lr = n->epoch = n->test_loss = n->test_acc = NAN;
 }
@@ -410,7 +409,10 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (n->have_ck) {
-        if ((err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0) return err;
+        err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+        free(n->ck.data); /* loaded: the file's bytes, a copy of the state, need not stay */
+        n->ck.data = NULL;
+        if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
     } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
