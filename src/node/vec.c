@@ -2,7 +2,6 @@
  * algorithm's state refers to it between the caller's calls) and the algorithm, and exchanges
  * the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w:
  * the node keeps the numerator x and applies the caller's change of z to it. One thread. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,24 +69,6 @@ static int skip_optim(caller_vec *v, const uint8_t **p, const uint8_t *end) {
     return 0;
 }
 
-/* Checks the d floats at *p (all finite) and steps over them: the caller copies them into x
- * once the rest of its input is valid too, so that no second vector holds them meanwhile (a
- * model of several GB). */
-static int check_model(caller_vec *v, const uint8_t **p, const uint8_t *end, const uint8_t **at) {
-    const uint8_t *q = *p;
-    size_t n = sizeof(float) * v->d;
-    if ((size_t)(end - q) < n)
-        return hs__err(HS_EFORMAT, "model: %zu bytes left, %zu needed", (size_t)(end - q), n);
-    for (size_t k = 0; k < v->d; k++) {
-        float f;
-        memcpy(&f, q + 4 * k, 4);
-        if (!isfinite(f)) return hs__err(HS_EFORMAT, "model: value %zu is not finite", k);
-    }
-    *at = q;
-    *p = q + n;
-    return 0;
-}
-
 /* The optimizer state a trainer's snapshot may carry after the model is the caller's business
  * (hearsay/node.h): it is not read. */
 static int v_adopt(void *c, const uint8_t *p, size_t len) {
@@ -97,7 +78,7 @@ static int v_adopt(void *c, const uint8_t *p, size_t len) {
     int err = hs__state_get_head(&p, end, HS__SNAPSHOT_MAGIC, 0, v->d, "model snapshot", &steps);
     if (err < 0) return err;
     const uint8_t *mom = NULL;
-    if ((err = check_model(v, &p, end, &z)) < 0 ||
+    if ((err = hs__skip_floats(&p, end, v->d, &z)) < 0 ||
         (p != end && !hs__outer_at(p, end) && (err = skip_optim(v, &p, end)) < 0) ||
         (err = hs__outer_parse(v->outer, &p, end, "model snapshot", &mom)) < 0)
         return err;
@@ -127,7 +108,7 @@ static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     int err = hs__state_get_head(&p, end, HS__VEC_STATE_MAGIC, HS__VEC_STATE_VERSION, v->d,
                                  "node state", &steps);
     if (err < 0) return err;
-    if ((err = check_model(v, &p, end, &z)) < 0 ||
+    if ((err = hs__skip_floats(&p, end, v->d, &z)) < 0 ||
         (err = hs__outer_parse(v->outer, &p, end, "node state", &mom)) < 0 ||
         (err = hs__get_u64(&p, end, &alen)) < 0)
         return err;

@@ -205,9 +205,10 @@ static void test_consensus_dpsgd(void **state) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_consensus(&cases[i], 1);
 }
 
-/* D-PSGD with one neighbour mixes in x_r's own storage (dpsgd.c): two peers, a local update
- * between begin and pull, the result to the bit x + w (C(x_j,r) - x_r) as the general case
- * computes it (C: none, and fp16, whose decoded value the test takes from hs_compress_apply). */
+/* D-PSGD with one neighbour mixes without scratch vectors (dpsgd.c): from the two messages
+ * where they are (none), or in x_r's own storage (fp16). Two peers, a local update between
+ * begin and pull, the result to the bit x + w (C(x_j,r) - x_r) as the general case computes it
+ * (fp16's decoded value taken from hs_compress_apply). */
 static void test_dpsgd_pair_in_place(void **state) {
     (void)state;
     const char *comps[] = {"none", "fp16"};
