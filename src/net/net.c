@@ -410,12 +410,16 @@ int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     return 0;
 }
 
-int hs_net_withdraw_snapshot(hs_net *net, hs_buf *fallback) {
+int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback) {
     if (!fallback) return hs__err(HS_EINVAL, "withdraw snapshot: no fallback");
     uv_mutex_lock(&net->mu);
     hs_buf_unref(net->snap);
     net->snap = hs_buf_ref(fallback);
     net->snap_stale = 1;
+    net->snap_ever = 1;
+    /* As a publication at `round`: membership changes take effect after it. */
+    if (round > net->cur_round)
+        __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
     uv_mutex_unlock(&net->mu);
     return 0;
 }

@@ -211,7 +211,7 @@ static int publish(hs_node *n, uint64_t round, int what) {
     int err = hs_buf_new(&b, sizeof(t) + (what == MODEL ? sizeof(float) * n->d + 4096 : 0));
     if (err == 0 && (err = hs_buf_append(b, t, sizeof(t))) == 0 &&
         (what != MODEL || (err = n->m.snapshot(n->m.ctx, b)) == 0))
-        err = what == DROP ? hs_net_withdraw_snapshot(n->net, b)
+        err = what == DROP ? hs_net_withdraw_snapshot(n->net, round, b)
                            : hs_net_publish_snapshot(n->net, round, b);
     if (err == 0 && what != TERMS) {
         hs_buf_unref(n->snap);
