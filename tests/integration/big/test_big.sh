@@ -20,7 +20,7 @@ chmod 600 "$tmp/secret"
 # the caller's vector and the node's x (2); in a round the message it sends, which is also x at
 # the round's start (1: with fp32 messages and one neighbour nothing else is, the neighbour's
 # model is mixed where it arrived, no scratch vectors), and the one it receives (1); the
-# snapshot for joiners while a WELCOME sends it and for --snapshot-timeout after (1, then
+# snapshot for joiners while a WELCOME sends it and for snapshot_timeout_ms after (1, then
 # only the job's terms stay); at times the next round's message arriving early (1). A
 # checkpoint adds its state (2: the model and the algorithm's scratch as zeros) written to the
 # file from where it is; a resumed peer the checkpoint's bytes while it loads them (2). The
