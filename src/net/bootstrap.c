@@ -437,7 +437,8 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     int late = now - pj->t_request_us > (uint64_t)net->cfg.snapshot_timeout_ms * 1000;
     uv_mutex_lock(&net->mu);
     /* An application that never published a snapshot does not use them: no waiting. */
-    int fresh = !net->snap_ever || (net->snap && net->snap_round >= pj->round_at_request);
+    int fresh = !net->snap_ever ||
+                (net->snap && !net->snap_stale && net->snap_round >= pj->round_at_request);
     if (!fresh && !late) {
         net->snap_wanted = 1;
         uv_mutex_unlock(&net->mu);

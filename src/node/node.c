@@ -27,6 +27,7 @@ typedef struct job_terms {
     uint64_t end;
     int64_t rounds, wait;
 } job_terms;
+_Static_assert(sizeof(job_terms) == 24, "job terms are 24 bytes on the wire");
 /* The terms, then the job's timeline (resume.c). */
 #define JOB_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
 
@@ -43,6 +44,7 @@ struct hs_node {
     int join_ms;
     hs_net *net;
     hs_net_welcome w;
+    hs_buf *snap; /* the model's snapshot last published (at snap_t), while the runtime has it */
     hs_checkpoint ck;
     int have_ck, alone, restart; /* restart: a restarted job's round and timeline not agreed */
     hs_timeline tl; /* the job's, which this peer's checkpoints are written on */
@@ -60,13 +62,12 @@ struct hs_node {
     /* Set by hs_node_request_stop from any thread or a signal handler: lock-free atomics are
      * both thread-safe and async-signal-safe. */
     atomic_int stop, ck_req;
-    double t0, t_round0, last_print;
+    double t0, t_round0, last_print, snap_t;
     /* Reported for the current round; NaN: not this round. */
     double loss, acc, lr, epoch, test_loss, test_acc;
     void *vec; /* the caller's-vector model of the public entries (vec.c) */
     void (*vec_free)(void *vec);
 };
-
 
 static void reset_reports(hs_node *n) {
     n->loss = n->acc = n->lr = n->epoch = n->test_loss = n->test_acc = NAN;
@@ -194,32 +195,28 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
     return err < 0 ? err : write_checkpoint_to(n, dir, n->r);
 }
 
-/* The terms and the timeline alone (no model: joiners keep theirs). */
-static int publish_terms(hs_node *n, uint64_t round) {
-    uint8_t b[JOB_TERMS_BYTES];
-    memcpy(b, &n->jt.end, 8);
-    memcpy(b + 8, &n->jt.rounds, 8);
-    memcpy(b + 16, &n->jt.wait, 8);
-    hs__node_timeline_put(&n->tl, b + 24);
-    hs_buf *buf = NULL;
-    int err = hs_buf_new(&buf, sizeof(b));
-    if (err == 0 && (err = hs_buf_append(buf, b, sizeof(b))) == 0)
-        err = hs_net_publish_snapshot(n->net, round, buf);
-    hs_buf_unref(buf);
-    return err;
-}
-
-static int publish_snapshot(hs_node *n, uint64_t round) {
-    hs_buf *b;
-    int err = hs_buf_new(&b, sizeof(float) * n->d + 64);
-    if (err < 0) return err;
-    uint8_t tl[HS__NODE_TIMELINE_BYTES];
-    hs__node_timeline_put(&n->tl, tl);
-    if ((err = hs_buf_append(b, &n->jt.end, 8)) == 0 &&
-        (err = hs_buf_append(b, &n->jt.rounds, 8)) == 0 &&
-        (err = hs_buf_append(b, &n->jt.wait, 8)) == 0 &&
-        (err = hs_buf_append(b, tl, sizeof(tl))) == 0 && (err = n->m.snapshot(n->m.ctx, b)) == 0)
-        err = hs_net_publish_snapshot(n->net, round, b);
+/* Joiners get the terms and timeline, then (MODEL) the model's snapshot; with the terms alone
+ * they keep their own model. DROP: once no WELCOME holds it (refs: the node's, the runtime's)
+ * and joiners' wait is over, it goes, not to stay a copy of the model (WELCOMEs wait for one). */
+enum { TERMS, MODEL, DROP };
+static int publish(hs_node *n, uint64_t round, int what) {
+    if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
+                         hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms))
+        return 0;
+    uint8_t t[JOB_TERMS_BYTES];
+    memcpy(t, &n->jt, 24); /* end, rounds, wait */
+    hs__node_timeline_put(&n->tl, t + 24);
+    hs_buf *b = NULL;
+    int err = hs_buf_new(&b, sizeof(t) + (what == MODEL ? sizeof(float) * n->d + 4096 : 0));
+    if (err == 0 && (err = hs_buf_append(b, t, sizeof(t))) == 0 &&
+        (what != MODEL || (err = n->m.snapshot(n->m.ctx, b)) == 0))
+        err = what == DROP ? hs_net_withdraw_snapshot(n->net, round, b)
+                           : hs_net_publish_snapshot(n->net, round, b);
+    if (err == 0 && what != TERMS) {
+        hs_buf_unref(n->snap);
+        n->snap = what == MODEL ? hs_buf_ref(b) : NULL;
+        n->snap_t = hs__node_now();
+    }
     hs_buf_unref(b);
     return err;
 }
@@ -228,9 +225,7 @@ static int publish_snapshot(hs_node *n, uint64_t round) {
 static int read_job_terms(const hs_net_welcome *w, job_terms *jt) {
     if (w->snapshot->len < JOB_TERMS_BYTES)
         return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
-    memcpy(&jt->end, w->snapshot->data, 8);
-    memcpy(&jt->rounds, w->snapshot->data + 8, 8);
-    memcpy(&jt->wait, w->snapshot->data + 16, 8);
+    memcpy(jt, w->snapshot->data, 24);
     if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
         return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
                        (long long)jt->rounds, (long long)jt->wait);
@@ -352,7 +347,7 @@ int hs__node_connect(hs_node *n) {
     }
     /* The job's terms and timeline reach those who join before the first snapshot (taken
      * once the model exists): without them a joiner would start a timeline of its own. */
-    if (!n->w.snapshot && (err = publish_terms(n, n->have_ck ? n->ck.round : 0)) < 0)
+    if (!n->w.snapshot && (err = publish(n, n->have_ck ? n->ck.round : 0, TERMS)) < 0)
         return err;
     n->state = ST_CONNECTED;
     return 0;
@@ -387,7 +382,10 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (n->have_ck) {
-        if ((err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0) return err;
+        err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+        free(n->ck.data); /* loaded: the file's bytes, a copy of the state, need not stay */
+        n->ck.data = NULL;
+        if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
     } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
@@ -415,7 +413,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     if (past_end(n, r)) return 1;
     /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
      * publish before waiting for the others, or their joins stall. */
-    if ((err = publish_snapshot(n, r)) < 0) return err;
+    if ((err = publish(n, r, MODEL)) < 0) return err;
     if (n_wait > 1) {
         if (!cfg->quiet)
             HS_LOGI("waiting for %d peers before the first round (at most %d ms: --join-timeout)",
@@ -449,7 +447,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
          * arriving from now on learn it from the snapshot, published again at once. */
         if (!n->jt.end) {
             n->jt.end = r + (uint64_t)n->jt.rounds;
-            if ((err = publish_snapshot(n, r)) < 0) return err;
+            if ((err = publish(n, r, MODEL)) < 0) return err;
         }
     }
     n->first_round = n->r = r;
@@ -503,7 +501,7 @@ static int recover(hs_node *n, int err) {
         (err = adopt_welcome(n)) < 0)
         return err;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
-    if ((err = publish_snapshot(n, n->w.join_round)) < 0) return err;
+    if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
     n->r = n->w.join_round;
     return past_end(n, n->r);
 }
@@ -523,7 +521,7 @@ static int node_open(void *c, uint64_t r) {
     }
     warn_unsharded(n);
     int err = hs__node_await_job(n->net, n->join_ms, &n->stop);
-    if (err == 0 && hs_net_snapshot_wanted(n->net)) err = publish_snapshot(n, r);
+    if (err == 0) err = publish(n, r, hs_net_snapshot_wanted(n->net) ? MODEL : DROP);
     if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, r);
     return err;
 }
@@ -771,6 +769,7 @@ void hs_node_free(hs_node *n) {
     hs_metrics_close(n->metrics);
     hs_guard_free(n->guard);
     hs_net_free(n->net);
+    hs_buf_unref(n->snap);
     hs_net_welcome_clear(&n->w);
     hs_checkpoint_clear(&n->ck);
     if (n->vec_free) n->vec_free(n->vec);
