@@ -391,6 +391,11 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
                (err = adopt_welcome(n)) < 0) {
         return err;
+    } else if (n->w.snapshot && n->w.snapshot->len == JOB_TERMS_BYTES && n->w.join_round > 0) {
+        /* The job's snapshot was withdrawn and none came within the runtime's timeout: said,
+         * since this peer then starts from its own vector, not the job's model. */
+        HS_LOGW("joined at round %llu without the job's model (no snapshot in time): starting "
+                "from this peer's own vector", (unsigned long long)n->w.join_round);
     }
     /* Replicas may start equal to the common start only for a peer that begins with the job,
      * before anyone trained; a joiner of a running job or a resumed peer makes its neighbours
