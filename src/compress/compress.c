@@ -201,7 +201,7 @@ int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len
     if (c->ops->id != HS_CODEC_NONE || c->residual)
         return hs__err(HS_EINVAL, "compressor %s: its messages are not the values themselves",
                        c->name);
-    int err = check_codec(c, p, len);
+    int err = hs__ccheck_codec(c, p, len);
     if (err == 0) err = hs__dense_check(c, p, len);
     if (err == 0) *values = p + HS__CHDR;
     return err;

@@ -446,7 +446,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
             n->have_ck |= n->ck.state != NULL;
             n->restart = 0;
             n->jt.wait = n_wait;
-            if ((err = publish_snapshot(n, r)) < 0) return err;
+            if ((err = publish(n, r, MODEL)) < 0) return err;
         }
         /* Every peer that waited computes the same first round, hence the same end; joiners
          * arriving from now on learn it from the snapshot, published again at once. */
