@@ -178,7 +178,9 @@ static __global__ void avgpool_grad_kernel(const float *dy, int hw, int c, size_
 #define GN_AT(e) ((size_t)((e) / cpg) * c + (size_t)((e) % cpg))
 
 /* One block per (example, group): mean, then the squared deviations (two passes, as the CPU),
- * then y. */
+ * then y; kRelu rectifies y in the same pass (groupnorm_relu: one launch and one write of y
+ * where groupnorm and relu made two of each). */
+template <bool kRelu>
 static __global__ void gn_kernel(const float *x, int hw, int c, int groups, float eps,
                                  const float *gamma, const float *beta, float *y, float *mean,
                                  float *rstd) {
@@ -202,7 +204,8 @@ static __global__ void gn_kernel(const float *x, int hw, int c, int groups, floa
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         int ch = gi * cpg + (int)(e % cpg);
         size_t o = base + GN_AT(e);
-        y[o] = hs_ew_gn(x[o], m, rs, gamma[ch], beta[ch]);
+        float v = hs_ew_gn(x[o], m, rs, gamma[ch], beta[ch]);
+        y[o] = kRelu ? hs_ew_relu(v) : v;
     }
 }
 
@@ -273,6 +276,26 @@ static __global__ void shortcut_add_kernel(float *y, const float *x, hs_shortcut
     }
 }
 
+/* y = a + the shortcut of x (channels past x's: a alone), rectified when relu: every element of
+ * y once, where copy, shortcut_add and relu passed over it three times. y may alias a: each
+ * element is read and written by the same thread. */
+static __global__ void shortcut_sum_kernel(float *y, const float *a, const float *x,
+                                           hs_shortcut_geom s, int relu, size_t total) {
+    GRID_STRIDE(t, total) {
+        size_t r = t;
+        int ch = (int)(r % s.oc);
+        r /= s.oc;
+        int j = (int)(r % s.ow);
+        r /= s.ow;
+        int i = (int)(r % s.oh);
+        size_t b = r / s.oh;
+        float v = a[t];
+        if (ch < s.c)
+            v = v + x[((b * s.h + (size_t)i * s.stride) * s.w + (size_t)j * s.stride) * s.c + ch];
+        y[t] = relu ? hs_ew_relu(v) : v;
+    }
+}
+
 static __global__ void shortcut_grad_kernel(float *dx, const float *dy, hs_shortcut_geom s,
                                             size_t total) {
     GRID_STRIDE(t, total) {
@@ -340,7 +363,17 @@ cudaError_t hs__cuda_groupnorm(cudaStream_t st, const float *x, int n, int hw, i
                                float eps, const float *gamma, const float *beta, float *y,
                                float *mean, float *rstd) {
     unsigned blocks = (unsigned)n * (unsigned)groups;
-    gn_kernel<<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean, rstd);
+    gn_kernel<false><<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean,
+                                                      rstd);
+    return cudaGetLastError();
+}
+
+cudaError_t hs__cuda_groupnorm_relu(cudaStream_t st, const float *x, int n, int hw, int c,
+                                    int groups, float eps, const float *gamma, const float *beta,
+                                    float *y, float *mean, float *rstd) {
+    unsigned blocks = (unsigned)n * (unsigned)groups;
+    gn_kernel<true><<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean,
+                                                     rstd);
     return cudaGetLastError();
 }
 
@@ -362,6 +395,12 @@ cudaError_t hs__cuda_shortcut_add(cudaStream_t st, float *y, const float *x,
                                   const hs_shortcut_geom *s, int n) {
     size_t total = (size_t)n * s->oh * s->ow * s->c;
     LAUNCH_EW(shortcut_add_kernel, total, y, x, *s, total);
+}
+
+cudaError_t hs__cuda_shortcut_sum(cudaStream_t st, float *y, const float *a, const float *x,
+                                  const hs_shortcut_geom *s, int n, int relu) {
+    size_t total = (size_t)n * s->oh * s->ow * s->oc;
+    LAUNCH_EW(shortcut_sum_kernel, total, y, a, x, *s, relu, total);
 }
 
 cudaError_t hs__cuda_shortcut_grad(cudaStream_t st, float *dx, const float *dy,
