@@ -234,6 +234,15 @@ typedef struct hs_backend_ops {
      * Switches gemm to precision p (an hs_precision, checked by hs_backend_set_precision).
      * NULL: FP32 is the backend's only arithmetic. */
     int (*set_precision)(hs_backend *be, int p);
+
+    /* ---------------------------------------------------------- optional: fused backward
+     * groupnorm_grad of dy taken through the ReLU whose output y (the groupnorm_relu output)
+     * it is: the result of relu_grad(dy, y) then groupnorm_grad, without writing the masked
+     * dy (dy is left as it was). NULL: the model makes the two passes. */
+    int (*groupnorm_relu_grad)(hs_backend *be, const float *dy, const float *y, const float *x,
+                               int n, int hw, int c, int groups, const float *gamma,
+                               const float *mean, const float *rstd, float *dx, float *dgamma,
+                               float *dbeta);
 } hs_backend_ops;
 
 struct hs_backend {

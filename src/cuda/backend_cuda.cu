@@ -605,6 +605,13 @@ static int cu_shortcut_sum(hs_backend *be, float *y, const float *a, const float
                            const hs_shortcut_geom *sg, int n, int relu) {
     CU_ENQUEUE(hs__cuda_shortcut_sum(s->stream, y, a, x, sg, n, relu));
 }
+static int cu_groupnorm_relu_grad(hs_backend *be, const float *dy, const float *y, const float *x,
+                                  int n, int hw, int c, int groups, const float *gamma,
+                                  const float *mean, const float *rstd, float *dx, float *dgamma,
+                                  float *dbeta) {
+    CU_ENQUEUE(hs__cuda_groupnorm_relu_grad(s->stream, dy, y, x, n, hw, c, groups, gamma, mean,
+                                            rstd, dx, dgamma, dbeta));
+}
 
 /* ------------------------------------------------------------------ precision */
 
@@ -695,8 +702,9 @@ static const hs_backend_ops cuda_ops = {
     NULL,                   /* im2row: the model lowers with im2col */
     cu_groupnorm_relu,      /* groupnorm_relu */
     cu_shortcut_sum,        /* shortcut_sum */
-    /* --precision (gpuprec) */
+    /* --precision and the fused backward (gpuprec) */
     cu_set_precision,       /* set_precision */
+    cu_groupnorm_relu_grad, /* groupnorm_relu_grad */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {

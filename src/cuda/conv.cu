@@ -209,10 +209,19 @@ static __global__ void gn_kernel(const float *x, int hw, int c, int groups, floa
     }
 }
 
+/* The gradient reaching the GroupNorm's output at o: dy, or with y (kRelu) dy through the
+ * ReLU that rectified that output in place (groupnorm_relu_grad: the relu_grad pass folded
+ * into the reads of the two gradient kernels). */
+template <bool kRelu>
+static __device__ float gn_dy(const float *dy, const float *y, size_t o) {
+    return kRelu ? hs_ew_relu_grad(dy[o], y[o]) : dy[o];
+}
+
 /* Input gradient, one block per (example, group): the group's means of g = dy gamma and of
  * g xhat, then hs_ew_gn_grad per element. */
-static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw, int c,
-                                        int groups, const float *gamma, const float *mean,
+template <bool kRelu>
+static __global__ void gn_grad_x_kernel(const float *dy, const float *y, const float *x, int hw,
+                                        int c, int groups, const float *gamma, const float *mean,
                                         const float *rstd, float *dx) {
     __shared__ double sh[CONV_THREADS];
     const int cpg = c / groups, gi = (int)(blockIdx.x % groups);
@@ -223,7 +232,7 @@ static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw,
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         size_t o = base + GN_AT(e);
         float xhat = (x[o] - m) * r;
-        float gv = dy[o] * gamma[gi * cpg + (int)(e % cpg)];
+        float gv = gn_dy<kRelu>(dy, y, o) * gamma[gi * cpg + (int)(e % cpg)];
         a1 += gv;
         a2 += (double)gv * xhat;
     }
@@ -232,14 +241,16 @@ static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw,
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         size_t o = base + GN_AT(e);
         float xhat = (x[o] - m) * r;
-        dx[o] = hs_ew_gn_grad(dy[o] * gamma[gi * cpg + (int)(e % cpg)], xhat, r, m1, m2);
+        dx[o] = hs_ew_gn_grad(gn_dy<kRelu>(dy, y, o) * gamma[gi * cpg + (int)(e % cpg)], xhat, r,
+                              m1, m2);
     }
 }
 
 /* Parameter gradients, one block per channel: sums over every pixel of every example. */
-static __global__ void gn_grad_param_kernel(const float *dy, const float *x, int n, int hw, int c,
-                                            int groups, const float *mean, const float *rstd,
-                                            float *dgamma, float *dbeta) {
+template <bool kRelu>
+static __global__ void gn_grad_param_kernel(const float *dy, const float *y, const float *x, int n,
+                                            int hw, int c, int groups, const float *mean,
+                                            const float *rstd, float *dgamma, float *dbeta) {
     __shared__ double sh[CONV_THREADS];
     const int ch = (int)blockIdx.x, gi = ch / (c / groups);
     const size_t rows = (size_t)n * hw;
@@ -247,8 +258,9 @@ static __global__ void gn_grad_param_kernel(const float *dy, const float *x, int
     for (size_t q = threadIdx.x; q < rows; q += CONV_THREADS) {
         size_t b = q / hw, o = q * c + ch;
         float xhat = (x[o] - mean[b * groups + gi]) * rstd[b * groups + gi];
-        dg += (double)dy[o] * xhat;
-        db += dy[o];
+        float d = gn_dy<kRelu>(dy, y, o);
+        dg += (double)d * xhat;
+        db += d;
     }
     dg = block_sum(dg, sh);
     db = block_sum(db, sh);
@@ -377,18 +389,35 @@ cudaError_t hs__cuda_groupnorm_relu(cudaStream_t st, const float *x, int n, int 
     return cudaGetLastError();
 }
 
+/* groupnorm_grad, or with y non-NULL groupnorm_relu_grad. */
+template <bool kRelu>
+static cudaError_t gn_grad(cudaStream_t st, const float *dy, const float *y, const float *x,
+                           int n, int hw, int c, int groups, const float *gamma, const float *mean,
+                           const float *rstd, float *dx, float *dgamma, float *dbeta) {
+    unsigned blocks = (unsigned)n * (unsigned)groups;
+    gn_grad_x_kernel<kRelu><<<blocks, CONV_THREADS, 0, st>>>(dy, y, x, hw, c, groups, gamma, mean,
+                                                             rstd, dx);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    gn_grad_param_kernel<kRelu><<<(unsigned)c, CONV_THREADS, 0, st>>>(dy, y, x, n, hw, c, groups,
+                                                                       mean, rstd, dgamma, dbeta);
+    return cudaGetLastError();
+}
+
 cudaError_t hs__cuda_groupnorm_grad(cudaStream_t st, const float *dy, const float *x, int n,
                                     int hw, int c, int groups, const float *gamma,
                                     const float *mean, const float *rstd, float *dx,
                                     float *dgamma, float *dbeta) {
-    unsigned blocks = (unsigned)n * (unsigned)groups;
-    gn_grad_x_kernel<<<blocks, CONV_THREADS, 0, st>>>(dy, x, hw, c, groups, gamma, mean, rstd,
-                                                      dx);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    gn_grad_param_kernel<<<(unsigned)c, CONV_THREADS, 0, st>>>(dy, x, n, hw, c, groups, mean,
-                                                                rstd, dgamma, dbeta);
-    return cudaGetLastError();
+    return gn_grad<false>(st, dy, NULL, x, n, hw, c, groups, gamma, mean, rstd, dx, dgamma,
+                          dbeta);
+}
+
+cudaError_t hs__cuda_groupnorm_relu_grad(cudaStream_t st, const float *dy, const float *y,
+                                         const float *x, int n, int hw, int c, int groups,
+                                         const float *gamma, const float *mean,
+                                         const float *rstd, float *dx, float *dgamma,
+                                         float *dbeta) {
+    return gn_grad<true>(st, dy, y, x, n, hw, c, groups, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
 cudaError_t hs__cuda_shortcut_add(cudaStream_t st, float *y, const float *x,

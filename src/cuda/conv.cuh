@@ -39,5 +39,10 @@ cudaError_t hs__cuda_groupnorm_relu(cudaStream_t st, const float *x, int n, int 
                                     float *y, float *mean, float *rstd);
 cudaError_t hs__cuda_shortcut_sum(cudaStream_t st, float *y, const float *a, const float *x,
                                   const hs_shortcut_geom *s, int n, int relu);
+cudaError_t hs__cuda_groupnorm_relu_grad(cudaStream_t st, const float *dy, const float *y,
+                                         const float *x, int n, int hw, int c, int groups,
+                                         const float *gamma, const float *mean,
+                                         const float *rstd, float *dx, float *dgamma,
+                                         float *dbeta);
 
 #endif

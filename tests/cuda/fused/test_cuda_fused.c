@@ -3,7 +3,7 @@
  * Fused ops: groupnorm_relu must give the bits of the device's own groupnorm followed by relu
  * (the same kernel with the rectifier in its last pass) and agree with the CPU's
  * groupnorm_relu within GroupNorm's tolerance (its statistics are double sums in another
- * order); shortcut_sum, with and without the ReLU, in place (y == a) or not, must match the
+ * order); groupnorm_relu_grad likewise against relu_grad then groupnorm_grad; shortcut_sum, with and without the ReLU, in place (y == a) or not, must match the
  * CPU's bits, as must the three unfused ops it replaces.
  *
  * Precisions: a BF16 or TF32 GEMM must equal the FP32 GEMM of the inputs rounded to nearest
@@ -136,6 +136,66 @@ static void test_groupnorm_relu(void **state) {
     check_groupnorm_relu(3, 7 * 7, 16, 4, 10);
     check_groupnorm_relu(2, 1, 8, 8, 11);   /* one element per group */
     check_groupnorm_relu(1, 600, 6, 2, 12); /* more elements than a block's threads */
+}
+
+/* groupnorm_relu_grad: the device's relu_grad then groupnorm_grad, bit for bit, dy untouched;
+ * and the CPU's two ops within GroupNorm's gradient tolerance (test_cuda_conv's). */
+static void check_groupnorm_relu_grad(int n, int hw, int c, int groups, uint32_t seed) {
+    size_t nx = (size_t)n * hw * c, ns = (size_t)n * groups;
+    const float eps = 1e-5f;
+    float *x = random_host(nx, seed, 2.0f, 0.3f), *dy = random_host(nx, seed + 3, 1.0f, 0.0f);
+    float *gamma = random_host((size_t)c, seed + 1, 0.5f, 1.0f);
+    float *beta = random_host((size_t)c, seed + 2, 0.5f, 0.0f);
+    float *ry = host_f(nx), *rm = host_f(ns), *rr = host_f(ns), *rdy = host_f(nx);
+    float *rdx = host_f(nx), *rdg = host_f((size_t)c), *rdb = host_f((size_t)c);
+    assert_int_equal(
+        cpu->ops->groupnorm_relu(cpu, x, n, hw, c, groups, eps, gamma, beta, ry, rm, rr), 0);
+    assert_int_equal(cpu->ops->relu_grad(cpu, rdy, dy, ry, nx), 0);
+    assert_int_equal(cpu->ops->groupnorm_grad(cpu, rdy, x, n, hw, c, groups, gamma, rm, rr, rdx,
+                                              rdg, rdb), 0);
+    assert_non_null(dev->ops->groupnorm_relu_grad);
+    float *dx_ = dev_copy(x, nx), *ddy = dev_copy(dy, nx), *dg = dev_copy(gamma, (size_t)c);
+    float *db = dev_copy(beta, (size_t)c), *y = dev_nan(nx), *m = dev_nan(ns), *r = dev_nan(ns);
+    float *out[2][3], *got[2][3];
+    size_t len[3] = {nx, (size_t)c, (size_t)c};
+    assert_int_equal(dev->ops->groupnorm_relu(dev, dx_, n, hw, c, groups, eps, dg, db, y, m, r), 0);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++) out[f][i] = dev_nan(len[i]);
+    assert_int_equal(dev->ops->groupnorm_relu_grad(dev, ddy, y, dx_, n, hw, c, groups, dg, m, r,
+                                                   out[0][0], out[0][1], out[0][2]), 0);
+    float *dy_after = fetch_f(ddy, nx);
+    expect_bits("groupnorm_relu_grad leaves dy", dy_after, dy, nx);
+    assert_int_equal(dev->ops->relu_grad(dev, ddy, ddy, y, nx), 0);
+    assert_int_equal(dev->ops->groupnorm_grad(dev, ddy, dx_, n, hw, c, groups, dg, m, r,
+                                              out[1][0], out[1][1], out[1][2]), 0);
+    static const char *const name[3] = {"dx", "dgamma", "dbeta"};
+    const float *ref[3] = {rdx, rdg, rdb};
+    for (int i = 0; i < 3; i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "groupnorm_relu_grad %s vs relu_grad + groupnorm_grad",
+                 name[i]);
+        got[0][i] = fetch_f(out[0][i], len[i]);
+        got[1][i] = fetch_f(out[1][i], len[i]);
+        expect_bits(what, got[0][i], got[1][i], len[i]);
+        size_t bad = 0;
+        for (size_t j = 0; j < len[i]; j++)
+            bad += !(fabsf(got[0][i][j] - ref[i][j]) <= (i ? 1e-4f : 2e-5f) +
+                                                          (i ? 1e-5f : 1e-4f) * fabsf(ref[i][j]));
+        if (bad) print_error("groupnorm_relu_grad %s: %zu values off the CPU's\n", name[i], bad);
+        assert_int_equal(bad, 0);
+        free(got[0][i]), free(got[1][i]);
+        hs_be_free(dev, out[0][i]), hs_be_free(dev, out[1][i]);
+    }
+    free(x), free(dy), free(gamma), free(beta), free(ry), free(rm), free(rr), free(rdy);
+    free(rdx), free(rdg), free(rdb), free(dy_after);
+    float *bufs[] = {dx_, ddy, dg, db, y, m, r};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hs_be_free(dev, bufs[i]);
+}
+
+static void test_groupnorm_relu_grad(void **state) {
+    (void)state;
+    check_groupnorm_relu_grad(3, 7 * 7, 16, 4, 20);
+    check_groupnorm_relu_grad(1, 600, 6, 2, 21);
 }
 
 /* ------------------------------------------------------------------ shortcut_sum */
@@ -383,7 +443,8 @@ int main(int argc, char **argv) {
     emulated = strstr(dev->description, "EMULATED") != NULL;
     printf("# %s against %s\n", dev->description, cpu->description);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_groupnorm_relu),  cmocka_unit_test(test_shortcut_sum),
+        cmocka_unit_test(test_groupnorm_relu),  cmocka_unit_test(test_groupnorm_relu_grad),
+        cmocka_unit_test(test_shortcut_sum),
         cmocka_unit_test(test_round_reference), cmocka_unit_test(test_gemm_precision),
         cmocka_unit_test(test_precision_switch), cmocka_unit_test(test_loss_curves),
     };
