@@ -36,22 +36,38 @@ template <typename Out, int kPrec> static __device__ Out lowp_value(float x) {
     else return hs_cw_f32_from_bf16(hs_cw_bf16_from_f32(x));
 }
 
-/* dst (rows x cols, dense) = the rounded rows x cols matrix src of row stride ld. */
+/* One GEMM operand: the stored rows x cols matrix src of row stride ld, and where its dense
+ * rounded copy goes. */
+typedef struct lowp_mat {
+    const float *src;
+    int rows, cols, ld;
+    void *dst;
+} lowp_mat;
+
 template <typename Out, int kPrec>
-static __global__ void operand_kernel(const float *src, int rows, int cols, int ld, Out *dst) {
-    size_t total = (size_t)rows * (size_t)cols;
+static __device__ void round_at(const lowp_mat &m, size_t i) {
+    size_t cols = (size_t)m.cols;
+    ((Out *)m.dst)[i] = lowp_value<Out, kPrec>(m.src[(i / cols) * (size_t)m.ld + i % cols]);
+}
+
+/* Both operands in one launch (a GEMM's rounding costs one launch, not two): elements below
+ * a's size are a's, the rest b's. */
+template <typename Out, int kPrec>
+static __global__ void operands_kernel(lowp_mat a, lowp_mat b) {
+    size_t na = (size_t)a.rows * (size_t)a.cols, total = na + (size_t)b.rows * (size_t)b.cols;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)blockDim.x * gridDim.x)
-        dst[i] = lowp_value<Out, kPrec>(src[(i / (size_t)cols) * (size_t)ld + i % (size_t)cols]);
+         i += (size_t)blockDim.x * gridDim.x) {
+        if (i < na) round_at<Out, kPrec>(a, i);
+        else round_at<Out, kPrec>(b, i - na);
+    }
 }
 
 template <typename Out, int kPrec>
-static cudaError_t operand(cudaStream_t st, const float *src, int rows, int cols, int ld,
-                           Out *dst) {
-    size_t total = (size_t)rows * (size_t)cols;
-    size_t b = (total + LOWP_THREADS - 1) / LOWP_THREADS;
-    unsigned grid = b < LOWP_MAX_BLOCKS ? (unsigned)b : LOWP_MAX_BLOCKS;
-    operand_kernel<Out, kPrec><<<grid, LOWP_THREADS, 0, st>>>(src, rows, cols, ld, dst);
+static cudaError_t operands(cudaStream_t st, const lowp_mat &a, const lowp_mat &b) {
+    size_t total = (size_t)a.rows * (size_t)a.cols + (size_t)b.rows * (size_t)b.cols;
+    size_t blocks = (total + LOWP_THREADS - 1) / LOWP_THREADS;
+    unsigned grid = blocks < LOWP_MAX_BLOCKS ? (unsigned)blocks : LOWP_MAX_BLOCKS;
+    operands_kernel<Out, kPrec><<<grid, LOWP_THREADS, 0, st>>>(a, b);
     return cudaGetLastError();
 }
 
@@ -70,16 +86,14 @@ size_t hs__cuda_lowp_scratch(int p, int m, int n, int k) {
            align256(elem_bytes() * (size_t)k * (size_t)n);
 }
 
-/* Rounds the stored matrix (rows x cols, row stride ld) into dst, dense. */
-static cudaError_t round_operand(cudaStream_t st, int p, const float *src, int rows, int cols,
-                                 int ld, void *dst) {
+/* Rounds both operands into their dense copies. */
+static cudaError_t round_operands(cudaStream_t st, int p, const lowp_mat &a, const lowp_mat &b) {
 #if LOWP_EMULATED
-    if (p == HS_PRECISION_TF32)
-        return operand<float, HS_PRECISION_TF32>(st, src, rows, cols, ld, (float *)dst);
-    return operand<float, HS_PRECISION_BF16>(st, src, rows, cols, ld, (float *)dst);
+    if (p == HS_PRECISION_TF32) return operands<float, HS_PRECISION_TF32>(st, a, b);
+    return operands<float, HS_PRECISION_BF16>(st, a, b);
 #else
     (void)p;
-    return operand<uint16_t, HS_PRECISION_BF16>(st, src, rows, cols, ld, (uint16_t *)dst);
+    return operands<uint16_t, HS_PRECISION_BF16>(st, a, b);
 #endif
 }
 
@@ -91,10 +105,10 @@ int hs__cuda_gemm_lowp(cublasHandle_t h, cudaStream_t st, int p, int ta, int tb,
     int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     void *ra = scratch;
     void *rb = (char *)scratch + align256(elem_bytes() * (size_t)m * (size_t)k);
-    f->call = "lowp operand kernel";
+    f->call = "lowp operands kernel";
     f->blas = CUBLAS_STATUS_SUCCESS;
-    if ((f->cuda = round_operand(st, p, a, ar, ac, lda, ra)) != cudaSuccess ||
-        (f->cuda = round_operand(st, p, b, br, bc, ldb, rb)) != cudaSuccess)
+    if ((f->cuda = round_operands(st, p, lowp_mat{a, ar, ac, lda, ra},
+                                  lowp_mat{b, br, bc, ldb, rb})) != cudaSuccess)
         return -1;
     /* Row-major as column-major, operands swapped: see cu_gemm in backend_cuda.cu. */
     cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
