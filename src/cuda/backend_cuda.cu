@@ -6,8 +6,8 @@
  * Threading: a backend is used by one thread at a time (tensor.h), but not always the thread
  * that opened it, so every op first makes the backend's device current on the calling thread.
  * Ordering: all work goes to one stream in the backend's state. Uploads, downloads, dot,
- * softmax_xent and xent_read (which touch host memory) wait for that stream; the other ops return once
- * enqueued, and any error of theirs surfaces at the next op that waits. A training step
+ * softmax_xent and xent_read (which touch host memory) wait for that stream; the other ops
+ * return once enqueued, and any error of theirs surfaces at the next op that waits. A training step
  * therefore waits for nothing: its loss goes to softmax_xent_acc's device totals, which the
  * trainer reads (one small copy into page-locked memory, one wait) only at a progress line,
  * an evaluation or a round's end, where x or a value is copied back anyway. */

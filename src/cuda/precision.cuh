@@ -7,7 +7,10 @@
  * (no nvcc: ../shared/tools/cuda-emu, whose cuBLAS is OpenBLAS's cblas_sgemm, with neither
  * GemmEx nor tensor cores) the operands are rounded to BF16, or to TF32's 10-bit mantissa,
  * and widened back to FP32 for the FP32 GEMM: the same products of the same rounded inputs,
- * summed in FP32, so the arithmetic of both precisions is emulated, not skipped. */
+ * summed in FP32, so the arithmetic of both precisions is emulated, not skipped. So the
+ * emulator checks the operand kernel's indexing and rounding; the BF16-output instantiation
+ * of that kernel, the cublasGemmEx call and TF32's math mode run only on a GPU, where
+ * tests/cuda/fused checks them against the same references (HEARSAY_REQUIRE_CUDA=1). */
 #ifndef HS_CUDA_PRECISION_CUH
 #define HS_CUDA_PRECISION_CUH
 

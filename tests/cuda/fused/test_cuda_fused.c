@@ -3,8 +3,9 @@
  * Fused ops: groupnorm_relu must give the bits of the device's own groupnorm followed by relu
  * (the same kernel with the rectifier in its last pass) and agree with the CPU's
  * groupnorm_relu within GroupNorm's tolerance (its statistics are double sums in another
- * order); groupnorm_relu_grad likewise against relu_grad then groupnorm_grad; shortcut_sum, with and without the ReLU, in place (y == a) or not, must match the
- * CPU's bits, as must the three unfused ops it replaces.
+ * order); groupnorm_relu_grad likewise against relu_grad then groupnorm_grad; shortcut_sum,
+ * with and without the ReLU, in place (y == a) or not, must match the CPU's bits, as must the
+ * three unfused ops it replaces.
  *
  * Precisions: a BF16 or TF32 GEMM must equal the FP32 GEMM of the inputs rounded to nearest
  * even at 8 (BF16) or 11 (TF32) significant bits, within FP32 summation error, and differ from
@@ -112,7 +113,8 @@ static void check_groupnorm_relu(int n, int hw, int c, int groups, uint32_t seed
     for (size_t i = 0; i < ns; i++)
         bad += !(fabsf(gm[i] - rm[i]) <= 1e-6f * (1 + fabsf(rm[i])) &&
                  fabsf(gr[i] - rr[i]) <= 1e-6f + 1e-6f * fabsf(rr[i]));
-    if (bad) print_error("groupnorm_relu n=%d hw=%d c=%d: %zu values off the CPU's\n", n, hw, c, bad);
+    if (bad)
+        print_error("groupnorm_relu n=%d hw=%d c=%d: %zu values off the CPU's\n", n, hw, c, bad);
     assert_int_equal(bad, 0);
     assert_true(zeros > 0 && zeros < nx); /* the rectifier did something, not everything */
     free(x), free(gamma), free(beta), free(ry), free(rm), free(rr);
@@ -373,7 +375,8 @@ static void train_curve(hs_precision p, const float *templ, long steps, double *
         assert_int_equal(hs_model_grad(m, x, y, CURVE_BATCH, &st), 0);
         assert_int_equal(hs_optim_step(o, hs_model_params(m), hs_model_grads(m), t, NULL), 0);
         loss[t] = st.loss;
-        if (getenv("HS_CURVE_PRINT")) printf("# %s step %ld loss %.5f\n", hs_precision_name(p), t, st.loss);
+        if (getenv("HS_CURVE_PRINT")) /* the whole curve, for a plot */
+            printf("# %s step %ld loss %.5f\n", hs_precision_name(p), t, st.loss);
     }
     hs_optim_free(o);
     hs_model_free(m);

@@ -34,7 +34,8 @@ expect() {
 }
 
 for cmd in train sim; do
-    expect 2 "unknown precision 'fp16' (expected fp32, tf32 or bf16)" $cmd --precision fp16 "${data[@]}"
+    expect 2 "unknown precision 'fp16' (expected fp32, tf32 or bf16)" $cmd --precision fp16 \
+        "${data[@]}"
     expect 2 "--precision bf16 needs --device cuda" $cmd --precision bf16 "${data[@]}"
     expect 2 "--precision tf32 needs --device cuda" $cmd --device cpu --precision tf32 "${data[@]}"
     expect 0 "--precision P" $cmd --help
