@@ -68,6 +68,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {"threads", RO_THREADS, "N", "CPU threads; above 1, each batch is split into N parts "
                                "computed at once (default: 1)"},
     {"device", RO_DEVICE, "D", "cpu, cuda or cuda:N, the CUDA device numbered N (default: cpu)"},
+    {"precision", RO_PRECISION, "P", HS_PRECISION_HELP},
     {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE ({id}: the peer id, for run)"},
     {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},
     {"quiet", RO_QUIET, NULL, "print only the final summary"},
@@ -135,6 +136,8 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_DEVICE:
         return hs_device_parse_id(v, &o->device, &o->device_id) < 0 ? usage_from_error("--device")
                                                                     : 0;
+    case RO_PRECISION:
+        return hs_precision_parse(v, &o->precision) < 0 ? usage_from_error("--precision") : 0;
     case RO_ALGO: return hs_algo_kind_parse(v, &o->algo.kind) < 0 ? usage_from_error("--algo") : 0;
     case RO_COMPRESS:
         if (strlen(v) >= sizeof(o->compress))
@@ -361,13 +364,23 @@ int hs__runopts_slowdown(const char *s, int n, double *out) {
 }
 
 
-int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
-    hs_backend_cfg bcfg = {o->threads, o->device_id};
-    if (hs_backend_open(be, o->device, &bcfg) < 0) {
+int hs__cli_open_backend(hs_device device, int device_id, int threads, hs_precision p,
+                         hs_backend **be) {
+    hs_backend_cfg bcfg = {threads, device_id};
+    *be = NULL;
+    if (hs_backend_open(be, device, &bcfg) < 0 || hs_backend_set_precision(*be, p) < 0) {
         fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
+        hs_backend_close(*be);
+        *be = NULL;
         return -HS_EXIT_USAGE;
     }
-    int rc = hs__runopts_load_data(o, train, test);
+    return 0;
+}
+
+int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
+    int rc = hs__cli_open_backend(o->device, o->device_id, o->threads, o->precision, be);
+    if (rc < 0) return rc;
+    rc = hs__runopts_load_data(o, train, test);
     if (rc < 0) {
         hs_backend_close(*be);
         *be = NULL;
