@@ -85,6 +85,9 @@ typedef struct hs_algo_cfg {
     double gap;           /* spectral gap 1 - |lambda_2| of the mixing matrix when known (hs_sim
                              from its topology, a peer from its topology spec at the job's size),
                              else 0; shown with the automatic gamma_c, which does not use it */
+    int max_degree;       /* most neighbours of any peer when the topology is known (set with
+                             the gap), else 0: a ring's (<= 2) scales the automatic gamma_c
+                             (hs_algo_scale_gamma_c) */
     int staleness;        /* SGP: wait for messages older than this many rounds from peers
                              that keep up (0: never wait); stragglers are never waited for */
     int recv_timeout_ms;  /* how long a synchronous round waits for a neighbour */
@@ -100,11 +103,18 @@ void hs_algo_cfg_default(hs_algo_cfg *cfg);
 /* The automatic CHOCO and BEER consensus step for a compressor of worst-case contraction delta
  * (hs_compressor_delta, in (0, 1]) that keeps 1 - ||C(v) - v||^2 / ||v||^2 = delta_probe of a
  * bell-shaped probe vector v: gamma_c = delta_e / (2 - delta_e) with delta_e =
- * sqrt(delta max(delta, delta_probe)), in (0, 1], increasing in both. It does not depend on the
- * topology: the measured stable steps do not grow with the spectral gap (docs/RESULTS.md, "CHOCO
- * consensus step"; src/algo/step.c says why), so every peer computes the same float whether or
- * not it knows the job's size. */
+ * sqrt(delta max(delta, delta_probe)), in (0, 1], increasing in both. It does not use the
+ * spectral gap: the measured stable steps do not grow with it (docs/RESULTS.md, "CHOCO consensus
+ * step"; src/algo/step.c says why). The one topology input, the degree, is applied on top by
+ * hs_algo_scale_gamma_c. */
 float hs_algo_default_gamma_c(double delta, double delta_probe);
+
+/* The automatic step gamma_c (hs_algo_default_gamma_c) on a topology whose busiest peer has
+ * max_degree neighbours (0: not known): 1.5 gamma_c, at most 1, for at most 2 (a ring), whose
+ * measured limits are 2.6-3.1x the rule for top-k and random-k, 1.9-2.1x for sign and QSGD;
+ * gamma_c otherwise (the densest graphs set the rule). Every peer of a job given the same
+ * topology and size computes the same float. */
+float hs_algo_scale_gamma_c(float gamma_c, int max_degree);
 
 /* The automatic step of compressor c (at its own d): probes c with a fixed seeded vector and
  * applies hs_algo_default_gamma_c. The same float on every machine for the same compressor spec,
