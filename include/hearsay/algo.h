@@ -110,10 +110,11 @@ void hs_algo_cfg_default(hs_algo_cfg *cfg);
 float hs_algo_default_gamma_c(double delta, double delta_probe);
 
 /* The automatic step gamma_c (hs_algo_default_gamma_c) on a topology whose busiest peer has
- * max_degree neighbours (0: not known): 1.5 gamma_c, at most 1, for at most 2 (a ring), whose
- * measured limits are 2.6-3.1x the rule for top-k and random-k, 1.9-2.1x for sign and QSGD;
- * gamma_c otherwise (the densest graphs set the rule). Every peer of a job given the same
- * topology and size computes the same float. */
+ * max_degree neighbours (0: not known): for at most 2 (a ring) 1.5 gamma_c, at most 0.15 and
+ * never below gamma_c (the ring limits of top-k and random-k, whose steps are small, are
+ * 2.6-3.1x the rule; those of sign and QSGD, above 0.15, only 1.3-2.1x); gamma_c otherwise (the
+ * densest graphs set the rule). Every peer of a job given the same topology and size computes
+ * the same float. */
 float hs_algo_scale_gamma_c(float gamma_c, int max_degree);
 
 /* The automatic step of compressor c (at its own d): probes c with a fixed seeded vector and

@@ -178,7 +178,7 @@ static const cell cells[] = {
     {"complete", 16, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
     {"ring", 8, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000}, /* CHOCO's default compressor */
     {"complete", 16, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000},
-    {"ring", 8, "qsgd:16", HS_ALGO_CHOCO, 1000}, /* the thinnest ring margins: sign and QSGD */
+    {"ring", 16, "topk:0.1", HS_ALGO_CHOCO, 0}, /* the ring's cap, 0.15 */
     {"ring", 16, "topk:0.01", HS_ALGO_BEER, 0},
     {"complete", 8, "topk:0.1", HS_ALGO_BEER, 0},
 };
@@ -269,14 +269,16 @@ static void test_rule(void **state) {
     assert_int_equal(hs_algo_auto_gamma_c(c, &g1, &dp), 0);
     assert_true(g1 >= (float)(0.01 / 1.99) && g1 < 0.0056f);
     hs_compressor_free(c);
-    /* The degree: 1.5x on graphs of at most 2 neighbours a peer, never above 1, else as is. */
+    /* The degree: 1.5x on graphs of at most 2 neighbours a peer up to 0.15, never below the
+     * rule, else as is. */
     assert_true(hs_algo_scale_gamma_c(0.06f, 2) == 0.06f * 1.5f);
     assert_true(hs_algo_scale_gamma_c(0.06f, 1) == 0.06f * 1.5f);
     assert_true(hs_algo_scale_gamma_c(0.06f, 0) == 0.06f);
     assert_true(hs_algo_scale_gamma_c(0.06f, 3) == 0.06f);
     assert_true(hs_algo_scale_gamma_c(0.06f, 63) == 0.06f);
-    assert_true(hs_algo_scale_gamma_c(0.9f, 2) == 1.0f);
-    assert_true(hs_algo_scale_gamma_c(1.0f, 0) == 1.0f);
+    assert_true(hs_algo_scale_gamma_c(0.12f, 2) == 0.15f);
+    assert_true(hs_algo_scale_gamma_c(0.2f, 2) == 0.2f);
+    assert_true(hs_algo_scale_gamma_c(1.0f, 2) == 1.0f);
     /* hs_algo_new: gamma_c 0 is the automatic step of its own compressor, scaled by the degree
      * of the topology set in the configuration; a given one stays. */
     const char *specs[] = {"topk:0.01", "sign", "qsgd:16", "topk:0.1"};
@@ -299,7 +301,8 @@ static void test_rule(void **state) {
             assert_int_equal(hs_algo_cfg_set_topology(&cfg, tp), 0);
             assert_int_equal(cfg.max_degree, t == 0 ? 2 : t == 1 ? 15 : 4);
             assert_int_equal(hs_algo_new(&a, &cfg, 3, 1000, x), 0);
-            assert_true(hs_algo_gamma_c(a) == (t == 0 ? g1 * 1.5f : g1));
+            assert_true(hs_algo_gamma_c(a) == (t == 0 ? hs_algo_scale_gamma_c(g1, 2) : g1));
+            if (t == 0 && g1 < 0.1f) assert_true(hs_algo_gamma_c(a) == g1 * 1.5f);
             hs_algo_free(a);
             hs_topo_free(tp);
         }
