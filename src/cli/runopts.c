@@ -58,7 +58,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
      "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: local)"},
+     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with its default"
+     HELP_PAD "compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -121,6 +122,7 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
+        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -237,6 +239,12 @@ int hs__runopts_finish(hs_runopts *o) {
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
+    /* Quasi-global momentum only where it was measured to train and stay bounded: the
+     * algorithm's own compressor (with top-1% it diverged). */
+    if (!o->momentum_kind_set && hs_algo_kind_default_qg(o->algo.kind) &&
+        o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f && !o->outer.on &&
+        !strcmp(o->compress, hs_algo_kind_default_compress(o->algo.kind)))
+        o->optim.momentum_kind = HS_MOMENTUM_QG;
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         /* The paper covers a mixing step that keeps the average of the models; SGP steps
          * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
