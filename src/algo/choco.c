@@ -129,8 +129,8 @@ const hs__algo_ops hs__algo_choco = {
     .default_topology = "ring",
     .needs_replicas = 1,
     .qg_momentum = 1,
-    /* With its default compressor: 1.5-2.2 points (mean) and 2.5 (worst peer) above local
-     * momentum on Dirichlet(0.5) shards, 0.4-0.55 below on IID ones; with top-1% it made the
+    /* With its default compressor: 0.5-1.5 points (mean) and 1.0-2.5 (worst peer) above local
+     * momentum on Dirichlet(0.5) shards, 0.1-0.55 below on IID ones; with top-1% it made the
      * 5,000-round run of test_choco_defaults.sh diverge (docs/RESULTS.md, "Defaults that train,
      * part 2"). */
     .default_qg = 1,
