@@ -122,9 +122,10 @@ const hs__algo_ops hs__algo_choco = {
     .synchronous = 1,
     .fixed_neighbours = 1,
     .uses_gamma_c = 1,
-    /* Top-5% with fp16 values: 1/26.5 of D-PSGD's bytes (the issue's budget is 1/25); at the
-     * automatic step on a ring (0.09) 0.2-0.45 points above top-3% fp16 on IID shards and
-     * 2.3-3.8 on Dirichlet(0.5) (issue 19, docs/RESULTS.md, "Defaults that train, part 2"). */
+    /* Top-5% with fp16 values: 1/26.6 of D-PSGD's bytes (the issue's budget is 1/25); at the
+     * automatic step on a ring (0.09), with local momentum, 0.36-0.48 points above the old
+     * default (top-3% fp16 at 0.0375) on IID shards and 2.3 (mean) / 3.8 (worst peer) on
+     * Dirichlet(0.5) (issue 19, docs/RESULTS.md, "Defaults that train, part 2"). */
     .default_compress = "topk:0.05:fp16",
     .default_topology = "ring",
     .needs_replicas = 1,

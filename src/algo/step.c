@@ -33,7 +33,7 @@
  *   2 neighbours) takes 1.5x it, up to 0.15. Measured ring limits (8 and 64 peers, d = 1,000)
  *   are 2.6-3.1x the rule for top-k and unscaled random-k (a margin of 1.7 or more at 1.5x),
  *   whose steps are small; the quantizers' steps (sign, QSGD) are above the cap and keep the
- *   rule (their ring limits are only 1.3-2.1x it). Worth 0.2-0.5 points at the end of 5 epochs
+ *   rule (their ring limits are only 1.3-2.1x it). Worth 0.15-0.25 points at the end of 5 epochs
  *   on the default MLP's ring of 8 (docs/RESULTS.md, "Defaults that train, part 2"). The degree
  *   is a property of the topology spec and the job's size, known alike to every peer given the
  *   same options.

@@ -23,8 +23,9 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "ef:; dcd with a biased one (default: topk:0.05:fp16 for choco, topk:0.01 for beer,"
      HELP_PAD "qsgd:16 for dcd, none otherwise)"},
     {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
-                                 "compressor's contraction, 1.5x on a ring: 0.09 for "
-                                 "topk:0.05:fp16 there, 0.06 on denser graphs; printed at start)"},
+                                 "compressor's contraction, times 1.5 up to 0.15 on a ring: 0.09 "
+                                 "for topk:0.05:fp16 there, 0.06 on denser graphs; printed at "
+                                 "start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
