@@ -97,6 +97,11 @@ const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     return o && o->default_compress ? o->default_compress : "none";
 }
 
+int hs_algo_kind_default_qg(hs_algo_kind k) {
+    const hs__algo_ops *o = hs__algo_ops_of(k);
+    return o && o->default_qg;
+}
+
 int hs_algo_kind_default_staleness(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o ? o->default_staleness : 0;
@@ -137,9 +142,11 @@ int hs_algo_check_topology(hs_algo_kind k, int directed, int period, const char 
 int hs_algo_cfg_set_topology(hs_algo_cfg *cfg, const hs_topo *t) {
     hs_topo_report rep;
     cfg->gap = 0;
+    cfg->max_degree = 0;
     int err = hs_topo_check(t, hs_topo_n(t) > GAP_MAX_PEERS ? HS_TOPO_CHECK_NOGAP : 0, &rep);
     if (err < 0) return err;
     if (rep.gap_computed && rep.gap > 0 && rep.gap <= 1) cfg->gap = rep.gap;
+    cfg->max_degree = rep.in_max > rep.out_max ? rep.in_max : rep.out_max;
     return 0;
 }
 
@@ -201,10 +208,12 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
     if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
         double delta = hs_compressor_delta(a->comp), dp = 0;
         if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->tmp2, &dp)) < 0) goto fail;
-        a->cfg.gamma_c = hs_algo_default_gamma_c(delta, dp);
+        a->cfg.gamma_c =
+            hs_algo_scale_gamma_c(hs_algo_default_gamma_c(delta, dp), cfg->max_degree);
         /* The CLI prints the value once per process (hs__runopts_choco_step). */
-        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g)", ops->name,
-                (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp);
+        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g, degree %d)",
+                ops->name, (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp,
+                cfg->max_degree);
     }
     if (ops->priv_size && !(a->priv = calloc(1, ops->priv_size))) {
         err = hs__err(HS_ENOMEM, "%s: out of memory", ops->name);

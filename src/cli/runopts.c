@@ -20,11 +20,12 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
-     HELP_PAD "ef:; dcd with a biased one (default: topk:0.03:fp16 for choco, topk:0.01 for beer,"
+     HELP_PAD "ef:; dcd with a biased one (default: topk:0.05:fp16 for choco, topk:0.01 for beer,"
      HELP_PAD "qsgd:16 for dcd, none otherwise)"},
     {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
-                                 "compressor's contraction, 0.0375 for topk:0.03:fp16; printed "
-                                 "at start)"},
+                                 "compressor's contraction, times 1.5 up to 0.15 on a ring: 0.09 "
+                                 "for topk:0.05:fp16 there, 0.06 on denser graphs; printed at "
+                                 "start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
@@ -58,7 +59,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
      "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: local)"},
+     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with its default"
+     HELP_PAD "compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -122,6 +124,7 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
+        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -240,6 +243,12 @@ int hs__runopts_finish(hs_runopts *o) {
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
+    /* Quasi-global momentum only where it was measured to train and stay bounded: the
+     * algorithm's own compressor (with top-1% it diverged). */
+    if (!o->momentum_kind_set && hs_algo_kind_default_qg(o->algo.kind) &&
+        o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f && !o->outer.on &&
+        !strcmp(o->compress, hs_algo_kind_default_compress(o->algo.kind)))
+        o->optim.momentum_kind = HS_MOMENTUM_QG;
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         /* The paper covers a mixing step that keeps the average of the models; SGP steps
          * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
