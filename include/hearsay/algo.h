@@ -76,6 +76,10 @@ const char *hs_algo_kind_default_topology(hs_algo_kind k);
 /* The staleness algorithm k uses when none is given (1 for sgp, 0 for the others); the node API
  * and the CLI share it. */
 int hs_algo_kind_default_staleness(hs_algo_kind k);
+/* 1 when the CLI's default momentum kind for algorithm k is quasi-global momentum, provided the
+ * run uses k's default compressor, SGD with momentum and no outer step (choco: measured there;
+ * with top-1% it diverged); the node API leaves the optimizer to its caller. */
+int hs_algo_kind_default_qg(hs_algo_kind k);
 
 typedef struct hs_algo_cfg {
     hs_algo_kind kind;
@@ -85,6 +89,9 @@ typedef struct hs_algo_cfg {
     double gap;           /* spectral gap 1 - |lambda_2| of the mixing matrix when known (hs_sim
                              from its topology, a peer from its topology spec at the job's size),
                              else 0; shown with the automatic gamma_c, which does not use it */
+    int max_degree;       /* most neighbours of any peer when the topology is known (set with
+                             the gap), else 0: a ring's (<= 2) scales the automatic gamma_c
+                             (hs_algo_scale_gamma_c) */
     int staleness;        /* SGP: wait for messages older than this many rounds from peers
                              that keep up (0: never wait); stragglers are never waited for */
     int recv_timeout_ms;  /* how long a synchronous round waits for a neighbour */
@@ -100,11 +107,19 @@ void hs_algo_cfg_default(hs_algo_cfg *cfg);
 /* The automatic CHOCO and BEER consensus step for a compressor of worst-case contraction delta
  * (hs_compressor_delta, in (0, 1]) that keeps 1 - ||C(v) - v||^2 / ||v||^2 = delta_probe of a
  * bell-shaped probe vector v: gamma_c = delta_e / (2 - delta_e) with delta_e =
- * sqrt(delta max(delta, delta_probe)), in (0, 1], increasing in both. It does not depend on the
- * topology: the measured stable steps do not grow with the spectral gap (docs/RESULTS.md, "CHOCO
- * consensus step"; src/algo/step.c says why), so every peer computes the same float whether or
- * not it knows the job's size. */
+ * sqrt(delta max(delta, delta_probe)), in (0, 1], increasing in both. It does not use the
+ * spectral gap: the measured stable steps do not grow with it (docs/RESULTS.md, "CHOCO consensus
+ * step"; src/algo/step.c says why). The one topology input, the degree, is applied on top by
+ * hs_algo_scale_gamma_c. */
 float hs_algo_default_gamma_c(double delta, double delta_probe);
+
+/* The automatic step gamma_c (hs_algo_default_gamma_c) on a topology whose busiest peer has
+ * max_degree neighbours (0: not known): for at most 2 (a ring) 1.5 gamma_c, at most 0.15 and
+ * never below gamma_c (the ring limits of top-k and random-k, whose steps are small, are
+ * 2.6-3.1x the rule; those of sign and QSGD, above 0.15, only 1.3-2.1x); gamma_c otherwise (the
+ * densest graphs set the rule). Every peer of a job given the same topology and size computes
+ * the same float. */
+float hs_algo_scale_gamma_c(float gamma_c, int max_degree);
 
 /* The automatic step of compressor c (at its own d): probes c with a fixed seeded vector and
  * applies hs_algo_default_gamma_c. The same float on every machine for the same compressor spec,

@@ -128,6 +128,11 @@ typedef struct hs_net_config {
      * 4 MiB parts. Default (0): the larger of max_frame and 24 bytes per parameter (six float
      * vectors of the model); hard cap 64 GiB. */
     uint64_t max_message;
+    /* A resumed peer's checkpoint round, sent with its JOIN: a job that holds for its members
+     * (hold_members) starts at the highest round of the members that joined through the
+     * sequencer, so that a restarted job goes on from the newest checkpoint any of them holds
+     * (0: a new peer; ignored by a job that does not hold). */
+    uint64_t resume_round;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */
@@ -179,6 +184,11 @@ int hs_net_listen_port(const hs_net *net);
  * the round at which the join arrived; an application that never publishes one welcomes
  * joiners at once, without a snapshot. */
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot);
+/* As hs_net_publish_snapshot at round, but fallback (one reference taken) is not fresh for
+ * any joiner: WELCOMEs wait for a published one (hs_net_snapshot_wanted), and fallback goes only
+ * to those that waited past snapshot_timeout_ms. Drops the reference to the snapshot published
+ * before (a model's snapshot is as large as the model: kept, it is a standing copy of it). */
+int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback);
 /* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
  * should publish at its next safe point. */
 int hs_net_snapshot_wanted(hs_net *net);

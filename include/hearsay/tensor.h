@@ -89,7 +89,9 @@ typedef struct hs_backend_ops {
 
     /* Memory. alloc returns zeroed backend memory of `bytes` bytes (owned by the caller, freed
      * with free). upload/download/copy move bytes between host and backend memory or within
-     * the backend. All copies have completed when they return. */
+     * the backend. upload and download have completed when they return; copy (backend to
+     * backend memory) is ordered before every later op and may still be running on a device
+     * backend, which no caller can tell (the host sees backend memory only by download). */
     int (*alloc)(hs_backend *be, size_t bytes, void **out);
     void (*free)(hs_backend *be, void *p); /* accepts NULL */
     int (*upload)(hs_backend *be, void *dst, const void *src_host, size_t bytes);
@@ -232,6 +234,20 @@ typedef struct hs_backend_ops {
      * Compression primitives and the algorithms' per-round vector work on backend vectors
      * (src/tensor/gossip_ops.h). NULL: gossip works on a host copy of the vectors. */
     const struct hs_gossip_ops *gossip;
+
+    /* ---------------------------------------------------------- optional: GEMM precision
+     * Switches gemm to precision p (an hs_precision, checked by hs_backend_set_precision).
+     * NULL: FP32 is the backend's only arithmetic. */
+    int (*set_precision)(hs_backend *be, int p);
+
+    /* ---------------------------------------------------------- optional: fused backward
+     * groupnorm_grad of dy taken through the ReLU whose output y (the groupnorm_relu output)
+     * it is: the result of relu_grad(dy, y) then groupnorm_grad, without writing the masked
+     * dy (dy is left as it was). NULL: the model makes the two passes. */
+    int (*groupnorm_relu_grad)(hs_backend *be, const float *dy, const float *y, const float *x,
+                               int n, int hw, int c, int groups, const float *gamma,
+                               const float *mean, const float *rstd, float *dx, float *dgamma,
+                               float *dbeta);
 } hs_backend_ops;
 
 struct hs_backend {
@@ -244,10 +260,23 @@ struct hs_backend {
     char description[128]; /* "cpu (OpenBLAS 0.3.21, 2 threads)", "cuda (NVIDIA H100, sm_90)" */
 };
 
+/* The arithmetic of a backend's GEMMs (--precision; hs_backend_set_precision). Parameters,
+ * gradients, optimizer state and every other op stay FP32 whatever the choice: the flat FP32
+ * vector is what the algorithms see. FP32 is the only precision of the CPU backend. */
+typedef enum hs_precision {
+    HS_PRECISION_FP32 = 0, /* plain FP32 GEMM */
+    HS_PRECISION_TF32 = 1, /* CUDA: FP32 GEMM on the tensor cores (inputs rounded to TF32) */
+    HS_PRECISION_BF16 = 2, /* CUDA: GEMM inputs rounded to BF16, FP32 products and sums */
+} hs_precision;
+
 typedef struct hs_backend_cfg {
     int threads;   /* CPU: > 1 splits batches into lanes; <= 0 leaves OpenBLAS its default */
     int device_id; /* CUDA device ordinal */
 } hs_backend_cfg;
+
+/* Parses "fp32", "tf32" or "bf16"; HS_EINVAL with a message naming the text. */
+int hs_precision_parse(const char *s, hs_precision *out);
+const char *hs_precision_name(hs_precision p);
 
 /* Opens a backend. HS_ENODEV with a message when the device or the module is not there
  * ("--device cuda: no CUDA device found (cudaGetDeviceCount: ...)"); HS_ENOTSUP when this
@@ -256,6 +285,10 @@ int hs_backend_open(hs_backend **out, hs_device device, const hs_backend_cfg *cf
 
 /* Accepts NULL. */
 void hs_backend_close(hs_backend *be);
+
+/* Sets the precision of be's GEMMs from now on (a backend opens in FP32). HS_EINVAL with a
+ * message when the backend has no such arithmetic: the CPU backend has FP32 only. */
+int hs_backend_set_precision(hs_backend *be, hs_precision p);
 
 /* The highest CUDA device number "cuda:N" accepts. */
 #define HS_DEVICE_ID_MAX 1023

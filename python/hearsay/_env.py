@@ -14,9 +14,11 @@ gave always wins over one derived here. In order:
   names another port for every rank;
 - SLURM: SLURM_PROCID / SLURM_NTASKS.
 
-Without MASTER_ADDR the peers meet through a rendezvous file on a shared directory:
-$HEARSAY_RENDEZVOUS, or hearsay-JOB.addr in the working directory, JOB being the launcher's
-job id (the same in every task, new for the next job), which also names the run. The secret
+Without MASTER_ADDR, or when $HEARSAY_RENDEZVOUS is set (`hearsay launch -- COMMAND` sets it,
+so that the nodes join in rank order and peer ids equal ranks), the peers meet through a
+rendezvous file on a shared directory: $HEARSAY_RENDEZVOUS, or hearsay-JOB.addr in the working
+directory, JOB being the launcher's job id (the same in every task, new for the next job),
+which also names the run. The secret
 comes from $HEARSAY_SECRET_FILE when no security option was given, the metrics file from
 $HEARSAY_METRICS (`hearsay launch -- COMMAND` sets both)."""
 import ipaddress
@@ -104,7 +106,7 @@ def options(given: Mapping[str, object], env: Mapping[str, str]) -> Dict[str, st
     listen = _get(env, "HEARSAY_LISTEN")
     addr = _get(env, "MASTER_ADDR")
     port_s = _get(env, "HEARSAY_MASTER_PORT", "MASTER_PORT")
-    if addr and port_s:
+    if addr and port_s and not _get(env, "HEARSAY_RENDEZVOUS"):
         port = _int("MASTER_PORT", port_s, 1)
         if not _get(env, "HEARSAY_MASTER_PORT") and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             port += 1  # torchrun's own store listens on MASTER_PORT

@@ -97,6 +97,11 @@ const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     return o && o->default_compress ? o->default_compress : "none";
 }
 
+int hs_algo_kind_default_qg(hs_algo_kind k) {
+    const hs__algo_ops *o = hs__algo_ops_of(k);
+    return o && o->default_qg;
+}
+
 int hs_algo_kind_default_staleness(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o ? o->default_staleness : 0;
@@ -137,9 +142,11 @@ int hs_algo_check_topology(hs_algo_kind k, int directed, int period, const char 
 int hs_algo_cfg_set_topology(hs_algo_cfg *cfg, const hs_topo *t) {
     hs_topo_report rep;
     cfg->gap = 0;
+    cfg->max_degree = 0;
     int err = hs_topo_check(t, hs_topo_n(t) > GAP_MAX_PEERS ? HS_TOPO_CHECK_NOGAP : 0, &rep);
     if (err < 0) return err;
     if (rep.gap_computed && rep.gap > 0 && rep.gap <= 1) cfg->gap = rep.gap;
+    cfg->max_degree = rep.in_max > rep.out_max ? rep.in_max : rep.out_max;
     return 0;
 }
 
@@ -195,14 +202,18 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
         err = hs__err(HS_ENOMEM, "algorithm: out of memory for %zu parameters", d);
         goto fail;
     }
-    memcpy(a->own, x0, sizeof(float) * d);
+    /* Without replicas own is the algorithm's scratch, written before it is read (D-PSGD: x
+     * at a round's start): left untouched, a large one takes no memory until then. */
+    if (ops->needs_replicas) memcpy(a->own, x0, sizeof(float) * d);
     if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
         double delta = hs_compressor_delta(a->comp), dp = 0;
         if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->tmp2, &dp)) < 0) goto fail;
-        a->cfg.gamma_c = hs_algo_default_gamma_c(delta, dp);
+        a->cfg.gamma_c =
+            hs_algo_scale_gamma_c(hs_algo_default_gamma_c(delta, dp), cfg->max_degree);
         /* The CLI prints the value once per process (hs__runopts_choco_step). */
-        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g)", ops->name,
-                (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp);
+        HS_LOGD("%s: gamma_c %g (automatic: %s, delta %.4g, on a probe %.4g, degree %d)",
+                ops->name, (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp,
+                cfg->max_degree);
     }
     if (ops->priv_size && !(a->priv = calloc(1, ops->priv_size))) {
         err = hs__err(HS_ENOMEM, "%s: out of memory", ops->name);
@@ -232,7 +243,8 @@ void hs_algo_set_same_start(hs_algo *a, int same_start) {
 
 void hs_algo_reset_x(hs_algo *a, const float *x) {
     if (a->have_view) return;
-    memcpy(a->own, x, sizeof(float) * a->d); /* vectors past the first keep their zeros */
+    /* vectors past the first keep their zeros; own is a replica's start only with replicas */
+    if (a->ops->needs_replicas) memcpy(a->own, x, sizeof(float) * a->d);
     a->reps_dirty = 1;
     if (a->ops->reset_x) a->ops->reset_x(a, x);
 }
@@ -404,7 +416,7 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
 int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {
     hs_buf *b = NULL;
     int free_slot = -1;
-    for (int i = 0; i < 4 && !b; i++) {
+    for (int i = 0; i < 4 && !b && reserve <= HS__POOL_MAX_BYTES; i++) {
         if (!a->pool[i]) {
             if (free_slot < 0) free_slot = i;
         } else if (__atomic_load_n(&a->pool[i]->refs, __ATOMIC_ACQUIRE) == 1) {
@@ -416,7 +428,10 @@ int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {
     int err;
     if (!b) {
         if ((err = hs_buf_new(&b, reserve + 16)) < 0) return err;
-        if (free_slot >= 0) a->pool[free_slot] = hs_buf_ref(b);
+        /* A payload of a large model is not kept for the next round: kept, it would stay a
+         * copy of the model between rounds (when a checkpoint is written), for the price of
+         * its allocation once a round. */
+        if (free_slot >= 0 && reserve <= HS__POOL_MAX_BYTES) a->pool[free_slot] = hs_buf_ref(b);
     } else if ((err = hs_buf_reserve(b, reserve + 16)) < 0) {
         hs_buf_unref(b);
         return err;

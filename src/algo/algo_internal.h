@@ -58,6 +58,8 @@ typedef struct hs__algo_ops {
     int qg_momentum;         /* quasi-global momentum (Lin et al. 2021) applies: the mixing step
                                 averages models with a doubly stochastic W, so the round's change
                                 of x is a descent direction the buffer may keep */
+    int default_qg;          /* quasi-global momentum is the CLI's default with default_compress
+                                (and SGD with momentum, no outer step): measured there only */
     int drifts_with_compression; /* replicas drift with the compression error: the guard's
                                     advice on divergence is to compress less */
     int pub_vectors;         /* vectors of d floats in a replica (0 means 1): one per quantity
@@ -157,6 +159,8 @@ hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id);
  * decides what becomes of it (synchronous algorithms drop it; SGP keeps the share's mass). */
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload);
 
+/* Payloads larger than this are not kept in the pool once sent. */
+#define HS__POOL_MAX_BYTES ((size_t)16 << 20)
 /* A payload starting with `type`, with room for `reserve` more bytes; the caller owns one
  * reference. Buffers come from a small per-algorithm pool and are reused once every other
  * holder (the exchange's pending sends) has let go, so steady-state rounds allocate nothing. */
@@ -227,6 +231,8 @@ int hs__put_floats(hs_buf *b, const float *v, size_t n);
 int hs__get_u32(const uint8_t **p, const uint8_t *end, uint32_t *v);
 int hs__get_u64(const uint8_t **p, const uint8_t *end, uint64_t *v);
 int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v);
+/* Checks that n floats follow, all finite, and steps over them; *at (may be NULL): where. */
+int hs__skip_floats(const uint8_t **p, const uint8_t *end, size_t n, const uint8_t **at);
 /* Reads n floats, all finite, into dst (unchanged on error). */
 int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n);
 

@@ -51,7 +51,7 @@ int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v) {
     return 0;
 }
 
-int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n) {
+int hs__skip_floats(const uint8_t **p, const uint8_t *end, size_t n, const uint8_t **at) {
     int err = need(*p, end, sizeof(float) * n);
     if (err < 0) return err;
     for (size_t i = 0; i < n; i++) {
@@ -59,8 +59,27 @@ int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n) 
         memcpy(&f, *p + 4 * i, 4);
         if (!isfinite(f)) return hs__err(HS_EFORMAT, "algorithm state: value %zu is not finite", i);
     }
-    memcpy(dst, *p, sizeof(float) * n);
+    if (at) *at = *p;
     *p += sizeof(float) * n;
+    return 0;
+}
+
+int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n) {
+    const uint8_t *at;
+    int err = hs__skip_floats(p, end, n, &at);
+    if (err == 0) memcpy(dst, at, sizeof(float) * n);
+    return err;
+}
+
+/* own, or zeros where it is scratch (no replicas: algo.c), which a load checks and drops; so
+ * a loaded state saves to the same bytes. */
+static int put_own(const hs_algo *a, hs_buf *out) {
+    if (a->ops->needs_replicas) return hs__put_floats(out, a->own, a->dpub);
+    size_t n = sizeof(float) * a->dpub;
+    int err = hs_buf_reserve(out, out->len + n);
+    if (err < 0) return err;
+    memset(out->data + out->len, 0, n);
+    out->len += n;
     return 0;
 }
 
@@ -77,8 +96,7 @@ int hs_algo_save(const hs_algo *a, hs_buf *out) {
         (err = hs__put_u64(out, a->d)) < 0 || (err = hs__put_u32(out, cl)) < 0 ||
         (err = hs_buf_append(out, cn, cl)) < 0 || (err = hs__put_u64(out, a->epoch)) < 0 ||
         (err = hs__put_u32(out, (uint32_t)a->have_view)) < 0 ||
-        (err = hs__put_floats(out, a->own, a->dpub)) < 0 ||
-        (err = hs__put_u32(out, (uint32_t)a->n_nbrs)) < 0)
+        (err = put_own(a, out)) < 0 || (err = hs__put_u32(out, (uint32_t)a->n_nbrs)) < 0)
         return err;
     for (int i = 0; i < a->n_nbrs; i++) {
         const hs__nbr *n = &a->nbrs[i];
@@ -120,12 +138,16 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     p += cl;
     if ((err = hs__get_u64(&p, end, &epoch)) < 0 || (err = hs__get_u32(&p, end, &have_view)) < 0)
         return err;
-    /* Parse everything into new storage first, so a bad tail leaves the algorithm untouched. */
-    float *own = malloc(sizeof(float) * a->dpub);
+    /* Parse everything into new storage first, so a bad tail leaves the algorithm untouched.
+     * Without replicas own is scratch (algo.c): checked, not kept. */
+    float *own = NULL;
     hs__nbr *nbrs = NULL;
     uint32_t got = 0;
-    if (!own) return hs__err(HS_ENOMEM, "algorithm state: out of memory");
-    if ((err = hs__get_floats(&p, end, own, a->dpub)) < 0 || (err = hs__get_u32(&p, end, &nn)) < 0)
+    if (a->ops->needs_replicas && !(own = malloc(sizeof(float) * a->dpub)))
+        return hs__err(HS_ENOMEM, "algorithm state: out of memory");
+    if ((err = own ? hs__get_floats(&p, end, own, a->dpub)
+                   : hs__skip_floats(&p, end, a->dpub, NULL)) < 0 ||
+        (err = hs__get_u32(&p, end, &nn)) < 0)
         goto fail;
     if (nn > 1u << 16) {
         err = hs__err(HS_EFORMAT, "algorithm state: %u neighbours", nn);
@@ -171,10 +193,12 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     }
     for (int i = 0; i < a->n_nbrs; i++) free(a->nbrs[i].rep);
     free(a->nbrs);
-    free(a->own);
     a->nbrs = nbrs;
     a->n_nbrs = a->cap_nbrs = (int)nn;
-    a->own = own;
+    if (own) {
+        free(a->own);
+        a->own = own;
+    }
     a->epoch = epoch;
     a->have_view = (int)have_view;
     a->reps_dirty = 1;

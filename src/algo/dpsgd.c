@@ -8,7 +8,19 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "compress/codec.h"
 #include "core/error_internal.h"
+
+/* With a compressor whose message is x itself (none), the round's message is x_r: it is kept
+ * from begin to pull instead of a copy in a->own, and a neighbour's is read where it arrived. */
+typedef struct dpsgd_state {
+    hs_buf *sent; /* this round's message, while x_r is read from it */
+} dpsgd_state;
+
+static void dpsgd_fini(hs_algo *a) {
+    dpsgd_state *s = a->priv;
+    if (s) hs_buf_unref(s->sent);
+}
 
 /* D-PSGD mixes C(x_j) itself: a compressor whose error is a rounding (the casts: delta >= 1 -
  * 2^-16) only perturbs the model within its float precision, but one that drops or coarsens
@@ -33,21 +45,62 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
-    memcpy(a->own, x, sizeof(float) * a->d);
-    if (v.n_out == 0) return 0;
+    dpsgd_state *s = a->priv;
+    hs_buf_unref(s->sent);
+    s->sent = NULL;
+    const uint8_t *vals;
+    if (v.n_out == 0) {
+        memcpy(a->own, x, sizeof(float) * a->d);
+        return 0;
+    }
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;
     if ((err = hs_compress_encode(a->comp, x, a->d, a->self, r, msg)) < 0) goto out;
+    if (hs__compress_f32_values(a->comp, msg->data + 1, msg->len - 1, &vals) == 0)
+        s->sent = hs_buf_ref(msg);
+    else
+        memcpy(a->own, x, sizeof(float) * a->d);
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
 out:
     hs_buf_unref(msg);
     return err < 0 ? err : 0;
 }
 
+/* x_r: where the round's message holds it, or a->own. */
+static const uint8_t *sent_values(hs_algo *a) {
+    dpsgd_state *s = a->priv;
+    const uint8_t *vals = NULL;
+    if (s->sent) hs__compress_f32_values(a->comp, s->sent->data + 1, s->sent->len - 1, &vals);
+    return vals;
+}
+
+/* x += w (x_j - x_r) from the values where they are (unaligned, little-endian fp32), through
+ * a small block: the same operations as the in-place path, to the bit. Returns the sum of the
+ * term's squares. */
+static double mix_values(float *x, const uint8_t *xj, const uint8_t *xr, float w, size_t d) {
+    float t[1024], b[1024];
+    double sq = 0;
+    for (size_t k = 0; k < d; k += 1024) {
+        size_t n = d - k < 1024 ? d - k : 1024;
+        memcpy(t, xj + 4 * k, sizeof(float) * n);
+        memcpy(b, xr + 4 * k, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) t[i] = w * (t[i] - b[i]);
+        sq += hs__step_sq(x + k, t, 1.0f, n);
+    }
+    return sq;
+}
+
+enum { MIX_BUF, MIX_IN_PLACE, MIX_VALUES };
 typedef struct mix_ctx {
-    float *buf; /* receives C(x_j) */
+    float *buf; /* receives C(x_j), or (MIX_IN_PLACE) holds -x_r and receives C(x_j) - x_r */
     int used;
+    int mode;
+    /* MIX_VALUES: x += w (x_j - x_r) straight from the message; sq: the term's squares */
+    float *x;
+    const uint8_t *xr;
+    float w;
+    double sq;
 } mix_ctx;
 
 /* Only the message of the current round is mixed; older ones (from a round in which the
@@ -58,10 +111,61 @@ static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p,
     if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
         return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id, len ? p[0] : -1);
     if (c->used == -1) return 0; /* a stale round: drop */
-    memset(c->buf, 0, sizeof(float) * a->d);
+    if (c->mode == MIX_VALUES) {
+        const uint8_t *xj;
+        int err = hs__compress_f32_values(a->comp, p + 1, len - 1, &xj);
+        if (err < 0) return err;
+        c->sq = mix_values(c->x, xj, c->xr, c->w, a->d);
+        c->used = 1;
+        return 0;
+    }
+    if (c->mode == MIX_BUF) memset(c->buf, 0, sizeof(float) * a->d);
+    /* In place, -x_r + C(x_j) is C(x_j) - x_r to the bit (IEEE subtraction is the addition of
+     * the negation); on error the buffer is unchanged. */
     int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
     if (err == 0) c->used = 1;
     return err;
+}
+
+/* Receives neighbour id's message of round r into c (older rounds it still owes are taken
+ * without waiting and dropped): 1 when it came and decoded, 0 when it is missing. */
+static int recv_model(hs_algo *a, hs_exchange *ex, uint64_t r, uint32_t id, mix_ctx *c) {
+    hs__nbr *n = hs__algo_nbr(a, id);
+    mix_ctx stale = {c->buf, -1, MIX_BUF, NULL, NULL, 0, 0};
+    int err;
+    if (n->next_round < r && (err = hs__algo_catch_up(a, ex, n, r - 1, 0, apply_model, &stale)) < 0)
+        return err;
+    if (n->next_round < r) n->next_round = r;
+    int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, c);
+    if (got < 0) return got;
+    if (!got || !c->used) a->stats.missing++;
+    return got && c->used;
+}
+
+/* One neighbour (a pair, a path's end): x += w (x_j - x_r) from the two messages where they
+ * are (MIX_VALUES), or x_r's own storage becomes w (x_j - x_r), the term the general case
+ * accumulates; so the round needs no vector beyond x and x_r (a model of several GB mixes
+ * without scratch vectors). x_r is dead once the round is mixed: the next begin writes it
+ * again. Returns the sum of the term's squares. */
+static int pull_one(hs_algo *a, hs_exchange *ex, uint64_t r, const hs_nbr *nb, float *x,
+                    double *sq) {
+    size_t d = a->d;
+    const uint8_t *xr = sent_values(a);
+    if (xr) {
+        mix_ctx c = {NULL, 0, MIX_VALUES, x, xr, (float)nb->w, 0};
+        int got = recv_model(a, ex, r, nb->id, &c);
+        *sq = c.sq;
+        return got;
+    }
+    float *m = a->own;
+    mix_ctx c = {m, 0, MIX_IN_PLACE, NULL, NULL, 0, 0};
+    for (size_t k = 0; k < d; k++) m[k] = -m[k];
+    int got = recv_model(a, ex, r, nb->id, &c);
+    if (got <= 0) return got;
+    float w = (float)nb->w;
+    for (size_t k = 0; k < d; k++) m[k] = w * m[k];
+    *sq = hs__step_sq(x, m, 1.0f, d);
+    return 1;
 }
 
 static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
@@ -69,36 +173,38 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
     size_t d = a->d;
-    const float *xr = a->own;
-    float *acc = a->tmp, *xj = a->tmp2;
-    double wsum = 0;
-    memset(acc, 0, sizeof(float) * d);
+    double wsum = 0, sq = 0;
     a->stats.missing = 0;
-    /* In ascending id order, so every run (simulated or networked) sums in the same order. */
-    for (int i = 0; i < v.n_in; i++) {
-        hs__nbr *n = hs__algo_nbr(a, v.in[i].id);
-        /* Rounds this neighbour still owes from earlier are taken without waiting and dropped. */
-        mix_ctx stale = {xj, -1};
-        if (n->next_round < r &&
-            (err = hs__algo_catch_up(a, ex, n, r - 1, 0, apply_model, &stale)) < 0)
-            return err;
-        if (n->next_round < r) n->next_round = r;
-        mix_ctx c = {xj, 0};
-        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, apply_model, &c);
+    if (v.n_in == 1) {
+        int got = pull_one(a, ex, r, &v.in[0], x, &sq);
         if (got < 0) return got;
-        if (!got || !c.used) {
-            a->stats.missing++;
-            continue;
+        wsum = got ? v.in[0].w : 0;
+    } else {
+        const uint8_t *vals = sent_values(a);
+        if (vals) memcpy(a->own, vals, sizeof(float) * d); /* x_r for the sum below */
+        const float *xr = a->own;
+        float *acc = a->tmp, *xj = a->tmp2;
+        memset(acc, 0, sizeof(float) * d);
+        /* In ascending id order, so every run (simulated or networked) sums in the same order. */
+        for (int i = 0; i < v.n_in; i++) {
+            mix_ctx c = {xj, 0, MIX_BUF, NULL, NULL, 0, 0};
+            int got = recv_model(a, ex, r, v.in[i].id, &c);
+            if (got < 0) return got;
+            if (!got) continue;
+            hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
+            wsum += v.in[i].w;
         }
-        hs__acc_diff(acc, xj, xr, d, (float)v.in[i].w);
-        wsum += v.in[i].w;
+        /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r).
+         * Mixing differences rather than weighted values keeps the network average exact for
+         * any float weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j
+         * W_ij x_j would drift with the rounding of the weights' sum. A missing neighbour's
+         * weight stays on x_r. */
+        sq = hs__step_sq(x, acc, 1.0f, d);
     }
-    /* x_{r+1} = x_r + sum_j W_ij (x_j - x_r) + (x - x_r) = x + sum_j W_ij (x_j - x_r). Mixing
-     * differences rather than weighted values keeps the network average exact for any float
-     * weights w_ij = w_ji (the terms of an edge cancel), where W_ii x_r + sum_j W_ij x_j would
-     * drift with the rounding of the weights' sum. A missing neighbour's weight stays on x_r. */
-    double sq = hs__step_sq(x, acc, 1.0f, d);
     a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
+    dpsgd_state *s = a->priv;
+    hs_buf_unref(s->sent); /* sent or not, the round is mixed */
+    s->sent = NULL;
     return 0;
 }
 
@@ -109,7 +215,9 @@ const hs__algo_ops hs__algo_dpsgd = {
     .default_topology = "ring",
     .needs_replicas = 0,
     .qg_momentum = 1,
+    .priv_size = sizeof(dpsgd_state),
     .check_compressor = dpsgd_check_compressor,
+    .fini = dpsgd_fini,
     .begin = dpsgd_begin,
     .pull = dpsgd_pull,
 };

@@ -219,6 +219,10 @@ int hs__cmd_launch(int argc, char **argv) {
     if (a.ndevices && a.device && strcmp(a.device, "cuda") != 0)
         return -hs__cli_usage_error("--devices places peers on CUDA devices: it cannot be combined "
                                    "with --device %s", a.device);
+    /* Refused here rather than by every peer at its start. */
+    if (a.ro.precision != HS_PRECISION_FP32 && !a.ndevices && a.ro.device != HS_DEVICE_CUDA)
+        return -hs__cli_usage_error("--precision %s needs --device cuda or --devices: the CPU "
+                                   "computes in fp32 only", hs_precision_name(a.ro.precision));
     if (!a.ndevices && a.device &&
         ((rc = pass(&a, "--device")) < 0 || (rc = pass(&a, a.device)) < 0))
         return -rc;

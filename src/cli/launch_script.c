@@ -117,11 +117,16 @@ static void base_name(const script_args *a, char *out, size_t cap) {
 /* In the child: its place in the job, then the command. Never returns. */
 static void exec_rank(char **cmd, int rank, const script_args *a, int port, const char *name,
                       const char *dir, const char *secret, const char *log) {
-    char r[16], n[16], p[16], metrics[4096];
+    char r[16], n[16], p[16], metrics[4096], rv[4096], listen[80];
     snprintf(r, sizeof(r), "%d", rank);
     snprintf(n, sizeof(n), "%d", a->n);
     snprintf(p, sizeof(p), "%d", port);
     snprintf(metrics, sizeof(metrics), "%s/peer-{id}.jsonl", dir);
+    /* The nodes meet through a rendezvous file, which lets them in in rank order (through
+     * MASTER_ADDR they would join in the order they happen to get there): peer R is rank R in
+     * every file name and log line. MASTER_ADDR and MASTER_PORT stay for the script's own use. */
+    snprintf(rv, sizeof(rv), "%s/rendezvous.addr", dir);
+    snprintf(listen, sizeof(listen), "%s:0", a->master);
     /* Another launcher's variables would win over these in hearsay.Node: not in a copy of ours. */
     const char *unset[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
                            "SLURM_NTASKS", "TORCHELASTIC_USE_AGENT_STORE", "HEARSAY_MASTER_PORT",
@@ -130,7 +135,8 @@ static void exec_rank(char **cmd, int rank, const script_args *a, int port, cons
     const char *set[][2] = {{"RANK", r},           {"LOCAL_RANK", r},       {"WORLD_SIZE", n},
                             {"LOCAL_WORLD_SIZE", n}, {"MASTER_ADDR", a->master}, {"MASTER_PORT", p},
                             {"HEARSAY_RUN_ID", name}, {"HEARSAY_RUN_DIR", dir},
-                            {"HEARSAY_SECRET_FILE", secret}, {"HEARSAY_METRICS", metrics}};
+                            {"HEARSAY_SECRET_FILE", secret}, {"HEARSAY_METRICS", metrics},
+                            {"HEARSAY_RENDEZVOUS", rv},   {"HEARSAY_LISTEN", listen}};
     for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) setenv(set[i][0], set[i][1], 1);
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
@@ -215,7 +221,9 @@ int hs__cmd_launch_script(int argc, char **argv) {
                           "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
                           "and HEARSAY_SECRET_FILE (a generated run secret), HEARSAY_RUN_ID, "
                           "HEARSAY_RUN_DIR and HEARSAY_METRICS (the nodes' metrics files, shown "
-                          "live and plotted at the end). Each one's output goes to "
+                          "live and plotted at the end), and HEARSAY_RENDEZVOUS and HEARSAY_LISTEN "
+                          "(the nodes meet through a file in RUN_DIR, in rank order, so that peer "
+                          "R is rank R). Each one's output goes to "
                           "RUN_DIR/rank-R.log. Ctrl-C stops them all. Exit "
                           "status: 0 when every copy exited 0, 130 after Ctrl-C, 1 otherwise.",
                           tables, handle, &a, NULL, 0, NULL);

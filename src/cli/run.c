@@ -351,12 +351,13 @@ int hs__cmd_run(int argc, char **argv) {
         exit_code = -rc;
         goto out;
     }
-    /* The gap of the topology at the job's size is an input of the automatic CHOCO step; every
-     * peer given the same options computes the same one. */
+    /* The topology at the job's size (its degree) is an input of the automatic CHOCO step;
+     * every peer given the same options computes the same one. */
     char why[320];
     float gamma_c = hs__runopts_choco_step(&a.ro, job_n, hs_model_spec_nparams(&pc.trainer.model),
                                           why, sizeof(why));
     pc.algo.gap = a.ro.algo.gap;
+    pc.algo.max_degree = a.ro.algo.max_degree;
     if (gamma_c > 0) {
         /* The guard's advice halves the step in use, not the 0 that means automatic. */
         pc.guard.gamma_c = gamma_c;

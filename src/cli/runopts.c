@@ -20,11 +20,12 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
-     HELP_PAD "ef:; dcd with a biased one (default: topk:0.03:fp16 for choco, topk:0.01 for beer,"
+     HELP_PAD "ef:; dcd with a biased one (default: topk:0.05:fp16 for choco, topk:0.01 for beer,"
      HELP_PAD "qsgd:16 for dcd, none otherwise)"},
     {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
-                                 "compressor's contraction, 0.0375 for topk:0.03:fp16; printed "
-                                 "at start)"},
+                                 "compressor's contraction, times 1.5 up to 0.15 on a ring: 0.09 "
+                                 "for topk:0.05:fp16 there, 0.06 on denser graphs; printed at "
+                                 "start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
@@ -58,7 +59,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
      "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: local)"},
+     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with its default"
+     HELP_PAD "compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -68,6 +70,7 @@ const hs_cli_opt hs_runopts_table[] = {
     {"threads", RO_THREADS, "N", "CPU threads; above 1, each batch is split into N parts "
                                "computed at once (default: 1)"},
     {"device", RO_DEVICE, "D", "cpu, cuda or cuda:N, the CUDA device numbered N (default: cpu)"},
+    {"precision", RO_PRECISION, "P", HS_PRECISION_HELP},
     {"metrics", RO_METRICS, "FILE", "write JSON-lines metrics to FILE ({id}: the peer id, for run)"},
     {"eval-every", RO_EVAL_EVERY, "N", "evaluate every N rounds (default: once per epoch)"},
     {"quiet", RO_QUIET, NULL, "print only the final summary"},
@@ -121,6 +124,7 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
+        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -135,6 +139,8 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_DEVICE:
         return hs_device_parse_id(v, &o->device, &o->device_id) < 0 ? usage_from_error("--device")
                                                                     : 0;
+    case RO_PRECISION:
+        return hs_precision_parse(v, &o->precision) < 0 ? usage_from_error("--precision") : 0;
     case RO_ALGO: return hs_algo_kind_parse(v, &o->algo.kind) < 0 ? usage_from_error("--algo") : 0;
     case RO_COMPRESS:
         if (strlen(v) >= sizeof(o->compress))
@@ -237,6 +243,12 @@ int hs__runopts_finish(hs_runopts *o) {
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
+    /* Quasi-global momentum only where it was measured to train and stay bounded: the
+     * algorithm's own compressor (with top-1% it diverged). */
+    if (!o->momentum_kind_set && hs_algo_kind_default_qg(o->algo.kind) &&
+        o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f && !o->outer.on &&
+        !strcmp(o->compress, hs_algo_kind_default_compress(o->algo.kind)))
+        o->optim.momentum_kind = HS_MOMENTUM_QG;
     if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
         /* The paper covers a mixing step that keeps the average of the models; SGP steps
          * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
@@ -361,13 +373,23 @@ int hs__runopts_slowdown(const char *s, int n, double *out) {
 }
 
 
-int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
-    hs_backend_cfg bcfg = {o->threads, o->device_id};
-    if (hs_backend_open(be, o->device, &bcfg) < 0) {
+int hs__cli_open_backend(hs_device device, int device_id, int threads, hs_precision p,
+                         hs_backend **be) {
+    hs_backend_cfg bcfg = {threads, device_id};
+    *be = NULL;
+    if (hs_backend_open(be, device, &bcfg) < 0 || hs_backend_set_precision(*be, p) < 0) {
         fprintf(stderr, "hearsay %s: %s\n", hs__cli_cmd, hs_error_message());
+        hs_backend_close(*be);
+        *be = NULL;
         return -HS_EXIT_USAGE;
     }
-    int rc = hs__runopts_load_data(o, train, test);
+    return 0;
+}
+
+int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test) {
+    int rc = hs__cli_open_backend(o->device, o->device_id, o->threads, o->precision, be);
+    if (rc < 0) return rc;
+    rc = hs__runopts_load_data(o, train, test);
     if (rc < 0) {
         hs_backend_close(*be);
         *be = NULL;

@@ -33,11 +33,13 @@ typedef struct hs_runopts {
     int threads;
     hs_device device;
     int device_id; /* N of --device cuda:N */
+    hs_precision precision; /* --precision */
     /* algorithm */
     hs_algo_cfg algo;
     char compress[96];
     int gamma_c_set;
     int staleness_set;     /* --staleness given: else the algorithm's default */
+    int momentum_kind_set; /* --momentum-kind given: else the algorithm's default */
     int local_steps;
     hs_outer_cfg outer; /* --outer-lr / --outer-momentum (on when either is given) */
     const char *topology;
@@ -90,7 +92,15 @@ enum {
     RO_MOMENTUM_KIND,
     RO_OUTER_LR,
     RO_OUTER_MOMENTUM,
+    RO_PRECISION,
 };
+
+/* --precision's help, shared by train and the decentralized commands. */
+#define HS_PRECISION_HELP                                                                          \
+    "GEMM arithmetic on --device cuda: fp32, tf32 (tensor cores) or bf16 (BF16 inputs, FP32\n"   \
+    "                               sums; parameters, gradients and gossip stay FP32); the CPU\n"  \
+    "                               has fp32 only (default: fp32)"
+
 
 extern const hs_cli_opt hs_runopts_table[];
 /* The options of `hearsay run` alone (network, security, sharding, checkpoints). */
@@ -123,9 +133,15 @@ int hs__runopts_check_hidden(const char *model, int hidden_set);
 void hs__runopts_print_data(const hs_dataset *ds);
 int hs__runopts_load_data(const hs_runopts *o, hs_dataset **train, hs_dataset **test);
 
-/* Opens the backend and loads the data the options describe; prints the problem and returns
- * -HS_EXIT_USAGE (bad device, missing dataset) or -HS_EXIT_FAIL. */
+/* Opens the backend (at --precision) and loads the data the options describe; prints the
+ * problem and returns -HS_EXIT_USAGE (bad device or precision, missing dataset) or
+ * -HS_EXIT_FAIL. */
 int hs__runopts_open(const hs_runopts *o, hs_backend **be, hs_dataset **train, hs_dataset **test);
+
+/* Opens the backend of device / device_id with `threads` at precision p, or prints why not
+ * (prefixed "hearsay CMD: ") and returns -HS_EXIT_USAGE. train shares it. */
+int hs__cli_open_backend(hs_device device, int device_id, int threads, hs_precision p,
+                         hs_backend **be);
 
 /* The trainer configuration for the model of --model resolved for train's example shape and
  * classes, and `rounds` rounds in total (for the learning-rate schedule). */

@@ -53,6 +53,7 @@ enum {
     O_AUGMENT,
     O_OPTIMIZER,
     O_MODEL,
+    O_PRECISION,
 };
 
 static const hs_cli_opt train_opts[] = {
@@ -78,6 +79,7 @@ static const hs_cli_opt train_opts[] = {
     {"threads", O_THREADS, "N", "CPU threads; above 1, each batch is split into N parts "
                               "computed at once (default: 1)"},
     {"device", O_DEVICE, "D", "cpu, cuda or cuda:N, the CUDA device numbered N (default: cpu)"},
+    {"precision", O_PRECISION, "P", HS_PRECISION_HELP},
     {"metrics", O_METRICS, "FILE", "write JSON-lines metrics to FILE"},
     {"eval-every", O_EVAL_EVERY, "N", "evaluate every N steps (default: at each epoch's end)"},
     {"no-eval", O_NO_EVAL, NULL, "skip evaluation until the end (for timing)"},
@@ -97,6 +99,7 @@ typedef struct train_args {
     unsigned long long seed;
     hs_device device;
     int device_id; /* N of --device cuda:N */
+    hs_precision precision;
     hs_optim_cfg opt;
     int step_size_set, warmup_set;
 } train_args;
@@ -156,6 +159,10 @@ static int handle(void *ctx, int key, const char *v) {
     case O_DEVICE:
         if (hs_device_parse_id(v, &a->device, &a->device_id) < 0)
             return hs__cli_usage_error("--device: %s", hs_error_message());
+        return 0;
+    case O_PRECISION:
+        if (hs_precision_parse(v, &a->precision) < 0)
+            return hs__cli_usage_error("--precision: %s", hs_error_message());
         return 0;
     case O_METRICS: a->metrics = v; return 0;
     case O_EVAL_EVERY: return hs__cli_long("--eval-every", v, 1, 1L << 40, &a->eval_every);
@@ -222,9 +229,7 @@ int hs__cmd_train(int argc, char **argv) {
     hs_metrics_file *metrics = NULL;
     int tty = isatty(STDOUT_FILENO) && !a.quiet;
 
-    hs_backend_cfg bcfg = {a.threads, a.device_id};
-    if ((err = hs_backend_open(&be, a.device, &bcfg)) < 0) {
-        fprintf(stderr, "hearsay train: %s\n", hs_error_message());
+    if (hs__cli_open_backend(a.device, a.device_id, a.threads, a.precision, &be) < 0) {
         exit_code = HS_EXIT_USAGE;
         goto out;
     }

@@ -108,6 +108,14 @@ void hs__cname_append_k(hs_compressor *c);
 
 /* The argument checks every decode makes before it reads a byte: d is c's, alpha is finite. */
 int hs__cdecode_args(const hs_compressor *c, size_t d, float alpha);
+/* Checks a dense (none, fp16, bf16) message of c completely: header, length, every value
+ * finite (dense.c). */
+int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len);
+/* The d little-endian fp32 values inside a message of c, checked as a decode checks them,
+ * for a compressor whose message is x itself (none, no error feedback): a reader may take
+ * them where they are instead of decoding into a vector of its own. HS_EINVAL for others. */
+int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len,
+                            const uint8_t **values);
 
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;

@@ -196,6 +196,17 @@ int hs__ccheck_codec(const hs_compressor *c, const uint8_t *p, size_t len) {
     return 0;
 }
 
+int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len,
+                            const uint8_t **values) {
+    if (c->ops->id != HS_CODEC_NONE || c->residual)
+        return hs__err(HS_EINVAL, "compressor %s: its messages are not the values themselves",
+                       c->name);
+    int err = hs__ccheck_codec(c, p, len);
+    if (err == 0) err = hs__dense_check(c, p, len);
+    if (err == 0) *values = p + HS__CHDR;
+    return err;
+}
+
 int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                            uint64_t round, float *acc, size_t d, float alpha) {
     int err = hs__cdecode_args(c, d, alpha);

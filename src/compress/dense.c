@@ -62,10 +62,7 @@ static int dense_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_
     return 0;
 }
 
-static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
-                        uint64_t round, float *acc, float alpha) {
-    (void)peer;
-    (void)round;
+int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
     const dense_fmt *f = fmt_of(c);
     uint32_t d = (uint32_t)c->d, flags;
     hs__chdr_want want = {0, 0, 0, 0, 0, d, d, d, "parameter", "count"};
@@ -84,6 +81,16 @@ static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, ui
                                i);
         }
     }
+    return 0;
+}
+
+static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
+                        uint64_t round, float *acc, float alpha) {
+    (void)peer;
+    (void)round;
+    int err = hs__dense_check(c, p, len);
+    if (err < 0) return err;
+    const uint8_t *v = p + HS__CHDR;
     switch (c->ops->id) {
     case HS_CODEC_NONE:
         hs__cf32_add(v, c->d, acc, alpha);

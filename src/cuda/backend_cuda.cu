@@ -5,9 +5,9 @@
  *
  * Threading: a backend is used by one thread at a time (tensor.h), but not always the thread
  * that opened it, so every op first makes the backend's device current on the calling thread.
- * Ordering: all work goes to one stream in the backend's state. Copies, dot, softmax_xent and
- * xent_read (which return values to the host) wait for that stream; the other ops return once
- * enqueued, and any error of theirs surfaces at the next op that waits. A training step
+ * Ordering: all work goes to one stream in the backend's state. Uploads, downloads, dot,
+ * softmax_xent and xent_read (which touch host memory) wait for that stream; the other ops
+ * return once enqueued, and any error of theirs surfaces at the next op that waits. A training step
  * therefore waits for nothing: its loss goes to softmax_xent_acc's device totals, which the
  * trainer reads (one small copy into page-locked memory, one wait) only at a progress line,
  * an evaluation or a round's end, where x or a value is copied back anyway. */
@@ -25,6 +25,7 @@
 #include "cuda/data.cuh"
 #include "cuda/gossip.cuh"
 #include "cuda/kernels.cuh"
+#include "cuda/precision.cuh"
 #include "cuda/startup.cuh"
 #include "tensor/backend_internal.h"
 
@@ -43,6 +44,8 @@ typedef struct cuda_state {
     hs_xent_acc *acc_host;  /* page-locked: where xent_read lands the loss totals */
     void *scratch;          /* device: reduction partials, grown on demand */
     size_t scratch_bytes;
+    int precision;          /* hs_precision of gemm */
+    size_t desc_len;        /* of be->description without the precision's suffix */
 } cuda_state;
 
 /* Set by hs_cuda_backend_open before anything can report; the registry passes the same table
@@ -191,8 +194,8 @@ static void free_after_stream(hs_backend *be, void *p, cudaError_t (*release)(vo
 
 static void cu_free(hs_backend *be, void *p) { free_after_stream(be, p, cudaFree, "cudaFree"); }
 
-/* The copies are enqueued on the backend's stream, after the kernels that produce their source,
- * and waited for: the ops table promises they are complete on return. */
+/* The copies are enqueued on the backend's stream, after the kernels that produce their source;
+ * those with host memory on one side are waited for, as the ops table promises. */
 static int cu_upload(hs_backend *be, void *dst, const void *src_host, size_t bytes) {
     cuda_state *s = state(be);
     int err = 0;
@@ -233,8 +236,10 @@ static int cu_copy(hs_backend *be, void *dst, const void *src, size_t bytes) {
             src = tmp;
         }
     }
+    /* No wait: only work queued behind it on this stream (or a download, which waits) can
+     * see dst, so a step that copies (momentum-kind qg, a residual without shortcut_sum) does
+     * not stall the host. */
     HS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
-    HS_CUDA_TRY(cudaStreamSynchronize(s->stream));
     return 0;
 fail:
     return err;
@@ -268,6 +273,17 @@ static int cu_gemm(hs_backend *be, int ta, int tb, int m, int n, int k, float al
                       "gemm: row strides lda=%d ldb=%d ldc=%d too small for %s * %s, %dx%dx%d",
                       lda, ldb, ldc, ta ? "A^T" : "A", tb ? "B^T" : "B", m, n, k);
     HS_CUDA_TRY(set_device(s));
+    if (k > 0 && hs__cuda_lowp_wanted(s->precision)) {
+        void *scr;
+        hs_cuda_lowp_fail f;
+        if ((err = scratch_get(s, hs__cuda_lowp_scratch(s->precision, m, n, k), &scr)) < 0)
+            return err;
+        if (hs__cuda_gemm_lowp(s->blas, s->stream, s->precision, ta, tb, m, n, k, alpha, a, lda,
+                               b, ldb, beta, c, ldc, scr, &f) < 0)
+            return f.cuda != cudaSuccess ? cuda_error(f.cuda, __func__, f.call)
+                                         : cublas_error(f.blas, __func__, f.call);
+        return 0;
+    }
     if (k == 0) {
         /* BLAS defines C = beta * C here; cuBLAS's documentation does not promise it, so do
          * it ourselves. */
@@ -403,9 +419,9 @@ fail:
 
 /* Unlike cpu.c, which stops at the first bad label, a bad label here is found after every row
  * ran: the error is the same, but rows other than the bad ones already have their gradient. */
-/* Queues the softmax cross-entropy of m >= 1 rows into s->result. */
+/* Queues the softmax cross-entropy of m >= 1 rows into s->result (and acc, when non-NULL). */
 static int queue_xent(cuda_state *s, float *logits, const int32_t *labels, int m, int k,
-                      float *dlogits, float grad_scale) {
+                      float *dlogits, float grad_scale, hs_xent_acc *acc) {
     int err = 0;
     void *scr;
     /* The kernel's index arithmetic stays in int below 2^30 classes. */
@@ -414,7 +430,7 @@ static int queue_xent(cuda_state *s, float *logits, const int32_t *labels, int m
     HS_CUDA_TRY(set_device(s));
     if ((err = scratch_get(s, hs__cuda_xent_scratch(m), &scr)) < 0) return err;
     HS_CUDA_TRY(hs__cuda_softmax_xent(s->stream, logits, labels, m, k, dlogits, grad_scale, scr,
-                                      s->result));
+                                      s->result, acc));
     return 0;
 fail:
     return err;
@@ -430,7 +446,7 @@ static int cu_softmax_xent(hs_backend *be, float *logits, const int32_t *labels,
         if (correct) *correct = 0;
         return 0;
     }
-    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0 ||
+    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale, NULL)) < 0 ||
         (err = fetch_result(s, &r)) < 0)
         return err;
     if (r.first_bad >= 0) {
@@ -453,14 +469,8 @@ fail:
  * as in cu_softmax_xent. */
 static int cu_softmax_xent_acc(hs_backend *be, float *logits, const int32_t *labels, int m,
                                int k, float *dlogits, float grad_scale, hs_xent_acc *acc) {
-    cuda_state *s = state(be);
-    int err = 0;
     if (m <= 0) return 0;
-    if ((err = queue_xent(s, logits, labels, m, k, dlogits, grad_scale)) < 0) return err;
-    HS_CUDA_TRY(hs__cuda_xent_accumulate(s->stream, s->result, labels, m, k, acc));
-    return 0;
-fail:
-    return err;
+    return queue_xent(state(be), logits, labels, m, k, dlogits, grad_scale, acc);
 }
 
 static int cu_xent_read(hs_backend *be, hs_xent_acc *acc, hs_xent_acc *out, int reset) {
@@ -611,6 +621,45 @@ static int cu_shortcut_grad(hs_backend *be, float *dx, const float *dy,
                             const hs_shortcut_geom *sg, int n) {
     CU_ENQUEUE(hs__cuda_shortcut_grad(s->stream, dx, dy, sg, n));
 }
+static int cu_groupnorm_relu(hs_backend *be, const float *x, int n, int hw, int c, int groups,
+                             float eps, const float *gamma, const float *beta, float *y,
+                             float *mean, float *rstd) {
+    CU_ENQUEUE(hs__cuda_groupnorm_relu(s->stream, x, n, hw, c, groups, eps, gamma, beta, y, mean,
+                                       rstd));
+}
+static int cu_shortcut_sum(hs_backend *be, float *y, const float *a, const float *x,
+                           const hs_shortcut_geom *sg, int n, int relu) {
+    CU_ENQUEUE(hs__cuda_shortcut_sum(s->stream, y, a, x, sg, n, relu));
+}
+static int cu_groupnorm_relu_grad(hs_backend *be, const float *dy, const float *y, const float *x,
+                                  int n, int hw, int c, int groups, const float *gamma,
+                                  const float *mean, const float *rstd, float *dx, float *dgamma,
+                                  float *dbeta) {
+    CU_ENQUEUE(hs__cuda_groupnorm_relu_grad(s->stream, dy, y, x, n, hw, c, groups, gamma, mean,
+                                            rstd, dx, dgamma, dbeta));
+}
+
+/* ------------------------------------------------------------------ precision */
+
+/* TF32 is cuBLAS's math mode on the FP32 call; BF16 goes through precision.cu, whose FP32
+ * accumulation the default mode keeps. The description names any precision but FP32. */
+static int cu_set_precision(hs_backend *be, int p) {
+    cuda_state *s = state(be);
+    int err = 0;
+    int mode = p == HS_PRECISION_TF32
+                   ? CUBLAS_TF32_TENSOR_OP_MATH
+                   : CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    HS_CUDA_TRY(set_device(s));
+    HS_CUBLAS_TRY(cublasSetMathMode(s->blas, (cublasMath_t)mode));
+    s->precision = p;
+    be->description[s->desc_len] = '\0';
+    if (p != HS_PRECISION_FP32)
+        snprintf(be->description + s->desc_len, sizeof(be->description) - s->desc_len, ", %s",
+                 p == HS_PRECISION_TF32 ? "tf32" : "bf16");
+    return 0;
+fail:
+    return err;
+}
 
 /* ------------------------------------------------------------------ data on the device */
 
@@ -677,9 +726,12 @@ static const hs_backend_ops cuda_ops = {
     cu_host_alloc,          /* host_alloc */
     cu_host_free,           /* host_free */
     NULL,                   /* im2row: the model lowers with im2col */
-    NULL,                   /* groupnorm_relu: two passes */
-    NULL,                   /* shortcut_sum: two passes */
+    cu_groupnorm_relu,      /* groupnorm_relu */
+    cu_shortcut_sum,        /* shortcut_sum */
     &hs__cuda_gossip_ops,   /* gossip */
+    /* --precision and the fused backward (gpuprec) */
+    cu_set_precision,       /* set_precision */
+    cu_groupnorm_relu_grad, /* groupnorm_relu_grad */
 };
 
 int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_host_api *host) {
@@ -737,6 +789,7 @@ int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_hos
     be->priv = s;
     snprintf(be->description, sizeof(be->description), "cuda (%.64s, sm_%d%d, %zu MiB)",
              prop.name, prop.major, prop.minor, (size_t)(prop.totalGlobalMem >> 20));
+    s->desc_len = strlen(be->description);
     return 0;
 fail:
     state_free(s);

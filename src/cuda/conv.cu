@@ -178,7 +178,9 @@ static __global__ void avgpool_grad_kernel(const float *dy, int hw, int c, size_
 #define GN_AT(e) ((size_t)((e) / cpg) * c + (size_t)((e) % cpg))
 
 /* One block per (example, group): mean, then the squared deviations (two passes, as the CPU),
- * then y. */
+ * then y; kRelu rectifies y in the same pass (groupnorm_relu: one launch and one write of y
+ * where groupnorm and relu made two of each). */
+template <bool kRelu>
 static __global__ void gn_kernel(const float *x, int hw, int c, int groups, float eps,
                                  const float *gamma, const float *beta, float *y, float *mean,
                                  float *rstd) {
@@ -202,14 +204,24 @@ static __global__ void gn_kernel(const float *x, int hw, int c, int groups, floa
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         int ch = gi * cpg + (int)(e % cpg);
         size_t o = base + GN_AT(e);
-        y[o] = hs_ew_gn(x[o], m, rs, gamma[ch], beta[ch]);
+        float v = hs_ew_gn(x[o], m, rs, gamma[ch], beta[ch]);
+        y[o] = kRelu ? hs_ew_relu(v) : v;
     }
+}
+
+/* The gradient reaching the GroupNorm's output at o: dy, or with y (kRelu) dy through the
+ * ReLU that rectified that output in place (groupnorm_relu_grad: the relu_grad pass folded
+ * into the reads of the two gradient kernels). */
+template <bool kRelu>
+static __device__ float gn_dy(const float *dy, const float *y, size_t o) {
+    return kRelu ? hs_ew_relu_grad(dy[o], y[o]) : dy[o];
 }
 
 /* Input gradient, one block per (example, group): the group's means of g = dy gamma and of
  * g xhat, then hs_ew_gn_grad per element. */
-static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw, int c,
-                                        int groups, const float *gamma, const float *mean,
+template <bool kRelu>
+static __global__ void gn_grad_x_kernel(const float *dy, const float *y, const float *x, int hw,
+                                        int c, int groups, const float *gamma, const float *mean,
                                         const float *rstd, float *dx) {
     __shared__ double sh[CONV_THREADS];
     const int cpg = c / groups, gi = (int)(blockIdx.x % groups);
@@ -220,7 +232,7 @@ static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw,
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         size_t o = base + GN_AT(e);
         float xhat = (x[o] - m) * r;
-        float gv = dy[o] * gamma[gi * cpg + (int)(e % cpg)];
+        float gv = gn_dy<kRelu>(dy, y, o) * gamma[gi * cpg + (int)(e % cpg)];
         a1 += gv;
         a2 += (double)gv * xhat;
     }
@@ -229,14 +241,16 @@ static __global__ void gn_grad_x_kernel(const float *dy, const float *x, int hw,
     for (size_t e = threadIdx.x; e < cnt; e += CONV_THREADS) {
         size_t o = base + GN_AT(e);
         float xhat = (x[o] - m) * r;
-        dx[o] = hs_ew_gn_grad(dy[o] * gamma[gi * cpg + (int)(e % cpg)], xhat, r, m1, m2);
+        dx[o] = hs_ew_gn_grad(gn_dy<kRelu>(dy, y, o) * gamma[gi * cpg + (int)(e % cpg)], xhat, r,
+                              m1, m2);
     }
 }
 
 /* Parameter gradients, one block per channel: sums over every pixel of every example. */
-static __global__ void gn_grad_param_kernel(const float *dy, const float *x, int n, int hw, int c,
-                                            int groups, const float *mean, const float *rstd,
-                                            float *dgamma, float *dbeta) {
+template <bool kRelu>
+static __global__ void gn_grad_param_kernel(const float *dy, const float *y, const float *x, int n,
+                                            int hw, int c, int groups, const float *mean,
+                                            const float *rstd, float *dgamma, float *dbeta) {
     __shared__ double sh[CONV_THREADS];
     const int ch = (int)blockIdx.x, gi = ch / (c / groups);
     const size_t rows = (size_t)n * hw;
@@ -244,8 +258,9 @@ static __global__ void gn_grad_param_kernel(const float *dy, const float *x, int
     for (size_t q = threadIdx.x; q < rows; q += CONV_THREADS) {
         size_t b = q / hw, o = q * c + ch;
         float xhat = (x[o] - mean[b * groups + gi]) * rstd[b * groups + gi];
-        dg += (double)dy[o] * xhat;
-        db += dy[o];
+        float d = gn_dy<kRelu>(dy, y, o);
+        dg += (double)d * xhat;
+        db += d;
     }
     dg = block_sum(dg, sh);
     db = block_sum(db, sh);
@@ -270,6 +285,26 @@ static __global__ void shortcut_add_kernel(float *y, const float *x, hs_shortcut
         size_t yo = ((b * s.oh + i) * s.ow + j) * s.oc + ch;
         y[yo] = y[yo] + x[((b * s.h + (size_t)i * s.stride) * s.w + (size_t)j * s.stride) * s.c +
                           ch];
+    }
+}
+
+/* y = a + the shortcut of x (channels past x's: a alone), rectified when relu: every element of
+ * y once, where copy, shortcut_add and relu passed over it three times. y may alias a: each
+ * element is read and written by the same thread. */
+static __global__ void shortcut_sum_kernel(float *y, const float *a, const float *x,
+                                           hs_shortcut_geom s, int relu, size_t total) {
+    GRID_STRIDE(t, total) {
+        size_t r = t;
+        int ch = (int)(r % s.oc);
+        r /= s.oc;
+        int j = (int)(r % s.ow);
+        r /= s.ow;
+        int i = (int)(r % s.oh);
+        size_t b = r / s.oh;
+        float v = a[t];
+        if (ch < s.c)
+            v = v + x[((b * s.h + (size_t)i * s.stride) * s.w + (size_t)j * s.stride) * s.c + ch];
+        y[t] = relu ? hs_ew_relu(v) : v;
     }
 }
 
@@ -340,7 +375,32 @@ cudaError_t hs__cuda_groupnorm(cudaStream_t st, const float *x, int n, int hw, i
                                float eps, const float *gamma, const float *beta, float *y,
                                float *mean, float *rstd) {
     unsigned blocks = (unsigned)n * (unsigned)groups;
-    gn_kernel<<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean, rstd);
+    gn_kernel<false><<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean,
+                                                      rstd);
+    return cudaGetLastError();
+}
+
+cudaError_t hs__cuda_groupnorm_relu(cudaStream_t st, const float *x, int n, int hw, int c,
+                                    int groups, float eps, const float *gamma, const float *beta,
+                                    float *y, float *mean, float *rstd) {
+    unsigned blocks = (unsigned)n * (unsigned)groups;
+    gn_kernel<true><<<blocks, CONV_THREADS, 0, st>>>(x, hw, c, groups, eps, gamma, beta, y, mean,
+                                                     rstd);
+    return cudaGetLastError();
+}
+
+/* groupnorm_grad, or with y non-NULL groupnorm_relu_grad. */
+template <bool kRelu>
+static cudaError_t gn_grad(cudaStream_t st, const float *dy, const float *y, const float *x,
+                           int n, int hw, int c, int groups, const float *gamma, const float *mean,
+                           const float *rstd, float *dx, float *dgamma, float *dbeta) {
+    unsigned blocks = (unsigned)n * (unsigned)groups;
+    gn_grad_x_kernel<kRelu><<<blocks, CONV_THREADS, 0, st>>>(dy, y, x, hw, c, groups, gamma, mean,
+                                                             rstd, dx);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    gn_grad_param_kernel<kRelu><<<(unsigned)c, CONV_THREADS, 0, st>>>(dy, y, x, n, hw, c, groups,
+                                                                       mean, rstd, dgamma, dbeta);
     return cudaGetLastError();
 }
 
@@ -348,20 +408,28 @@ cudaError_t hs__cuda_groupnorm_grad(cudaStream_t st, const float *dy, const floa
                                     int hw, int c, int groups, const float *gamma,
                                     const float *mean, const float *rstd, float *dx,
                                     float *dgamma, float *dbeta) {
-    unsigned blocks = (unsigned)n * (unsigned)groups;
-    gn_grad_x_kernel<<<blocks, CONV_THREADS, 0, st>>>(dy, x, hw, c, groups, gamma, mean, rstd,
-                                                      dx);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    gn_grad_param_kernel<<<(unsigned)c, CONV_THREADS, 0, st>>>(dy, x, n, hw, c, groups, mean,
-                                                                rstd, dgamma, dbeta);
-    return cudaGetLastError();
+    return gn_grad<false>(st, dy, NULL, x, n, hw, c, groups, gamma, mean, rstd, dx, dgamma,
+                          dbeta);
+}
+
+cudaError_t hs__cuda_groupnorm_relu_grad(cudaStream_t st, const float *dy, const float *y,
+                                         const float *x, int n, int hw, int c, int groups,
+                                         const float *gamma, const float *mean,
+                                         const float *rstd, float *dx, float *dgamma,
+                                         float *dbeta) {
+    return gn_grad<true>(st, dy, y, x, n, hw, c, groups, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
 cudaError_t hs__cuda_shortcut_add(cudaStream_t st, float *y, const float *x,
                                   const hs_shortcut_geom *s, int n) {
     size_t total = (size_t)n * s->oh * s->ow * s->c;
     LAUNCH_EW(shortcut_add_kernel, total, y, x, *s, total);
+}
+
+cudaError_t hs__cuda_shortcut_sum(cudaStream_t st, float *y, const float *a, const float *x,
+                                  const hs_shortcut_geom *s, int n, int relu) {
+    size_t total = (size_t)n * s->oh * s->ow * s->oc;
+    LAUNCH_EW(shortcut_sum_kernel, total, y, a, x, *s, relu, total);
 }
 
 cudaError_t hs__cuda_shortcut_grad(cudaStream_t st, float *dx, const float *dy,

@@ -33,5 +33,16 @@ cudaError_t hs__cuda_shortcut_add(cudaStream_t st, float *y, const float *x,
                                   const hs_shortcut_geom *s, int n);
 cudaError_t hs__cuda_shortcut_grad(cudaStream_t st, float *dx, const float *dy,
                                    const hs_shortcut_geom *s, int n);
+/* The fused ops (the hs_backend_ops entries of the same names). */
+cudaError_t hs__cuda_groupnorm_relu(cudaStream_t st, const float *x, int n, int hw, int c,
+                                    int groups, float eps, const float *gamma, const float *beta,
+                                    float *y, float *mean, float *rstd);
+cudaError_t hs__cuda_shortcut_sum(cudaStream_t st, float *y, const float *a, const float *x,
+                                  const hs_shortcut_geom *s, int n, int relu);
+cudaError_t hs__cuda_groupnorm_relu_grad(cudaStream_t st, const float *dy, const float *y,
+                                         const float *x, int n, int hw, int c, int groups,
+                                         const float *gamma, const float *mean,
+                                         const float *rstd, float *dx, float *dgamma,
+                                         float *dbeta);
 
 #endif

@@ -346,10 +346,24 @@ static __global__ void xent_rows_kernel(float *logits, const int32_t *labels, in
     }
 }
 
+/* Adds the result r of one softmax_xent call to the running totals acc. */
+static __device__ void xent_acc_add(const hs_cuda_result *r, const int32_t *labels, int m, int k,
+                                    hs_xent_acc *acc) {
+    int64_t call = hs_ew_xent_acc_add(acc, r->sum / (double)m, r->count, m);
+    if (r->first_bad >= 0 && !acc->bad_call) {
+        acc->bad_call = call;
+        acc->bad_row = r->first_bad;
+        acc->bad_label = labels[r->first_bad];
+        acc->bad_classes = k;
+    }
+}
+
 /* Sums the rows' losses (in double, as cpu.c) and correct flags, and finds the first bad
- * label, in one block with a fixed order. */
+ * label, in one block with a fixed order; with acc, thread 0 then adds the result to the
+ * running totals in the same launch (a training step's loss: two launches, not three). */
 static __global__ void xent_sum_kernel(const float *row_loss, const int *row_flag, int m,
-                                       hs_cuda_result *out) {
+                                       hs_cuda_result *out, const int32_t *labels, int k,
+                                       hs_xent_acc *acc) {
     __shared__ double shl[HS_CUDA_THREADS];
     __shared__ int shc[HS_CUDA_THREADS];
     __shared__ int shb[HS_CUDA_THREADS];
@@ -379,6 +393,7 @@ static __global__ void xent_sum_kernel(const float *row_loss, const int *row_fla
         out->sum = shl[0];
         out->count = shc[0];
         out->first_bad = shb[0] == INT_MAX ? -1 : shb[0];
+        if (acc) xent_acc_add(out, labels, m, k, acc);
     }
 }
 
@@ -388,7 +403,7 @@ size_t hs__cuda_xent_scratch(int m) {
 
 cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t *labels, int m,
                                   int k, float *dlogits, float scale, void *scratch,
-                                  hs_cuda_result *out) {
+                                  hs_cuda_result *out, hs_xent_acc *acc) {
     if (m <= 0 || k <= 0) return cudaErrorInvalidValue; /* the caller handles these */
     float *row_loss = (float *)scratch;
     int *row_flag = (int *)((char *)scratch + align256(sizeof(float) * (size_t)m));
@@ -398,25 +413,7 @@ cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t 
                                                        row_loss, row_flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    xent_sum_kernel<<<1, HS_CUDA_THREADS, 0, st>>>(row_loss, row_flag, m, out);
-    return cudaGetLastError();
-}
-
-static __global__ void xent_acc_kernel(const hs_cuda_result *r, const int32_t *labels, int m,
-                                       int k, hs_xent_acc *acc) {
-    int64_t call = hs_ew_xent_acc_add(acc, r->sum / (double)m, r->count, m);
-    if (r->first_bad >= 0 && !acc->bad_call) {
-        acc->bad_call = call;
-        acc->bad_row = r->first_bad;
-        acc->bad_label = labels[r->first_bad];
-        acc->bad_classes = k;
-    }
-}
-
-cudaError_t hs__cuda_xent_accumulate(cudaStream_t st, const hs_cuda_result *r,
-                                     const int32_t *labels, int m, int k, hs_xent_acc *acc) {
-    if (m <= 0) return cudaErrorInvalidValue; /* the caller handles it */
-    xent_acc_kernel<<<1, 1, 0, st>>>(r, labels, m, k, acc);
+    xent_sum_kernel<<<1, HS_CUDA_THREADS, 0, st>>>(row_loss, row_flag, m, out, labels, k, acc);
     return cudaGetLastError();
 }
 

@@ -63,18 +63,15 @@ cudaError_t hs__cuda_dot(cudaStream_t st, const float *x, const float *y, size_t
 /* Softmax cross-entropy over rows of logits[m x k] (m >= 1, 1 <= k <= 2^30): out->sum is the
  * summed loss, out->count the rows classified correctly, out->first_bad the first row with a
  * label outside [0, k) (-1 when none; such rows add nothing and get no gradient). dlogits
- * (NULL: none) receives scale * (softmax - onehot) and may alias logits. */
+ * (NULL: none) receives scale * (softmax - onehot) and may alias logits.
+ * With acc non-NULL the result is also added to the running totals acc (hearsay/tensor.h),
+ * on the device and in the same launches: the call's mean loss out->sum / m in double, as the
+ * host added per-step means, and the first bad label and the first non-finite mean with the
+ * call that had them; nothing returns to the host. */
 size_t hs__cuda_xent_scratch(int m);
 cudaError_t hs__cuda_softmax_xent(cudaStream_t st, float *logits, const int32_t *labels, int m,
                                   int k, float *dlogits, float scale, void *scratch,
-                                  hs_cuda_result *out);
-
-/* Adds the softmax_xent result r (of m >= 1 rows of k classes with these labels) to the
- * running totals acc (hearsay/tensor.h), on the device: the call's mean loss r->sum / m in
- * double, as the host added per-step means, and the first bad label and the first non-finite
- * mean with the call that had them. One thread; nothing returns to the host. */
-cudaError_t hs__cuda_xent_accumulate(cudaStream_t st, const hs_cuda_result *r,
-                                     const int32_t *labels, int m, int k, hs_xent_acc *acc);
+                                  hs_cuda_result *out, hs_xent_acc *acc);
 
 /* cudaSuccess when the current device can run this module's kernels (an image for its
  * architecture was compiled in); otherwise the error that every launch would give. */

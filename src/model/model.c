@@ -319,6 +319,13 @@ static int relu_fused(const hs_model *m, int i) {
            (k == HS_LAYER_RESIDUAL_ADD && o->shortcut_sum);
 }
 
+/* Whether the backward pass of the fused ReLU at layer i folds into its GroupNorm's gradient
+ * (groupnorm_relu_grad): layer i's backward is then nothing. */
+static int relu_grad_fused(const hs_model *m, int i) {
+    return relu_fused(m, i) && m->spec.layer[i - 1].kind == HS_LAYER_GROUPNORM &&
+           m->be->ops->groupnorm_relu_grad;
+}
+
 static int forward(hs_model *m, int bs) {
     hs_backend *be = m->be;
     const hs_backend_ops *o = be->ops;
@@ -456,10 +463,19 @@ static int backward(hs_model *m, float *g, int bs) {
             err = o->avgpool_grad(be, g, bs, s->ih * s->iw, s->ic, dx);
             g = dx;
             break;
-        case HS_LAYER_RELU: err = o->relu_grad(be, g, g, m->act[i + 1], (size_t)bs * out_f); break;
+        case HS_LAYER_RELU:
+            if (!relu_grad_fused(m, i))
+                err = o->relu_grad(be, g, g, m->act[i + 1], (size_t)bs * out_f);
+            break;
         case HS_LAYER_GROUPNORM:
-            err = o->groupnorm_grad(be, g, a, bs, s->ih * s->iw, s->ic, l->groups, P + s->w_off,
-                                    m->mean[i], m->rstd[i], dx, G + s->w_off, G + s->b_off);
+            if (relu_grad_fused(m, i + 1))
+                err = o->groupnorm_relu_grad(be, g, m->act[i + 2], a, bs, s->ih * s->iw, s->ic,
+                                             l->groups, P + s->w_off, m->mean[i], m->rstd[i], dx,
+                                             G + s->w_off, G + s->b_off);
+            else
+                err = o->groupnorm_grad(be, g, a, bs, s->ih * s->iw, s->ic, l->groups,
+                                        P + s->w_off, m->mean[i], m->rstd[i], dx, G + s->w_off,
+                                        G + s->b_off);
             g = dx;
             break;
         case HS_LAYER_FLATTEN: break;

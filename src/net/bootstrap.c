@@ -118,7 +118,9 @@ void hs__bs_join_start(hs_net *net) {
     hs_buf *b;
     if (hs_buf_new(&b, 64) < 0)
         return;
-    if (hs__wire_join_encode(b, &j) == 0 && hs__send_conn(c, HS__T_JOIN, 0, b) == 0) {
+    /* The frame's round: a resumed joiner's checkpoint round (hs_net_config.resume_round). */
+    if (hs__wire_join_encode(b, &j) == 0 &&
+        hs__send_conn(c, HS__T_JOIN, net->cfg.resume_round, b) == 0) {
         uv_mutex_lock(&net->mu);
         net->join_state = HS__JOIN_WAITING;
         uv_mutex_unlock(&net->mu);
@@ -189,7 +191,7 @@ void hs__bs_join_tick(hs_net *net, uint64_t now) {
             continue;
         pj->t_forward_us = now;
         if (net->mb.is_sequencer) {
-            hs__mb_request_join(&net->mb, pj->nonce, net->self, pj->addr);
+            hs__mb_request_join(&net->mb, pj->nonce, net->self, pj->addr, pj->resume_round);
             continue;
         }
         hs__peer *seq = hs__peer_find(net, net->mb.sequencer);
@@ -323,7 +325,7 @@ static void forward(hs_net *net, const hs__join *in, uint8_t ttl) {
     hs_buf_unref(b);
 }
 
-void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
+void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j, uint64_t resume_round) {
     char host[HS__ADDR_MAX + 1];
     int port;
     if (hs__wire_addr_split(j->addr, host, sizeof(host), &port) < 0 || port == 0) {
@@ -364,6 +366,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
     snprintf(pj->addr, sizeof(pj->addr), "%s", j->addr);
     pj->t_request_us = pj->t_forward_us = hs__now_us();
     pj->round_at_request = hs__net_round(net);
+    pj->resume_round = resume_round;
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
     /* A first peer listening on a wildcard address learns here what the joiners dial. */
     if (net->tr.listen_wildcard && !net->s_advertise &&
@@ -380,7 +383,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
         return;
     }
     if (net->mb.is_sequencer) {
-        hs__mb_request_join(&net->mb, j->nonce, net->self, j->addr);
+        hs__mb_request_join(&net->mb, j->nonce, net->self, j->addr, resume_round);
     } else {
         hs__join f = *j;
         f.via = net->self;
@@ -391,7 +394,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j) {
 void hs__bs_on_join_fwd(hs_net *net, hs__conn *c, const hs__join *j) {
     (void)c;
     if (net->mb.is_sequencer)
-        hs__mb_request_join(&net->mb, j->nonce, j->via, j->addr);
+        hs__mb_request_join(&net->mb, j->nonce, j->via, j->addr, 0);
     else if (j->ttl > 0)
         forward(net, j, (uint8_t)(j->ttl - 1));
 }
@@ -434,7 +437,8 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     int late = now - pj->t_request_us > (uint64_t)net->cfg.snapshot_timeout_ms * 1000;
     uv_mutex_lock(&net->mu);
     /* An application that never published a snapshot does not use them: no waiting. */
-    int fresh = !net->snap_ever || (net->snap && net->snap_round >= pj->round_at_request);
+    int fresh = !net->snap_ever ||
+                (net->snap && !net->snap_stale && net->snap_round >= pj->round_at_request);
     if (!fresh && !late) {
         net->snap_wanted = 1;
         uv_mutex_unlock(&net->mu);

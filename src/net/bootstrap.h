@@ -24,14 +24,16 @@ typedef struct hs__pending_join {
     uint64_t mver;
     uint64_t t_request_us, t_forward_us;
     uint64_t round_at_request;
+    uint64_t resume_round; /* the joiner's (its JOIN's frame round) */
     int done;
 } hs__pending_join;
 
 enum { HS__JOIN_IDLE, HS__JOIN_DIALING, HS__JOIN_WAITING, HS__JOIN_DONE, HS__JOIN_FAILED };
 
-/* Frames: JOIN (from a joiner, on its connection), JOIN_FWD (to the sequencer), JOIN_ACK
- * (the sequencer's answer), WELCOME (the joiner's, < 0 closes as malformed). */
-void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j);
+/* Frames: JOIN (from a joiner, on its connection; resume_round: its frame's round, the
+ * joiner's hs_net_config.resume_round), JOIN_FWD (to the sequencer), JOIN_ACK (the sequencer's
+ * answer), WELCOME (the joiner's, < 0 closes as malformed). */
+void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j, uint64_t resume_round);
 void hs__bs_on_join_fwd(hs_net *net, hs__conn *c, const hs__join *j);
 void hs__bs_on_join_ack(hs_net *net, const hs__join *j);
 int hs__bs_on_welcome(hs_net *net, hs__conn *c, hs_buf *pay);

@@ -351,7 +351,7 @@ static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         if ((err = hs__wire_join_decode(pay->data, pay->len, &j)) < 0)
             break;
         if (h->type == HS__T_JOIN)
-            hs__bs_on_join(net, c, &j);
+            hs__bs_on_join(net, c, &j, h->round);
         else if (h->type == HS__T_JOIN_FWD)
             hs__bs_on_join_fwd(net, c, &j);
         else

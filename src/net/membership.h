@@ -64,6 +64,7 @@ typedef struct hs__join_req {
     uint32_t id; /* HS__ID_NONE until committed */
     uint64_t mver;
     int acked;
+    uint64_t resume_round; /* the joiner's checkpoint round (0: none, or not known here) */
 } hs__join_req;
 
 /* What membership needs from its owner: the clock, the training round, the lock the
@@ -155,7 +156,8 @@ void hs__mb_remove(hs__mb *mb, uint32_t id);
 /* The sequencer: a commit soon (once per coalescing window). */
 void hs__mb_schedule_commit(hs__mb *mb);
 /* The sequencer: a join request (from a JOIN here or a JOIN_FWD). */
-void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr);
+void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr,
+                         uint64_t resume_round);
 void hs__mb_send_join_ack(hs__mb *mb, hs__join_req *j);
 void hs__mb_send_members(hs__mb *mb, hs__mpeer *p);
 /* The round a change takes effect: the highest round known plus a margin. */

@@ -397,6 +397,7 @@ int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     net->snap = hs_buf_ref(snapshot);
     net->snap_round = round;
     net->snap_ever = 1;
+    net->snap_stale = 0;
     /* The application is at `round`: membership changes take effect after it (a peer resumed
      * alone at a late round must not welcome joiners into rounds it has left behind). */
     if (round > net->cur_round)
@@ -406,6 +407,20 @@ int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
     uv_mutex_unlock(&net->mu);
     if (wanted)
         hs__net_post(net, HS__CMD_KICK, 0, 0, NULL, 0);
+    return 0;
+}
+
+int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback) {
+    if (!fallback) return hs__err(HS_EINVAL, "withdraw snapshot: no fallback");
+    uv_mutex_lock(&net->mu);
+    hs_buf_unref(net->snap);
+    net->snap = hs_buf_ref(fallback);
+    net->snap_stale = 1;
+    net->snap_ever = 1;
+    /* As a publication at `round`: membership changes take effect after it. */
+    if (round > net->cur_round)
+        __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
+    uv_mutex_unlock(&net->mu);
     return 0;
 }
 

@@ -140,6 +140,7 @@ struct hs_net {
     uint64_t snap_round; /* (mu) */
     int snap_wanted;     /* (mu) */
     int snap_ever;       /* (mu) the application publishes snapshots */
+    int snap_stale;      /* (mu) snap is a withdrawn one's fallback: never fresh */
     hs_net_stats st;     /* (mu) */
     int leaving;         /* (mu) */
     int left;            /* (mu) leave finished */

@@ -119,6 +119,11 @@ uint64_t hs__mb_choose_eff(hs__mb *mb) {
     int held = mb->cfg->hold_members > 1;
     for (int i = 0; held && i < mb->n_sched; i++)
         held = mb->sched[i]->m.n < (uint32_t)mb->cfg->hold_members;
+    /* A held job has not trained: it starts where the newest of its resumed joiners left off
+     * (every joiner of the hold is in mb->joins; none trains before the list is complete). */
+    for (int i = 0; held && i < mb->n_joins; i++)
+        if (mb->joins[i].resume_round > maxr)
+            maxr = mb->joins[i].resume_round;
     uint64_t margin = held ? 0 : (uint64_t)mb->cfg->change_rounds;
     double by_rate = ceil(mb->round_rate * mb->cfg->change_delay_ms / 1000.0);
     if (!held && by_rate > (double)margin && by_rate < 1e9)
@@ -129,7 +134,8 @@ uint64_t hs__mb_choose_eff(hs__mb *mb) {
     return eff;
 }
 
-void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr) {
+void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr,
+                         uint64_t resume_round) {
     for (int i = 0; i < mb->n_joins; i++) {
         hs__join_req *j = &mb->joins[i];
         if (j->nonce != nonce)
@@ -156,6 +162,7 @@ void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *a
     j->nonce = nonce;
     j->via = via;
     j->id = HS__ID_NONE;
+    j->resume_round = resume_round;
     snprintf(j->addr, sizeof(j->addr), "%s", addr);
     hs__mb_schedule_commit(mb);
 }

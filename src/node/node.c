@@ -21,11 +21,13 @@
 /* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
  * while the job waits for its members and has not decided it), and the rule the first peers
  * follow until then: how many members they wait for and how many rounds they train from the
- * round at which those are in. */
+ * round at which those are in. A restarted job waiting for its members says -N members: its
+ * end is known, its first round and timeline are agreed once they are in (resume.c). */
 typedef struct job_terms {
     uint64_t end;
     int64_t rounds, wait;
 } job_terms;
+_Static_assert(sizeof(job_terms) == 24, "job terms are 24 bytes on the wire");
 /* The terms, then the job's timeline (resume.c). */
 #define JOB_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
 
@@ -42,8 +44,9 @@ struct hs_node {
     int join_ms;
     hs_net *net;
     hs_net_welcome w;
+    hs_buf *snap; /* the model's snapshot last published (at snap_t), while the runtime has it */
     hs_checkpoint ck;
-    int have_ck, alone;
+    int have_ck, alone, restart; /* restart: a restarted job's round and timeline not agreed */
     hs_timeline tl; /* the job's, which this peer's checkpoints are written on */
     uint32_t self;
     int rank;
@@ -59,13 +62,12 @@ struct hs_node {
     /* Set by hs_node_request_stop from any thread or a signal handler: lock-free atomics are
      * both thread-safe and async-signal-safe. */
     atomic_int stop, ck_req;
-    double t0, t_round0, last_print;
+    double t0, t_round0, last_print, snap_t;
     /* Reported for the current round; NaN: not this round. */
     double loss, acc, lr, epoch, test_loss, test_acc;
     void *vec; /* the caller's-vector model of the public entries (vec.c) */
     void (*vec_free)(void *vec);
 };
-
 
 static void reset_reports(hs_node *n) {
     n->loss = n->acc = n->lr = n->epoch = n->test_loss = n->test_acc = NAN;
@@ -193,32 +195,28 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
     return err < 0 ? err : write_checkpoint_to(n, dir, n->r);
 }
 
-/* The terms and the timeline alone (no model: joiners keep theirs). */
-static int publish_terms(hs_node *n, uint64_t round) {
-    uint8_t b[JOB_TERMS_BYTES];
-    memcpy(b, &n->jt.end, 8);
-    memcpy(b + 8, &n->jt.rounds, 8);
-    memcpy(b + 16, &n->jt.wait, 8);
-    hs__node_timeline_put(&n->tl, b + 24);
-    hs_buf *buf = NULL;
-    int err = hs_buf_new(&buf, sizeof(b));
-    if (err == 0 && (err = hs_buf_append(buf, b, sizeof(b))) == 0)
-        err = hs_net_publish_snapshot(n->net, round, buf);
-    hs_buf_unref(buf);
-    return err;
-}
-
-static int publish_snapshot(hs_node *n, uint64_t round) {
-    hs_buf *b;
-    int err = hs_buf_new(&b, sizeof(float) * n->d + 64);
-    if (err < 0) return err;
-    uint8_t tl[HS__NODE_TIMELINE_BYTES];
-    hs__node_timeline_put(&n->tl, tl);
-    if ((err = hs_buf_append(b, &n->jt.end, 8)) == 0 &&
-        (err = hs_buf_append(b, &n->jt.rounds, 8)) == 0 &&
-        (err = hs_buf_append(b, &n->jt.wait, 8)) == 0 &&
-        (err = hs_buf_append(b, tl, sizeof(tl))) == 0 && (err = n->m.snapshot(n->m.ctx, b)) == 0)
-        err = hs_net_publish_snapshot(n->net, round, b);
+/* Joiners get the terms and timeline, then (MODEL) the model's snapshot; with the terms alone
+ * they keep their own model. DROP: once no WELCOME holds it (refs: the node's, the runtime's)
+ * and joiners' wait is over, it goes, not to stay a copy of the model (WELCOMEs wait for one). */
+enum { TERMS, MODEL, DROP };
+static int publish(hs_node *n, uint64_t round, int what) {
+    if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
+                         hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms))
+        return 0;
+    uint8_t t[JOB_TERMS_BYTES];
+    memcpy(t, &n->jt, 24); /* end, rounds, wait */
+    hs__node_timeline_put(&n->tl, t + 24);
+    hs_buf *b = NULL;
+    int err = hs_buf_new(&b, sizeof(t) + (what == MODEL ? sizeof(float) * n->d + 4096 : 0));
+    if (err == 0 && (err = hs_buf_append(b, t, sizeof(t))) == 0 &&
+        (what != MODEL || (err = n->m.snapshot(n->m.ctx, b)) == 0))
+        err = what == DROP ? hs_net_withdraw_snapshot(n->net, round, b)
+                           : hs_net_publish_snapshot(n->net, round, b);
+    if (err == 0 && what != TERMS) {
+        hs_buf_unref(n->snap);
+        n->snap = what == MODEL ? hs_buf_ref(b) : NULL;
+        n->snap_t = hs__node_now();
+    }
     hs_buf_unref(b);
     return err;
 }
@@ -227,10 +225,8 @@ static int publish_snapshot(hs_node *n, uint64_t round) {
 static int read_job_terms(const hs_net_welcome *w, job_terms *jt) {
     if (w->snapshot->len < JOB_TERMS_BYTES)
         return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
-    memcpy(&jt->end, w->snapshot->data, 8);
-    memcpy(&jt->rounds, w->snapshot->data + 8, 8);
-    memcpy(&jt->wait, w->snapshot->data + 16, 8);
-    if (jt->rounds < 1 || jt->wait < 0 || jt->wait > (1 << 20))
+    memcpy(jt, w->snapshot->data, 24);
+    if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
         return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
                        (long long)jt->rounds, (long long)jt->wait);
     return 0;
@@ -264,16 +260,8 @@ int hs__node_connect(hs_node *n) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (cfg->resume) {
-        if (!cfg->checkpoint_dir) return hs__err(HS_EINVAL, "--resume needs --checkpoint-dir");
-        /* Files are named by shard: a resumed peer knows its rank, not the id it had. A job
-         * stopped before its first checkpoint restarts with the same command, from the start. */
-        err = hs_checkpoint_newest(cfg->checkpoint_dir, cfg->rank, n->sig, &n->ck);
-        if (err == HS_ENOENT && cfg->resume != HS__NODE_RESUME_REQUIRE)
-            HS_LOGW("%s: starting without one, as a new peer (--resume=require refuses this)",
-                    hs_error_message());
-        else if (err < 0)
-            return err;
-        n->have_ck = err == 0;
+        if ((err = hs__node_resume_load(cfg, n->sig, &n->ck)) < 0) return err;
+        n->have_ck = err;
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
@@ -281,6 +269,7 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
+    if (n->have_ck) nc->resume_round = n->ck.round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
     if (n->have_ck && !cfg->wait_new_only && cfg->wait_peers > 1)
@@ -288,18 +277,19 @@ int hs__node_connect(hs_node *n) {
     const char *run_id = nc->run_id ? nc->run_id : "hearsay";
     n->join_ms = nc->join_timeout_ms > 0 ? nc->join_timeout_ms : HS__NODE_JOIN_TIMEOUT_MS;
     /* The first peer of a job: no address to join, and (with a rank) rank 0. A resumed peer is
-     * never first while a member it knew still answers: it rejoins the running job. */
-    int first = !nc->bootstrap && cfg->rank <= 0;
+     * never first while a member it knew still answers: it rejoins the running job. Without a
+     * rank, a resumed peer has its checkpoint's: peers resumed together agree on the first. */
+    int rank = cfg->rank >= 0 ? cfg->rank : n->have_ck ? n->ck.rank : -1;
+    int first = !nc->bootstrap && rank <= 0;
     if (cfg->rendezvous && !nc->bootstrap && (!first || n->have_ck)) {
-        if (!first && (err = hs__node_rendezvous_turn(cfg->rendezvous, run_id, cfg->rank,
-                                                      n->join_ms, &n->stop)) < 0)
+        if (!first && (err = hs__node_rendezvous_turn(cfg->rendezvous, run_id, rank, n->join_ms,
+                                                      &n->stop)) < 0)
             return err;
         err = hs__node_join_rendezvous(cfg->rendezvous, run_id, nc, first ? 2000 : n->join_ms,
                                        n->rv_addr, sizeof(n->rv_addr), &n->net, &n->w,
                                        &n->stop);
         if (err == 0) {
-            if (cfg->rank > 0)
-                hs__node_rendezvous_mark(cfg->rendezvous, run_id, cfg->rank, n->rv_addr);
+            if (rank > 0) hs__node_rendezvous_mark(cfg->rendezvous, run_id, rank, n->rv_addr);
             nc->bootstrap = n->rv_addr;
             first = 0;
         } else if (!first || err == HS_EINTR) {
@@ -310,28 +300,10 @@ int hs__node_connect(hs_node *n) {
     if (n->net) err = 0;
     else if (!n->have_ck || nc->bootstrap) err = hs_net_start(&n->net, nc, &n->w);
     if (n->have_ck && !n->net) {
-        /* Resuming: rejoin through the members the checkpoint knew, each tried briefly; not
-         * through this peer's own old entry (it is not a member until it has rejoined). */
-        hs_net_config nk = *nc;
-        nk.join_timeout_ms = n->join_ms < 3000 ? n->join_ms : 3000;
-        for (int i = 0; i < n->ck.n_members && !n->net && !hs__node_refusal_final(err); i++) {
-            if (n->ck.ids[i] == n->ck.id) continue;
-            HS_LOGI("rejoining through %s, a member in the checkpoint", n->ck.addrs[i]);
-            nk.bootstrap = n->ck.addrs[i];
-            if ((err = hs_net_start(&n->net, &nk, &n->w)) == 0) {
-                snprintf(n->rv_addr, sizeof(n->rv_addr), "%s", nk.bootstrap);
-                nc->bootstrap = n->rv_addr;
-            }
-        }
-        if (!n->net && first && !hs__node_refusal_final(err)) {
-            HS_LOGW("no member of the checkpoint's job answers: going on from its round %llu",
-                    (unsigned long long)n->ck.round);
-            nc->bootstrap = NULL;
-            err = hs_net_start(&n->net, nc, &n->w);
-            n->alone = 1;
-        } else {
-            first = 0;
-        }
+        err = hs__node_resume_rejoin(&n->ck, nc, n->join_ms, first, cfg->wait_peers, err,
+                                     &n->net, &n->w, n->rv_addr, sizeof(n->rv_addr), &n->alone);
+        first = first && n->alone;
+        n->restart = n->alone && cfg->wait_peers > 1;
     }
     if (err < 0) return err;
     if (cfg->rendezvous && first) {
@@ -352,19 +324,21 @@ int hs__node_connect(hs_node *n) {
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
      * from this peer's checkpoint branches from that checkpoint's. */
-    if (n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES) {
-        if ((err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0) return err;
-        if (n->have_ck && cfg->checkpoint_dir)
-            n->have_ck = hs__node_resume_pick(cfg, n->rank, n->sig, &n->tl, n->w.join_round,
-                                              n->w.snapshot->len > JOB_TERMS_BYTES, &n->ck);
-    } else {
-        hs_timeline_new(&n->tl, n->have_ck ? &n->ck.timeline : NULL, n->have_ck ? n->ck.round : 0);
-        if (n->have_ck)
-            hs_checkpoint_drop_abandoned(cfg->checkpoint_dir, n->rank, &n->tl, n->ck.round);
-    }
+    const uint8_t *wtl = n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES
+                             ? n->w.snapshot->data + 24 : NULL;
+    job_terms wj = {0, 1, 0};
+    if (wtl && (err = read_job_terms(&n->w, &wj)) < 0) return err;
+    if (wj.wait < 0) n->restart = 1;
+    if ((err = hs__node_resume_timeline(cfg, n->rank, n->sig, wtl, n->w.join_round,
+                                        wtl && n->w.snapshot->len > JOB_TERMS_BYTES, n->restart,
+                                        &n->have_ck, &n->ck, &n->tl)) < 0)
+        return err;
     /* This peer's own terms hold until it learns the job's. */
     n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
-    if (!n->have_ck && n->w.snapshot) {
+    if (n->restart)
+        n->jt = n->have_ck ? (job_terms){n->ck.end_round, n->jt.rounds, wtl ? wj.wait : -n->jt.wait}
+                           : wj;
+    else if (!n->have_ck && n->w.snapshot) {
         if ((err = read_job_terms(&n->w, &n->jt)) < 0) return err;
         if (n->jt.rounds != (cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END))
             HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
@@ -373,7 +347,7 @@ int hs__node_connect(hs_node *n) {
     }
     /* The job's terms and timeline reach those who join before the first snapshot (taken
      * once the model exists): without them a joiner would start a timeline of its own. */
-    if (!n->w.snapshot && (err = publish_terms(n, n->have_ck ? n->ck.round : 0)) < 0)
+    if (!n->w.snapshot && (err = publish(n, n->have_ck ? n->ck.round : 0, TERMS)) < 0)
         return err;
     n->state = ST_CONNECTED;
     return 0;
@@ -408,12 +382,20 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (n->have_ck) {
-        if ((err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0) return err;
+        err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+        free(n->ck.data); /* loaded: the file's bytes, a copy of the state, need not stay */
+        n->ck.data = NULL;
+        if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
     } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
                (err = adopt_welcome(n)) < 0) {
         return err;
+    } else if (n->w.snapshot && n->w.snapshot->len == JOB_TERMS_BYTES && n->w.join_round > 0) {
+        /* The job's snapshot was withdrawn and none came within the runtime's timeout: said,
+         * since this peer then starts from its own vector, not the job's model. */
+        HS_LOGW("joined at round %llu without the job's model (no snapshot in time): starting "
+                "from this peer's own vector", (unsigned long long)n->w.join_round);
     }
     /* Replicas may start equal to the common start only for a peer that begins with the job,
      * before anyone trained; a joiner of a running job or a resumed peer makes its neighbours
@@ -426,14 +408,17 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
      * (the first peer's count); one joining a running job or resuming waits only when told to
      * explicitly. */
     int fresh = !n->have_ck && n->jt.end == 0;
-    int n_wait = fresh ? (int)n->jt.wait : cfg->wait_new_only ? 0 : cfg->wait_peers;
+    int n_wait = n->restart ? -(int)n->jt.wait
+                 : fresh    ? (int)n->jt.wait
+                 : cfg->wait_new_only ? 0
+                                      : cfg->wait_peers;
     /* Without a wait the job's end is known now (its first round is this one). */
     if (!n->jt.end && n_wait <= 1) n->jt.end = r + (uint64_t)n->jt.rounds;
     n->first_round = n->r = r;
     if (past_end(n, r)) return 1;
     /* Members welcome joiners with the newest snapshot and hold a WELCOME until there is one:
      * publish before waiting for the others, or their joins stall. */
-    if ((err = publish_snapshot(n, r)) < 0) return err;
+    if ((err = publish(n, r, MODEL)) < 0) return err;
     if (n_wait > 1) {
         if (!cfg->quiet)
             HS_LOGI("waiting for %d peers before the first round (at most %d ms: --join-timeout)",
@@ -453,11 +438,21 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         if ((err = hs_net_members(n->net, &mem, &nm, NULL, &eff)) < 0) return err;
         free(mem);
         if (eff > r) r = eff;
+        if (n->restart) {
+            if (hs__node_restart_agree(cfg, n->rank, n->sig, &n->tl, r, &n->ck, n->have_ck,
+                                       n_wait) > 0 &&
+                (err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0)
+                return err;
+            n->have_ck |= n->ck.state != NULL;
+            n->restart = 0;
+            n->jt.wait = n_wait;
+            if ((err = publish(n, r, MODEL)) < 0) return err;
+        }
         /* Every peer that waited computes the same first round, hence the same end; joiners
          * arriving from now on learn it from the snapshot, published again at once. */
         if (!n->jt.end) {
             n->jt.end = r + (uint64_t)n->jt.rounds;
-            if ((err = publish_snapshot(n, r)) < 0) return err;
+            if ((err = publish(n, r, MODEL)) < 0) return err;
         }
     }
     n->first_round = n->r = r;
@@ -511,7 +506,7 @@ static int recover(hs_node *n, int err) {
         (err = adopt_welcome(n)) < 0)
         return err;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
-    if ((err = publish_snapshot(n, n->w.join_round)) < 0) return err;
+    if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
     n->r = n->w.join_round;
     return past_end(n, n->r);
 }
@@ -531,7 +526,7 @@ static int node_open(void *c, uint64_t r) {
     }
     warn_unsharded(n);
     int err = hs__node_await_job(n->net, n->join_ms, &n->stop);
-    if (err == 0 && hs_net_snapshot_wanted(n->net)) err = publish_snapshot(n, r);
+    if (err == 0) err = publish(n, r, hs_net_snapshot_wanted(n->net) ? MODEL : DROP);
     if (err == 0 && n->m.round_begin) err = n->m.round_begin(n->m.ctx, r);
     return err;
 }
@@ -779,6 +774,7 @@ void hs_node_free(hs_node *n) {
     hs_metrics_close(n->metrics);
     hs_guard_free(n->guard);
     hs_net_free(n->net);
+    hs_buf_unref(n->snap);
     hs_net_welcome_clear(&n->w);
     hs_checkpoint_clear(&n->ck);
     if (n->vec_free) n->vec_free(n->vec);

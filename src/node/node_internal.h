@@ -126,6 +126,32 @@ int hs__node_timeline_get(const uint8_t *p, hs_timeline *t);
  * with the reason). Either way removes the shard's files that the job will never load. */
 int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
                          const hs_timeline *t, uint64_t round, int job_model, hs_checkpoint *ck);
+/* --resume's newest checkpoint of this shard into *ck: 1; none (said in the log, unless
+ * --resume=require, which makes it an error): 0. */
+int hs__node_resume_load(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck);
+/* A resumed peer not yet in a job (err: how its own start or rendezvous ended) rejoins through
+ * the checkpoint's members (nc->bootstrap then names the one that let it in, copied to addr);
+ * when none answers and it is the job's first peer, it starts the job alone (*alone = 1),
+ * holding for `hold` members when hold > 1 (a restart: hs__node_restart_agree). */
+int hs__node_resume_rejoin(const hs_checkpoint *ck, hs_net_config *nc, int join_ms, int first,
+                           int hold, int err, hs_net **net, hs_net_welcome *w, char *addr,
+                           size_t cap, int *alone);
+/* The job's timeline into *tl: the welcome's (welcome_tl, NULL when none), with the checkpoint
+ * picked for it (hs__node_resume_pick); or a new job's, branched from the checkpoint's. In a
+ * restart (restart != 0) a checkpoint of the timeline's history is kept as it is and the
+ * timeline is provisional until hs__node_restart_agree: returns 1 then, else 0. */
+int hs__node_resume_timeline(const hs__node_cfg *cfg, int rank, const char *sig,
+                             const uint8_t *welcome_tl, uint64_t join_round, int job_model,
+                             int restart, int *have_ck, hs_checkpoint *ck, hs_timeline *tl);
+/* A restarted job's members are in and agree on its first round (the sequencer's choice: the
+ * newest checkpoint round among them, hs_net_config.resume_round): the provisional timeline *tl
+ * branches at that round under an id every member computes alike. A shard with no checkpoint
+ * (have_ck 0) or one more than a checkpoint interval behind takes the newest checkpoint of
+ * another shard within an interval of the round from its directory (one the shards share)
+ * into *ck and returns 1 (the caller loads it); else 0. Says what this shard goes on from,
+ * loudly when it is still behind, and removes the shard's files the job will never load. */
+int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, hs_timeline *tl,
+                           uint64_t round, hs_checkpoint *ck, int have_ck, int members);
 
 /* join.c: reaching the job. stop points at the node's stop flag. */
 int hs__node_refusal_final(int err);

@@ -389,6 +389,7 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     hs_topo *t = NULL;
     hs_compressor *c = NULL;
     acfg->gap = 0;
+    acfg->max_degree = 0;
     /* A file fixes its own size; a generator needs the job's. */
     int is_file = is_file_spec(topology);
     if ((is_file || n > 1) && hs_topo_new(&t, topology, is_file ? 0 : n, seed) == 0)
@@ -398,17 +399,22 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 &&
         hs_algo_auto_gamma_c(c, &g, &dp) == 0) {
         double delta = hs_compressor_delta(c);
-        /* The rule does not depend on the gap (src/algo/step.c says why); it is shown because
-         * it says what the step was chosen for. */
+        float g0 = g;
+        g = hs_algo_scale_gamma_c(g0, acfg->max_degree);
+        /* The rule uses the degree but not the gap (src/algo/step.c says why); the gap is
+         * shown because it says what the step was chosen for. */
         char gs[64] = "not known";
         if (acfg->gap > 0)
             snprintf(gs, sizeof(gs), "%.4g (%s on %d peers)", acfg->gap, topology,
                      t ? hs_topo_n(t) : n);
+        char sc[64] = "";
+        if (g != g0) snprintf(sc, sizeof(sc), ", x %.3g for at most %d neighbours", g / g0,
+                              acfg->max_degree);
         if (why)
             snprintf(why, why_len,
                      "automatic: delta_e / (2 - delta_e) for %s, delta_e = sqrt(delta %.4g x "
-                     "%.4g on a probe); spectral gap %s",
-                     acfg->compress, delta, dp > delta ? dp : delta, gs);
+                     "%.4g on a probe)%s; spectral gap %s",
+                     acfg->compress, delta, dp > delta ? dp : delta, sc, gs);
     }
     hs_compressor_free(c);
     hs_topo_free(t);

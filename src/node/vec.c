@@ -40,12 +40,6 @@ static const float *v_eval(void *c) {
 }
 static long v_steps(void *c) { return ((caller_vec *)c)->steps; }
 
-/* Starts from the model z (d floats) with a fresh push-sum weight. */
-static void set_model(caller_vec *v, const float *z) {
-    memmove(v->x, z, sizeof(float) * v->d);
-    hs_algo_reset_x(v->algo, v->x);
-}
-
 /* The parts of the vector's state and snapshot (train/state.h): no optimizer (the caller's
  * own), so a snapshot is the trainer's layout without optimizer state. */
 static hs__state_parts parts(caller_vec *v) {
@@ -79,31 +73,26 @@ static int skip_optim(caller_vec *v, const uint8_t **p, const uint8_t *end) {
  * (hearsay/node.h): it is not read. */
 static int v_adopt(void *c, const uint8_t *p, size_t len) {
     caller_vec *v = c;
-    const uint8_t *end = p + len;
+    const uint8_t *end = p + len, *z = NULL;
     uint64_t steps;
     int err = hs__state_get_head(&p, end, HS__SNAPSHOT_MAGIC, 0, v->d, "model snapshot", &steps);
     if (err < 0) return err;
-    float *z = malloc(sizeof(float) * v->d);
-    if (!z) return hs__err(HS_ENOMEM, "model snapshot: out of memory");
     const uint8_t *mom = NULL;
-    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 ||
+    if ((err = hs__skip_floats(&p, end, v->d, &z)) < 0 ||
         (p != end && !hs__outer_at(p, end) && (err = skip_optim(v, &p, end)) < 0) ||
         (err = hs__outer_parse(v->outer, &p, end, "model snapshot", &mom)) < 0)
-        goto out;
-    if (p != end) {
-        err = hs__err(HS_EFORMAT, "model snapshot: %zu bytes after the model", (size_t)(end - p));
-        goto out;
-    }
+        return err;
+    if (p != end)
+        return hs__err(HS_EFORMAT, "model snapshot: %zu bytes after the model", (size_t)(end - p));
     /* A snapshot of a job that has run no round yet leaves the caller's vector: its peers may
      * start apart on purpose (same-start 0), and otherwise start equal anyway. */
     if (steps > 0) {
-        set_model(v, z);
+        memcpy(v->x, z, sizeof(float) * v->d);
+        hs_algo_reset_x(v->algo, v->x);
         v->steps = (long)steps;
         hs__outer_install(v->outer, mom);
     }
-out:
-    free(z);
-    return err;
+    return 0;
 }
 
 static int v_save(void *c, hs_buf *out) {
@@ -113,34 +102,27 @@ static int v_save(void *c, hs_buf *out) {
 
 static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     caller_vec *v = c;
-    const uint8_t *end = p + len;
+    const uint8_t *end = p + len, *z = NULL;
     uint64_t steps, alen;
     const uint8_t *mom = NULL;
     int err = hs__state_get_head(&p, end, HS__VEC_STATE_MAGIC, HS__VEC_STATE_VERSION, v->d,
                                  "node state", &steps);
     if (err < 0) return err;
-    float *z = malloc(sizeof(float) * v->d);
-    if (!z) return hs__err(HS_ENOMEM, "node state: out of memory");
-    if ((err = hs__get_floats(&p, end, z, v->d)) < 0 ||
+    if ((err = hs__skip_floats(&p, end, v->d, &z)) < 0 ||
         (err = hs__outer_parse(v->outer, &p, end, "node state", &mom)) < 0 ||
         (err = hs__get_u64(&p, end, &alen)) < 0)
-        goto out;
-    if (alen != (uint64_t)(end - p)) {
-        err = hs__err(HS_EFORMAT, "node state: algorithm state of %llu bytes, %zu left",
-                      (unsigned long long)alen, (size_t)(end - p));
-        goto out;
-    }
+        return err;
+    if (alen != (uint64_t)(end - p))
+        return hs__err(HS_EFORMAT, "node state: algorithm state of %llu bytes, %zu left",
+                       (unsigned long long)alen, (size_t)(end - p));
     /* The algorithm validates its whole state before changing anything. */
-    if (with_algo) {
-        if ((err = hs_algo_load(v->algo, p, (size_t)alen)) < 0) goto out;
-        hs_algo_from_eval_point(v->algo, z); /* x = w z with the restored push-sum weight */
-    }
-    set_model(v, z);
+    if (with_algo && (err = hs_algo_load(v->algo, p, (size_t)alen)) < 0) return err;
+    memcpy(v->x, z, sizeof(float) * v->d);
+    if (with_algo) hs_algo_from_eval_point(v->algo, v->x); /* x = w z, the restored weight */
+    hs_algo_reset_x(v->algo, v->x);
     hs__outer_install(v->outer, mom);
     v->steps = (long)steps;
-out:
-    free(z);
-    return err;
+    return 0;
 }
 
 /* Under SGP the caller's next change is measured from the z it holds now. */

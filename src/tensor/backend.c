@@ -60,6 +60,21 @@ int hs_device_parse_id(const char *s, hs_device *out, int *device_id) {
 
 int hs_device_parse(const char *s, hs_device *out) { return hs_device_parse_id(s, out, NULL); }
 
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+
+const char *hs_precision_name(hs_precision p) {
+    return (unsigned)p < 3 ? precision_names[p] : "unknown";
+}
+
+int hs_precision_parse(const char *s, hs_precision *out) {
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, precision_names[i])) {
+            *out = (hs_precision)i;
+            return 0;
+        }
+    return hs__err(HS_EINVAL, "unknown precision '%s' (expected fp32, tf32 or bf16)", s ? s : "");
+}
+
 #if HS_HAVE_CUDA
 /* Appends to the list of what was tried, for the message when nothing loads. */
 static void tried_add(char *tried, size_t len, const char *path, const char *why) {
@@ -166,6 +181,18 @@ int hs_backend_open(hs_backend **out, hs_device device, const hs_backend_cfg *cf
     }
     *out = be;
     return 0;
+}
+
+int hs_backend_set_precision(hs_backend *be, hs_precision p) {
+    if ((unsigned)p > HS_PRECISION_BF16)
+        return hs__err(HS_EINVAL, "precision %d: expected fp32, tf32 or bf16", (int)p);
+    /* OpenBLAS has no TF32, and emulating one on the CPU would be slower than FP32 for no
+     * gain: a backend without the entry says no rather than pretend. */
+    if (!be->ops->set_precision && p != HS_PRECISION_FP32)
+        return hs__err(HS_EINVAL, "--precision %s needs --device cuda: the %s backend computes in "
+                                  "fp32 only", hs_precision_name(p), be->ops->name);
+    if (!be->ops->set_precision) return 0;
+    return be->ops->set_precision(be, (int)p);
 }
 
 void hs_backend_close(hs_backend *be) {

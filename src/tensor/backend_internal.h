@@ -40,8 +40,10 @@ int hs__cpu_shortcut_grad(hs_backend *be, float *dx, const float *dy, const hs_s
                           int n);
 
 /* The host services a backend module loaded with dlopen may call: it links none of hearsay's
- * own code, so errors and log lines go through these. Versioned so a stale module is refused. */
-#define HS_HOST_API_VERSION 1
+ * own code, so errors and log lines go through these. Versioned so a stale module is refused;
+ * the version also stands for the length of hs_backend_ops, which the host reads to its end
+ * (2: set_precision and groupnorm_relu_grad appended). */
+#define HS_HOST_API_VERSION 2
 typedef struct hs_host_api {
     int version;
     /* Sets the calling thread's error message and returns code (hs__err). */

@@ -200,50 +200,58 @@ int hs_checkpoint_drop_abandoned(const char *dir, int rank, const hs_timeline *t
     return prune(dir, rank, t, max_round, 0);
 }
 
-int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uint8_t *state,
-                        size_t len, size_t *bytes_out) {
-    hs_buf *file = NULL;
-    int err, fd = -1;
-    char tmp[4096], final_path[4096];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return hs__err(HS_EIO, "checkpoint directory %s: %s", dir, strerror(errno));
-    if ((err = hs_buf_new(&file, len + 4096)) < 0) return err;
+/* The file's head: everything before the state's bytes, the state's length included. */
+static int put_head(hs_buf *file, const hs_checkpoint_info *in, size_t len) {
+    int err;
     uint32_t ver = CK_VERSION, sl = (uint32_t)strlen(in->sig), un = (uint32_t)in->n_members;
     uint64_t slen = len;
     if ((err = hs_buf_append(file, CK_MAGIC, 4)) < 0 || (err = hs_buf_append(file, &ver, 4)) < 0 ||
         (err = hs_buf_append(file, &in->round, 8)) < 0 ||
         (err = hs_buf_append(file, &in->end_round, 8)) < 0 ||
         (err = hs_buf_append(file, &in->id, 4)) < 0 || (err = hs_buf_append(file, &sl, 4)) < 0)
-        goto out;
+        return err;
     hs_timeline none;
     memset(&none, 0, sizeof(none));
     const hs_timeline *tl = in->timeline ? in->timeline : &none;
     uint32_t na = (uint32_t)tl->n_anc;
     if ((err = hs_buf_append(file, &tl->id, 8)) < 0 || (err = hs_buf_append(file, &na, 4)) < 0)
-        goto out;
+        return err;
     for (uint32_t i = 0; i < na; i++)
         if ((err = hs_buf_append(file, &tl->anc_id[i], 8)) < 0 ||
             (err = hs_buf_append(file, &tl->anc_round[i], 8)) < 0)
-            goto out;
+            return err;
     if ((err = hs_buf_append(file, in->sig, sl)) < 0 || (err = hs_buf_append(file, &un, 4)) < 0)
-        goto out;
+        return err;
     for (int i = 0; i < in->n_members; i++) {
         uint16_t al = (uint16_t)strnlen(in->member_addrs[i], 255);
         if ((err = hs_buf_append(file, &in->member_ids[i], 4)) < 0 ||
             (err = hs_buf_append(file, &al, 2)) < 0 ||
             (err = hs_buf_append(file, in->member_addrs[i], al)) < 0)
-            goto out;
+            return err;
     }
-    if ((err = hs_buf_append(file, &slen, 8)) < 0 || (err = hs_buf_append(file, state, len)) < 0)
-        goto out;
-    uint32_t crc = (uint32_t)crc32_z(0L, file->data, file->len);
-    if ((err = hs_buf_append(file, &crc, 4)) < 0) goto out;
+    return hs_buf_append(file, &slen, 8);
+}
+
+int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uint8_t *state,
+                        size_t len, size_t *bytes_out) {
+    hs_buf *head = NULL;
+    int err, fd = -1;
+    char tmp[4096], final_path[4096];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return hs__err(HS_EIO, "checkpoint directory %s: %s", dir, strerror(errno));
+    if ((err = hs_buf_new(&head, 4096)) < 0) return err;
+    if ((err = put_head(head, in, len)) < 0) goto out;
+    /* The state goes to the file from where it is, not through a copy of the whole file (a
+     * model of several GB would need twice its size): the checksum follows the bytes written. */
+    uint32_t crc = (uint32_t)crc32_z(0L, head->data, head->len);
+    crc = (uint32_t)crc32_z(crc, state, len);
     snprintf(final_path, sizeof(final_path), "%s/ckpt-%d-%012llu.hsck", dir, in->rank,
              (unsigned long long)in->round);
     snprintf(tmp, sizeof(tmp), "%s/.ckpt-%d-%012llu.%d.tmp", dir, in->rank,
              (unsigned long long)in->round, (int)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || write_all(fd, file->data, file->len) != 0 || fsync(fd) != 0) {
+    if (fd < 0 || write_all(fd, head->data, head->len) != 0 || write_all(fd, state, len) != 0 ||
+        write_all(fd, (const uint8_t *)&crc, 4) != 0 || fsync(fd) != 0) {
         err = hs__err(HS_EIO, "checkpoint %s: %s", tmp, strerror(errno));
         goto out;
     }
@@ -260,14 +268,17 @@ int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *in, const uin
         fsync(dfd);
         close(dfd);
     }
-    prune(dir, in->rank, tl, UINT64_MAX, in->round);
-    if (bytes_out) *bytes_out = file->len;
+    const hs_timeline *tl = in->timeline;
+    hs_timeline none;
+    memset(&none, 0, sizeof(none));
+    prune(dir, in->rank, tl ? tl : &none, UINT64_MAX, in->round);
+    if (bytes_out) *bytes_out = head->len + len + 4;
 out:
     if (fd >= 0) {
         close(fd);
         unlink(tmp);
     }
-    hs_buf_unref(file);
+    hs_buf_unref(head);
     return err;
 }
 

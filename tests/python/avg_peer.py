@@ -2,7 +2,7 @@
 """A peer that only gossips: it starts from a vector full of VALUE, runs the job's rounds with no
 local update and checks that it ended at EXPECT (the average of the peers' values). Options are
 NAME=VALUE arguments; anything not given (rank, world, rendezvous) comes from the environment,
-as a launcher would set it. Prints the library it loaded and the rank the node took.
+as a launcher would set it. Prints the library it loaded and the rank and id the node took.
 
     avg_peer.py --value V --expect E [NAME=VALUE...]
 
@@ -35,7 +35,7 @@ def main(argv):
         node.start(x)
         while node.step(x):
             pass
-        print(f"library {hearsay.library_path()} rank {node.rank} rounds {node.round}")
+        print(f"library {hearsay.library_path()} rank {node.rank} rounds {node.round} id {node.id}")
     err = float(np.abs(x - np.float32(expect)).max())
     print(f"value {value} ended at {float(x.mean()):.6f} (expected {expect}, max error {err:.3g})")
     return 0 if err < 1e-3 else 1

@@ -276,6 +276,10 @@ def launcher_environments():
     # torchrun's static rendezvous keeps its store on MASTER_PORT: the next port is hearsay's.
     o = options({}, dict(tr, RANK="0", TORCHELASTIC_USE_AGENT_STORE="True"))
     assert o["listen"] == "127.0.0.9:2951", o
+    # hearsay launch -- COMMAND: its rendezvous file wins over MASTER_ADDR (rank-ordered joins).
+    o = options({}, dict(tr, HEARSAY_RENDEZVOUS="/run/rv.addr", HEARSAY_LISTEN="127.0.0.9:0"))
+    assert o["rendezvous"] == "/run/rv.addr" and "bootstrap" not in o, o
+    assert o["listen"] == "127.0.0.9:0", o
     # mpirun inside a Slurm allocation: Open MPI's rank, not the batch step's SLURM_PROCID.
     o = options({}, {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "5",
                      "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "OMPI_MCA_ess_base_jobid": "7"})

@@ -2,7 +2,8 @@
 # hearsay launch -n 4 -- /usr/bin/python3 SCRIPT: the launcher runs 4 copies of a script that
 # uses hearsay.Node with no placement option (they take RANK, WORLD_SIZE, MASTER_ADDR,
 # MASTER_PORT and the run secret from the launcher), exits 0, and leaves the run directory
-# (each rank's log, the nodes' metrics, the secret, summary.txt); a clean job logs no warning
+# (each rank's log, the nodes' metrics, the secret, summary.txt) whose peer ids are the ranks
+# (rank-R.log and peer-R.jsonl are one process); a clean job logs no warning
 # that a peer was cut off from it (at the start several peers join at once, at the end the
 # sequencer leaves before the others: 4 peers on a ring, so the successor is not connected to
 # every member); the nodes' metrics are plotted (when gnuplot is there). Then a job with no
@@ -20,8 +21,12 @@ timeout 120 "$hs" launch -n 4 --master-addr "$ip" --runs-dir "$tmp/runs" --name 
     "$py" "$here/avg_peer.py" --value RANK --expect 1.5 algo=dpsgd rounds=20 >"$tmp/ok.out" 2>&1 ||
     fail "launch exited $?: $(cat "$tmp/ok.out") $(cat "$tmp"/runs/ok/rank-*.log)"
 run=$tmp/runs/ok
+# Every file and message names a peer by one number: peer ids follow the ranks, not the
+# order in which the copies happened to reach rank 0 (issue 21).
 for r in 0 1 2 3; do
-    grep -q " rank $r rounds " "$run/rank-$r.log" || fail "rank $r: $(cat "$run/rank-$r.log")"
+    grep -q " rank $r rounds [0-9]* id $r$" "$run/rank-$r.log" ||
+        fail "rank $r is not peer $r: $(grep -h ' rank [0-9]* rounds ' "$run"/rank-*.log)"
+    grep -q "\"peer\": *$r[,}]" "$run/peer-$r.jsonl" || fail "peer-$r.jsonl is not peer $r's"
 done
 [[ -s $run/secret && -s $run/summary.txt ]] || fail "no secret or summary in $run: $(ls "$run")"
 [[ $(ls "$run"/peer-*.jsonl | wc -l) == 4 ]] || fail "not 4 metrics files in $run: $(ls "$run")"

@@ -77,7 +77,14 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps")
     p.add_argument("--warmup", type=int, default=0, help="untimed steps before timing")
     p.add_argument("--subset", type=int, default=0)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="fp32: no TF32 anywhere (cuDNN's default allows it); tf32: TF32 matmuls "
+                        "and convolutions; bf16: autocast to bfloat16 with channels-last "
+                        "activations (PyTorch's AMP; FP32 parameters)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     if a.cifar:
@@ -107,13 +114,22 @@ def main():
     dev = torch.device(a.device)
     model = model.to(dev)
     x, y = x.to(dev), y.to(dev)
+    if a.precision == "bf16" and x.dim() == 4:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    if a.compile and not hasattr(torch, "compile"):
+        print(f"train_torch: --compile needs PyTorch 2 (this is {torch.__version__})",
+              file=sys.stderr)
+        return 2
+    fwd = torch.compile(model) if a.compile else model
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
     n = x.shape[0]
 
     def step(idx):
         xb, yb = x[idx], y[idx]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = F.cross_entropy(fwd(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -139,7 +155,8 @@ def main():
     sync()
     dt = time.perf_counter() - t0
     print(f"torch {torch.__version__}: {samples / dt:.0f} samples/s "
-          f"({samples} samples in {dt:.2f} s, {a.threads} threads, {a.device}, "
+          f"({samples} samples in {dt:.2f} s, {a.threads} threads, {a.device}, {a.precision}"
+          f"{', compiled' if a.compile else ''}, "
           f"final loss {loss.item():.4f})")
     return 0
 

@@ -27,6 +27,7 @@
 #include "hearsay/tensor.h"
 
 #include "../cuda_open.h"
+#include "../expect_bits.h"
 
 static hs_backend *cpu; /* the reference */
 static hs_backend *dev; /* the backend under test */
@@ -69,17 +70,6 @@ static float *fetch_f(hs_backend *be, const float *d, size_t n) {
     float *h = host_f(n);
     assert_int_equal(hs_be_download(be, h, d, sizeof(float) * n), 0);
     return h;
-}
-
-static void expect_bits(const char *what, const float *got, const float *ref, size_t n) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &ref[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-    if (bad)
-        print_error("%s: %zu of %zu elements differ in their bits; first [%zu]: %a (dev) vs "
-                    "%a (cpu)\n",
-                    what, bad, n, first, (double)got[first], (double)ref[first]);
-    assert_int_equal(bad, 0);
 }
 
 static void expect_close(const char *what, const float *got, const float *ref, double atol,

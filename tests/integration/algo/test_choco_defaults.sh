@@ -7,7 +7,9 @@
 #   long-run-N   the defaults on a ring of N peers with top-1% for 5,000 rounds: the consensus
 #                distance does not grow over the last 1,000 rounds and the final accuracy is within
 #                1 point of the best (EXTRA options, e.g. --gamma-c 0.1, show the check can fail)
-#   long-run-default-N  the same with CHOCO's default compressor (top-3% fp16) instead of top-1%
+#   long-run-default-N  the same with CHOCO's defaults (top-5% fp16 and quasi-global momentum)
+#   momentum-default  quasi-global momentum is the default only for CHOCO with its default
+#                compressor, SGD with momentum and no outer step; every other run keeps local
 # Every command is bounded by `timeout`; nothing runs in the background.
 set -uo pipefail
 hs=$1
@@ -71,6 +73,21 @@ accepted)
             fail "$comp: loss $first -> $last did not fall"
         echo "ok: choco $comp (gamma_c $step): loss $first -> $last"
     done
+    ;;
+momentum-default)
+    # qg FLAGS...: whether a one-round sim with FLAGS runs quasi-global momentum (it says so).
+    qg() {
+        timeout 60 "$hs" sim -n 4 --synthetic --subset 400 --test-subset 100 --hidden 8 \
+            --rounds 1 "$@" >"$tmp/out" 2>&1 || fail "$*: $(tail -3 "$tmp/out")"
+        grep -q "quasi-global momentum" "$tmp/out"
+    }
+    qg || fail "the defaults do not run quasi-global momentum: $(cat "$tmp/out")"
+    qg --compress topk:0.05:fp16 || fail "CHOCO's default compressor, given, lost qg"
+    for flags in "--compress topk:0.01" "--momentum-kind local" "--algo dpsgd" "--momentum 0" \
+        "--optimizer adamw" "--outer-lr 1" "--algo beer"; do
+        qg $flags && fail "$flags: quasi-global momentum, expected local"
+    done
+    echo "ok: qg by default for choco with topk:0.05:fp16 only"
     ;;
 long-run-*)
     # 5,000 rounds on a small model (hidden 32, batch 16) to stay within a couple of minutes;

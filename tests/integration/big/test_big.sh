@@ -15,29 +15,35 @@ ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 port=$((7600 + RANDOM % 300))
 head -c 48 /dev/urandom | base64 >"$tmp/secret"
 chmod 600 "$tmp/secret"
-# Peak memory per peer, in vectors of d floats (measured at d = 100M: D-PSGD 11.04 with the
-# checkpoint, 10.04-11.04 resuming, CHOCO 8.04). What a peer holds at its peak, D-PSGD: the
-# caller's vector (1), the algorithm's x at the round's start and two scratch vectors (3), the
-# snapshot published for joiners (1), the message it sends (1, one buffer for every neighbour,
-# sent in parts from where it is) and the one it receives (1, reassembled in place), the next
-# round's message arriving while one is decoded (1), and while a checkpoint is written its
-# state (2: model and x at the round's start) and the file's copy of it (2). The transport's
-# own part is a constant (per connection: 4 MiB of ciphertext in flight, a 256 KiB read buffer,
-# TLS staging) and the process's code, the .04. The bound leaves 1.5 vectors for that and for
-# the timing of a round's messages (CHOCO peaked at 8.04 in one run, 9.05 in another). That
-# the joiner's snapshot is the WELCOME's own buffer is net_runtime's test_big_snapshot.
-# The issue's target, 2.5 vectors, would need the
-# algorithm, checkpoint and node to hold fewer copies: not met here.
-max_vectors=${BIG_MAX_VECTORS:-12.5}
+# Peak memory per peer, in vectors of d floats (docs/RESULTS.md, "Peak memory of a 100M-parameter
+# peer": D-PSGD 5.04, resuming 6.04-6.05 (7.04 once), CHOCO 9.04). What a D-PSGD peer holds:
+# the caller's vector and the node's x (2); in a round the message it sends, which is also x at
+# the round's start (1: with fp32 messages and one neighbour nothing else is, the neighbour's
+# model is mixed where it arrived, no scratch vectors), and the one it receives (1); the
+# snapshot for joiners while a WELCOME sends it and for snapshot_timeout_ms after (1, then
+# only the job's terms stay); at times the next round's message arriving early (1). A
+# checkpoint adds its state (2: the model and the algorithm's scratch as zeros) written to the
+# file from where it is; a resumed peer the checkpoint's bytes while it loads them (2). The
+# transport's own part is a constant (per connection: 4 MiB of ciphertext in flight, a 256 KiB
+# read buffer, TLS staging) and the process's code, the .04. The issue's target, under 2.5,
+# is not met: the node's own copy of the caller's vector, a received message that is not mixed
+# as its parts arrive, and the snapshot taken for joiners stand in the way. The D-PSGD phase's
+# bound goes red with one vector put back (x at the round's start copied, say); the resumed
+# phase has room for the early message. CHOCO holds its own state: x, its xhat, the
+# neighbour's replica, the running mix and a scratch difference (5), besides the caller's
+# vector, fp16 messages and a first full replica.
+dpsgd_max=${BIG_MAX_VECTORS:-5.75}
+resume_max=${BIG_RESUME_MAX_VECTORS:-7.25}
+choco_max=${BIG_CHOCO_MAX_VECTORS:-10.25}
 started=$(date +%s)
 
-# phase NAME STOP_AFTER WANT_STEPS ARGS...: runs ranks 0 and 1 (rank 1 once rank 0 waits for
+# phase NAME STOP_AFTER WANT_STEPS MAX_VECTORS ARGS...: runs ranks 0 and 1 (rank 1 once rank 0 waits for
 # it or trains, so that it joins with the snapshot), waits for both with a deadline, checks
 # their report lines (WANT_STEPS: the rounds each must have run; "log": from the round it
 # started at to the job's end, as its log says).
 phase() {
-    local name=$1 stop=$2 want=$3 r
-    shift 3
+    local name=$1 stop=$2 want=$3 max=$4 r
+    shift 4
     local -a ppids=()
     for r in 0 1; do
         local args=()
@@ -71,8 +77,8 @@ phase() {
         x0+=("$x")
         echo "$name: peer $r: $steps rounds, x[0] = $x, peak $((hwm / 1024)) MiB =" \
             "$(awk -v h="$hwm" -v v="$vec" 'BEGIN { printf "%.2f", h / v }') vectors of $((vec / 1024)) MiB"
-        awk -v h="$hwm" -v v="$vec" -v m="$max_vectors" 'BEGIN { exit !(h <= m * v) }' ||
-            fail "$name: peer $r peaked at $hwm kB, over $max_vectors vectors of $vec kB"
+        awk -v h="$hwm" -v v="$vec" -v m="$max" 'BEGIN { exit !(h <= m * v) }' ||
+            fail "$name: peer $r peaked at $hwm kB, over $max vectors of $vec kB"
     done
     awk -v a="${x0[0]}" -v b="${x0[1]}" 'BEGIN { d = a - b; exit !(d < 0.3 && d > -0.3) }' ||
         fail "$name: the peers drifted apart: x[0] = ${x0[0]} and ${x0[1]}"
@@ -84,7 +90,7 @@ phase() {
 # carries the job on). Checkpoints only on the stop.
 common=(world=2 secret-file="$tmp/secret" run-id="big-$$" seed=3 on-divergence=warn
     recv-timeout=120000 join-timeout=120000 peer-timeout=30000 checkpoint-every=1000)
-phase dpsgd 5 5 "${common[@]}" algo=dpsgd compress=none rounds=16
+phase dpsgd 5 5 "$dpsgd_max" "${common[@]}" algo=dpsgd compress=none rounds=16
 # The model's 4d bytes and the snapshot's head (job terms, timeline, state header: under 4 KiB).
 snap=$(sed -n 's/.*welcomed peer 1 .*snapshot of \([0-9]*\) bytes.*/\1/p' "$tmp/dpsgd0.log" | tail -1)
 [[ -n $snap && $snap -ge $((4 * d)) && $snap -lt $((4 * d + 4096)) ]] ||
@@ -101,12 +107,13 @@ for r in 0 1; do
     ck[r]=$(sed -n 's/.*checkpoint of round \([0-9]*\) .*/\1/p' "$tmp/dpsgd$r.log" | tail -1)
     [[ -n ${ck[r]} ]] || fail "dpsgd: peer $r wrote no checkpoint"
 done
-phase resume -1 log "${common[@]}" algo=dpsgd compress=none rounds=16 resume=1
+phase resume -1 log "$resume_max" "${common[@]}" algo=dpsgd compress=none rounds=16 resume=1
 from=$(sed -n 's/.*resuming from .*(round \([0-9]*\)).*/\1/p' "$tmp/resume0.log" | tail -1)
 [[ $from == "${ck[0]}" ]] || fail "resume: peer 0 resumed from round '$from', not ${ck[0]}"
-grep -q "joined as peer 1 .*snapshot of [1-9]" "$tmp/resume1.log" ||
+snap=$(sed -n 's/.*joined as peer 1 .*snapshot of \([0-9]*\) bytes.*/\1/p' "$tmp/resume1.log" | tail -1)
+[[ -n $snap && $snap -ge $((4 * d)) ]] ||
     fail "resume: peer 1 did not rejoin with the job's model: $(grep joined "$tmp/resume1.log")"
 rm -rf "$tmp"/ck0 "$tmp"/ck1
-phase choco -1 log "${common[@]}" algo=choco compress=fp16 rounds=10 run-id="big-choco-$$"
+phase choco -1 log "$choco_max" "${common[@]}" algo=choco compress=fp16 rounds=10 run-id="big-choco-$$"
 echo "ok: $d parameters: join, 10 rounds of D-PSGD, checkpoint and resume, 10 rounds of CHOCO" \
     "in $(($(date +%s) - started)) s"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A job of 4 stopped in a staggered way (SIGTERM to rank 0, then to rank 1 once the job went on
 # by two checkpoint intervals, and so on) and restarted with --resume, twice (issue 21 item 3):
-# every peer starts each restart from a model at most one checkpoint interval older than the
-# job's round, never from one of a later round (of a timeline the job abandoned), and the files
-# of an abandoned timeline are gone once the job restarted. Also: --resume without any
+# the job restarts at the newest round any peer reached (rank 3's, not rank 0's: rank 0 holds
+# for the others and they agree on it); every peer starts each restart from a model at most
+# one checkpoint interval older than the job's round (the shards behind take rank 3's from the
+# shared checkpoint directory), never from one of a later round (of a timeline the job
+# abandoned), and the files of an abandoned timeline are gone once the job restarted. Also: --resume without any
 # checkpoint starts fresh with a notice; --resume=require exits 2.
 # Usage: test_staggered.sh HEARSAY. Every wait is bounded; every process is killed by PID.
 set -uo pipefail
@@ -29,12 +31,15 @@ start_peer() {
     pid[$r]=$!
     pids+=($!)
 }
-start_job() { # start_job RUN [--resume]: resumed, rank 0 first and the others once it trains
+restarting() { grep -q "no member of the checkpoint's job answers: restarting the job" "$1"; }
+# start_job RUN [--resume]: resumed, rank 0 first and the others once it restarts the job (it
+# holds for its members, and the job goes on from the newest round any of them reached).
+start_job() {
     local run=$1 r
     shift
     start_peer "$run" 0 "$@"
-    [[ $# -gt 0 ]] && { wait_for 60 started "$tmp/$run-p0.err" ||
-        fail "$run: rank 0 did not start: $(tail -3 "$tmp/$run-p0.err")"; }
+    [[ $# -gt 0 ]] && { wait_for 60 restarting "$tmp/$run-p0.err" ||
+        fail "$run: rank 0 did not restart the job: $(tail -3 "$tmp/$run-p0.err")"; }
     for r in 1 2 3; do start_peer "$run" $r "$@"; done
     for r in 1 2 3; do
         wait_for 60 started "$tmp/$run-p$r.err" || fail "$run: rank $r did not start: $(tail -3 "$tmp/$run-p$r.err")"
@@ -91,6 +96,14 @@ for run in second third; do
     before=$(cd "$ck" && for f in ckpt-*.hsck; do echo "$f $(stat -c %i "$f")"; done)
     start_job $run --resume
     check_resumed $run
+    # The job goes on from the newest round any peer reached (rank 3's: it stopped last), not
+    # from rank 0's (which stopped first): the members agree on it once they are all in.
+    newest=$(sed -n 's/^ckpt-[0-9]*-0*\([0-9][0-9]*\)\.hsck .*/\1/p' <<<"$before" | sort -n | tail -1)
+    for r in 0 1 2 3; do
+        start=$(sed -n 's/.*starting at round \([0-9]*\),.*/\1/p' "$tmp/$run-p$r.err" | head -1)
+        [[ $start == "$newest" ]] || fail "$run: rank $r starts at round $start, not at the newest checkpoint round $newest"
+    done
+    echo "$run: the job restarts at round $newest, the newest any peer reached"
     # Files of the abandoned timeline (of a later round than the job restarted from) are gone.
     r0=$(sed -n 's/.*starting at round \([0-9]*\),.*/\1/p' "$tmp/$run-p0.err" | head -1)
     while read -r f ino; do

@@ -17,6 +17,7 @@
 
 #include "core/rng.h"
 #include "hearsay/algo.h"
+#include "hearsay/compress.h"
 #include "hearsay/error.h"
 #include "hearsay/sim.h"
 #include "hearsay/topo.h"
@@ -202,6 +203,61 @@ static void test_consensus_dpsgd(void **state) {
         {"dpsgd", "none", "exponential", 64, 20, 1, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_consensus(&cases[i], 1);
+}
+
+/* D-PSGD with one neighbour mixes without scratch vectors (dpsgd.c): from the two messages
+ * where they are (none), or in x_r's own storage (fp16). Two peers, a local update between
+ * begin and pull, the result to the bit x + w (C(x_j,r) - x_r) as the general case computes it
+ * (fp16's decoded value taken from hs_compress_apply). */
+static void test_dpsgd_pair_in_place(void **state) {
+    (void)state;
+    const char *comps[] = {"none", "fp16"};
+    for (size_t c = 0; c < 2; c++) {
+        hs_algo_cfg cfg;
+        hs_algo_cfg_default(&cfg);
+        assert_int_equal(hs_algo_kind_parse("dpsgd", &cfg.kind), 0);
+        cfg.compress = comps[c];
+        net nt;
+        size_t d = 1003;
+        net_new(&nt, "ring", 2, d, &cfg);
+        double W[4];
+        assert_int_equal(hs_topo_matrix(nt.topo, 0, W), 0);
+        hs_compressor *comp;
+        assert_int_equal(hs_compressor_new(&comp, comps[c], d, 77), 0);
+        for (uint64_t r = 0; r < 3; r++) {
+            float *xr[2], *cx[2], *want[2];
+            for (int i = 0; i < 2; i++) {
+                xr[i] = malloc(sizeof(float) * d);
+                cx[i] = malloc(sizeof(float) * d);
+                want[i] = malloc(sizeof(float) * d);
+                memcpy(xr[i], nt.x[i], sizeof(float) * d);
+                assert_int_equal(hs_compress_apply(comp, xr[i], d, (uint32_t)i, r, cx[i]), 0);
+                assert_int_equal(hs_algo_begin(nt.a[i], hs_simnet_exchange(nt.sim, i), r, nt.x[i]), 0);
+                for (size_t k = 0; k < d; k++) nt.x[i][k] -= 0.01f * (nt.x[i][k] - (float)i);
+            }
+            for (int i = 0; i < 2; i++) {
+                float w = (float)W[i * 2 + (1 - i)];
+                for (size_t k = 0; k < d; k++)
+                    want[i][k] = nt.x[i][k] + (0.0f + w * (cx[1 - i][k] - xr[i][k]));
+                hs_simnet_set_clock(nt.sim, i, (double)r + 1);
+                assert_int_equal(hs_algo_push(nt.a[i], hs_simnet_exchange(nt.sim, i), r, nt.x[i]), 0);
+            }
+            for (int i = 0; i < 2; i++)
+                assert_int_equal(hs_algo_pull(nt.a[i], hs_simnet_exchange(nt.sim, i), r, nt.x[i]), 0);
+            for (int i = 0; i < 2; i++) {
+                for (size_t k = 0; k < d; k++)
+                    if (nt.x[i][k] != want[i][k])
+                        fail_msg("%s round %llu peer %d [%zu]: %.9g, want %.9g", comps[c],
+                                 (unsigned long long)r, i, k, (double)nt.x[i][k],
+                                 (double)want[i][k]);
+                free(xr[i]);
+                free(cx[i]);
+                free(want[i]);
+            }
+        }
+        hs_compressor_free(comp);
+        net_free(&nt);
+    }
 }
 
 static void test_consensus_choco(void **state) {
@@ -675,6 +731,7 @@ static void test_save_load(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_consensus_dpsgd),
+        cmocka_unit_test(test_dpsgd_pair_in_place),
         cmocka_unit_test(test_consensus_choco),
         cmocka_unit_test(test_consensus_dcd),
         cmocka_unit_test(test_consensus_beer),

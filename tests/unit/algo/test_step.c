@@ -8,7 +8,8 @@
  * - A step far above the stable one is still stopped by the guard, before any value is
  *   non-finite.
  * - The rule itself: the same float for the same compressor on every call, monotone, 1 for exact
- *   messages, and what hs_algo_new resolves gamma_c = 0 to. */
+ *   messages, 1.5x on a ring (at most 2 neighbours a peer), and what hs_algo_new resolves
+ *   gamma_c = 0 to. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,6 +85,8 @@ static float gossip(const cell *c, float gamma_c, long rounds, int cap, outcome 
     cfg.gamma_c = gamma_c;
     cfg.same_start = 0;
     cfg.seed = 77;
+    /* As the simulator and a peer that knows the job's size do: the degree scales the step. */
+    assert_int_equal(hs_algo_cfg_set_topology(&cfg, topo), 0);
     /* As in training, the peers start close to one point (here a random vector plus 1% of
      * noise of their own, sent in full the first round) and the guard judges their distance
      * relative to the parameters' mean square: from independent random starts that ratio is near
@@ -171,8 +174,11 @@ static const cell cells[] = {
     {"regular:4", 32, "topk:0.01", HS_ALGO_CHOCO, 0},
     {"regular:4", 16, "randk:0.1:unscaled", HS_ALGO_CHOCO, 0},
     {"regular:6", 16, "qsgd:16", HS_ALGO_CHOCO, 0},
-    {"ring", 32, "topk:0.03:fp16", HS_ALGO_CHOCO, 0}, /* CHOCO's default compressor */
+    {"ring", 32, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
     {"complete", 16, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
+    {"ring", 8, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000}, /* CHOCO's default compressor */
+    {"complete", 16, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000},
+    {"ring", 16, "topk:0.1", HS_ALGO_CHOCO, 0}, /* the ring's cap, 0.15 */
     {"ring", 16, "topk:0.01", HS_ALGO_BEER, 0},
     {"complete", 8, "topk:0.1", HS_ALGO_BEER, 0},
 };
@@ -263,7 +269,18 @@ static void test_rule(void **state) {
     assert_int_equal(hs_algo_auto_gamma_c(c, &g1, &dp), 0);
     assert_true(g1 >= (float)(0.01 / 1.99) && g1 < 0.0056f);
     hs_compressor_free(c);
-    /* hs_algo_new: gamma_c 0 is the automatic step of its own compressor; a given one stays. */
+    /* The degree: 1.5x on graphs of at most 2 neighbours a peer up to 0.15, never below the
+     * rule, else as is. */
+    assert_true(hs_algo_scale_gamma_c(0.06f, 2) == 0.06f * 1.5f);
+    assert_true(hs_algo_scale_gamma_c(0.06f, 1) == 0.06f * 1.5f);
+    assert_true(hs_algo_scale_gamma_c(0.06f, 0) == 0.06f);
+    assert_true(hs_algo_scale_gamma_c(0.06f, 3) == 0.06f);
+    assert_true(hs_algo_scale_gamma_c(0.06f, 63) == 0.06f);
+    assert_true(hs_algo_scale_gamma_c(0.12f, 2) == 0.15f);
+    assert_true(hs_algo_scale_gamma_c(0.2f, 2) == 0.2f);
+    assert_true(hs_algo_scale_gamma_c(1.0f, 2) == 1.0f);
+    /* hs_algo_new: gamma_c 0 is the automatic step of its own compressor, scaled by the degree
+     * of the topology set in the configuration; a given one stays. */
     const char *specs[] = {"topk:0.01", "sign", "qsgd:16", "topk:0.1"};
     float x[1000] = {0};
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
@@ -277,6 +294,19 @@ static void test_rule(void **state) {
         assert_true(hs_algo_gamma_c(a) == g1);
         hs_compressor_free(c);
         hs_algo_free(a);
+        const char *topos[] = {"ring", "complete", "torus:4x4"};
+        for (int t = 0; t < 3; t++) {
+            hs_topo *tp;
+            assert_int_equal(hs_topo_new(&tp, topos[t], 16, 1), 0);
+            assert_int_equal(hs_algo_cfg_set_topology(&cfg, tp), 0);
+            assert_int_equal(cfg.max_degree, t == 0 ? 2 : t == 1 ? 15 : 4);
+            assert_int_equal(hs_algo_new(&a, &cfg, 3, 1000, x), 0);
+            assert_true(hs_algo_gamma_c(a) == (t == 0 ? hs_algo_scale_gamma_c(g1, 2) : g1));
+            if (t == 0 && g1 < 0.1f) assert_true(hs_algo_gamma_c(a) == g1 * 1.5f);
+            hs_algo_free(a);
+            hs_topo_free(tp);
+        }
+        cfg.max_degree = 0;
         cfg.gamma_c = 0.3f;
         assert_int_equal(hs_algo_new(&a, &cfg, 3, 1000, x), 0);
         assert_true(hs_algo_gamma_c(a) == 0.3f);

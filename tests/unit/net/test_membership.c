@@ -288,7 +288,7 @@ static void test_no_change_without_majority(void **state) {
     connect(&mb, &f, 1, 0);
     assert_false(hs__q_majority(&mb));
     assert_false(mb.in_job);
-    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100");
+    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100", 0);
     assert_int_equal(f.scheduled, 1);
     hs__mb_commit(&mb);
     assert_int_equal(mb.n_sched, 1);
@@ -314,7 +314,7 @@ static void test_no_change_without_majority(void **state) {
     assert_int_equal(f.ack.id, 5);
     assert_int_equal(f.ack.mver, mv->m.version);
     /* The same nonce again gets the same answer, and no new version. */
-    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100");
+    hs__mb_request_join(&mb, 42, 0, "127.0.0.1:7100", 0);
     assert_int_equal(f.n_acks, 2);
     assert_int_equal(f.ack.id, 5);
     hs__mb_commit(&mb);
@@ -332,7 +332,7 @@ static void test_view_at_agreed_round(void **state) {
     f.round = 7;
     connect(&mb, &f, 1, 10); /* peer 1 is ahead: round 10 */
     connect(&mb, &f, 2, 3);
-    hs__mb_request_join(&mb, 9, 0, "127.0.0.1:7200");
+    hs__mb_request_join(&mb, 9, 0, "127.0.0.1:7200", 0);
     hs__mb_commit(&mb);
     assert_int_equal(mb.n_sched, 2);
     uint64_t eff = 10 + (uint64_t)cfg.change_rounds;
@@ -552,7 +552,7 @@ static void test_joiners_being_welcomed_are_reached(void **state) {
     fake f;
     start(&mb, &f, 1);
     for (uint64_t k = 0; k < 3; k++)
-        hs__mb_request_join(&mb, 100 + k, 0, "127.0.0.1:7100");
+        hs__mb_request_join(&mb, 100 + k, 0, "127.0.0.1:7100", 0);
     hs__mb_commit(&mb);
     assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
     peer(&mb, 2)->m.pending_conn = new_conn(&f);
@@ -579,19 +579,44 @@ static void test_held_start_needs_no_margin(void **state) {
         start(&mb, &f, 1);
         cfg.hold_members = hold;
         f.round = 10;
-        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101");
+        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 0);
         hs__mb_commit(&mb);
         assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
         connect(&mb, &f, 1, 10);
-        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102");
+        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 0);
         hs__mb_commit(&mb);
         assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
         assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
         connect(&mb, &f, 2, 10);
-        hs__mb_request_join(&mb, 3, 0, "127.0.0.1:7103");
+        hs__mb_request_join(&mb, 3, 0, "127.0.0.1:7103", 0);
         hs__mb_commit(&mb);
         assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
         assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 14);
+        hs__mb_free(&mb);
+    }
+}
+
+/* A restarted job (the sequencer at its checkpoint's round 10, holding for 3 members) whose
+ * joiners resume from rounds 30 and 20: the list that admits each takes effect at the newest
+ * round among them so far, 30 once the first came (issue 21: the job goes on from the newest
+ * checkpoint any member holds). Without the hold a joiner's round is not counted: a peer
+ * rejoining a running job never moves it. */
+static void test_held_start_at_newest_resume_round(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    for (int hold = 0; hold <= 3; hold += 3) {
+        start(&mb, &f, 1);
+        cfg.hold_members = hold;
+        f.round = 10;
+        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 30);
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
+        connect(&mb, &f, 1, 10);
+        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 20);
+        hs__mb_commit(&mb);
+        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
+        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
         hs__mb_free(&mb);
     }
 }
@@ -609,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_sequencer_bye_is_a_handover),
         cmocka_unit_test(test_joiners_being_welcomed_are_reached),
         cmocka_unit_test(test_held_start_needs_no_margin),
+        cmocka_unit_test(test_held_start_at_newest_resume_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
