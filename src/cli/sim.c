@@ -18,7 +18,7 @@
 #include "sim/linktime.h"
 #include "wan/profile.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME, S_CPU_PEERS };
+enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME, S_CPU_PEERS, S_LINK_HEADERS };
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},
@@ -34,6 +34,9 @@ static const hs_cli_opt sim_opts[] = {
     {"cpu-peers", S_CPU_PEERS, "I,J,..",
      "with --device cuda: these peers train and gossip on the CPU, the others on the GPU (one "
      "job of both kinds)"},
+    {"link-headers", S_LINK_HEADERS, "BYTES",
+     "with --links: IP and TCP header bytes each packet adds to a message (default: 52, as "
+     "Linux with TCP timestamps; 0: a message costs its payload only)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -41,7 +44,7 @@ typedef struct sim_args {
     hs_runopts ro;
     int n;
     double latency, step_time;
-    int latency_set, step_time_set;
+    int latency_set, step_time_set, link_headers, link_headers_set;
     const char *save_dir, *links, *cpu_peers;
     long rounds;
 } sim_args;
@@ -61,6 +64,9 @@ static int handle(void *ctx, int key, const char *v) {
     case S_STEP_TIME:
         a->step_time_set = 1;
         return hs__cli_double("--step-time", v, 1e-9, 1e6, &a->step_time);
+    case S_LINK_HEADERS:
+        a->link_headers_set = 1;
+        return hs__cli_int("--link-headers", v, 0, 1000, &a->link_headers);
     }
     return hs__cli_usage_error("internal: unhandled option %d", key);
 }
@@ -108,6 +114,7 @@ int hs__cmd_sim(int argc, char **argv) {
     hs__runopts_default(&a.ro);
     a.n = 8;
     a.step_time = 0.01;
+    a.link_headers = HS__LINKTIME_TCP_HEADERS;
     const hs_cli_opt *tables[] = {sim_opts, hs_runopts_table, NULL};
     int rc = hs__cli_expand_config(&argc, &argv, tables);
     if (rc < 0) return -rc;
@@ -121,6 +128,7 @@ int hs__cmd_sim(int argc, char **argv) {
     if (a.links && a.latency_set)
         return -hs__cli_usage_error("--latency and --links: the profile's delays replace --latency");
     if (!a.links && a.step_time_set) return -hs__cli_usage_error("--step-time needs --links");
+    if (!a.links && a.link_headers_set) return -hs__cli_usage_error("--link-headers needs --links");
     if ((rc = hs__cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
         return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
@@ -192,6 +200,12 @@ int hs__cmd_sim(int argc, char **argv) {
         exit_code = err == HS_EINVAL ? HS_EXIT_USAGE : HS_EXIT_FAIL;
         goto out;
     }
+    if (profile && a.link_headers >= profile->mtu) {
+        exit_code = -hs__cli_usage_error("--link-headers %d: must be below the profile's mtu %d",
+                                         a.link_headers, profile->mtu);
+        goto out;
+    }
+    if (profile) hs__sim_set_link_headers(sim, a.link_headers);
     if (a.ro.metrics && (err = hs_metrics_open(&metrics, a.ro.metrics, 0)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
         exit_code = HS_EXIT_USAGE;

@@ -1,6 +1,7 @@
 /* Virtual link time of the simulator (sim/linktime.h): each rate-limited stage remembers when
  * it is busy, so messages that share an uplink, a downlink or a pipe between clusters queue
  * behind each other the way the emulator's token buckets make packets do. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ typedef struct busy {
 struct hs__linktime {
     const hs__wan_profile *p;
     busy *up, *down, *link;
+    int headers; /* IP + TCP header bytes per packet; 0: messages cost their payload only */
 };
 
 int hs__linktime_new(hs__linktime **out, const hs__wan_profile *p) {
@@ -38,6 +40,18 @@ int hs__linktime_new(hs__linktime **out, const hs__wan_profile *p) {
     }
     *out = lt;
     return 0;
+}
+
+void hs__linktime_set_headers(hs__linktime *lt, int headers) {
+    lt->headers = headers > 0 && headers < lt->p->mtu ? headers : 0;
+}
+
+double hs__linktime_wire_bytes(const hs__linktime *lt, double bytes) {
+    if (!lt->headers || bytes <= 0) return bytes;
+    /* The emulator's rates count IP bytes: TCP cuts the payload into packets of at most
+     * mtu - headers bytes (the MSS), and each carries its headers on top. */
+    double mss = lt->p->mtu - lt->headers;
+    return bytes + ceil(bytes / mss) * lt->headers;
 }
 
 void hs__linktime_free(hs__linktime *lt) {
@@ -78,7 +92,7 @@ static void stage(double *s, double *e, busy *q, double bps, double bits) {
 double hs__linktime_arrival(hs__linktime *lt, int i, int j, size_t bytes, double t) {
     const hs__wan_profile *p = lt->p;
     const hs__wan_pair *pr = &p->pair[i * p->n + j];
-    double bits = 8.0 * (double)bytes, s = t, e = t;
+    double bits = 8.0 * hs__linktime_wire_bytes(lt, (double)bytes), s = t, e = t;
     stage(&s, &e, &lt->up[i], p->up_bps[i], bits);
     if (pr->bucket >= 0) stage(&s, &e, &lt->link[pr->bucket], p->bucket_bps[pr->bucket], bits);
     s += pr->delay_s;
@@ -93,7 +107,7 @@ double hs__linktime_allreduce(const hs__linktime *lt, size_t bytes) {
     const hs__wan_profile *p = lt->p;
     int n = p->n;
     if (n < 2) return 0;
-    double chunk = 8.0 * (double)bytes / n, slowest = 0;
+    double chunk = 8.0 * hs__linktime_wire_bytes(lt, (double)bytes / n), slowest = 0;
     /* Ring links that cross the same pipe (between clusters) share its rate. */
     int *users = calloc((size_t)p->nbuckets + 1, sizeof(int));
     if (!users) return -1;
@@ -106,7 +120,11 @@ double hs__linktime_allreduce(const hs__linktime *lt, size_t bytes) {
         const hs__wan_pair *pr = &p->pair[i * n + j];
         double r = min_rate(p->up_bps[i], p->down_bps[j]);
         if (pr->bucket >= 0) r = min_rate(r, p->bucket_bps[pr->bucket] / users[pr->bucket]);
-        double step = pr->delay_s + (r > 0 ? chunk / r : 0);
+        /* Two one-way delays: gloo's TCP transport sends a buffer only once the receiver has
+         * announced the matching receive (NOTIFY_RECV_READY), and its ring posts that receive
+         * when the step starts, so every step waits for the notice to travel upstream, then
+         * for the data to come down. */
+        double step = 2 * pr->delay_s + (r > 0 ? chunk / r : 0);
         if (step > slowest) slowest = step;
     }
     free(users);

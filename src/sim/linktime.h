@@ -17,19 +17,30 @@ typedef struct hs__linktime hs__linktime;
 int hs__linktime_new(hs__linktime **out, const hs__wan_profile *p);
 void hs__linktime_free(hs__linktime *lt); /* accepts NULL */
 
+/* IP (20) + TCP (20) + timestamp option (12) bytes: what Linux puts on each packet. */
+#define HS__LINKTIME_TCP_HEADERS 52
+
+/* From now on a message costs its bytes on the wire: its payload in packets of at most
+ * mtu - headers bytes (the profile's mtu), each adding `headers` bytes; the emulator's rates
+ * count IP bytes. 0 (the default) or a value >= mtu: the payload alone. */
+void hs__linktime_set_headers(hs__linktime *lt, int headers);
+/* What `bytes` of payload are on the wire (bytes itself with no headers set). */
+double hs__linktime_wire_bytes(const hs__linktime *lt, double bytes);
+
 /* The virtual time (seconds) at which a message of `bytes` bytes that i sends to j at time t
  * has fully arrived. Messages queue behind earlier ones on every rate-limited stage they share
  * (call in order of sending time). A stage passes a message as a fluid: it starts when the
  * message's first byte arrives and the stage is free, and ends no sooner than bytes/rate after
  * that nor before the previous stage has ended. With one uplink and one downlink of rate R and
- * delay D that is t + D + 8 bytes / R. */
+ * delay D that is t + D + 8 bytes / R (bytes on the wire: see hs__linktime_set_headers). */
 double hs__linktime_arrival(hs__linktime *lt, int i, int j, size_t bytes, double t);
 
 /* Seconds of a ring all-reduce of `bytes` bytes among all peers (ring in index order) by the
- * alpha-beta model: 2 (n - 1) steps, in each of which every peer sends bytes / n to the next;
- * a step lasts as long as its slowest ring link takes (delay + 8 bytes / n / rate, the rate
- * being the smallest of the sender's uplink, the pair's link and the receiver's downlink).
- * With equal links: 2 (n - 1) (D + 8 bytes / (n R)). 0 for one peer, -1 out of memory. */
+ * alpha-beta model of gloo's ring: 2 (n - 1) steps, in each of which every peer sends bytes / n
+ * to the next; a step lasts as long as its slowest ring link takes (2 delays, for gloo's
+ * receiver-ready notice and the data, + 8 bytes / n / rate, the rate being the smallest of the
+ * sender's uplink, the pair's link and the receiver's downlink). With equal links:
+ * 2 (n - 1) (2 D + 8 bytes / (n R)). 0 for one peer, -1 out of memory. */
 double hs__linktime_allreduce(const hs__linktime *lt, size_t bytes);
 
 /* Messages of the simulated network s arrive when lt says instead of after its uniform
@@ -41,6 +52,9 @@ void hs__simnet_set_links(hs_simnet *s, hs__linktime *lt);
  * messages arrive when the links say, and clocks are in seconds. p is borrowed and must
  * outlive s. HS_EINVAL when p has another number of peers. */
 int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s);
+/* Messages and the all-reduce cost their bytes on the wire (hs__linktime_set_headers); call
+ * after hs__sim_set_links. */
+void hs__sim_set_link_headers(hs_sim *s, int headers);
 /* Peer i's progress in rounds of a normal peer: its rounds when lockstep; in virtual time its
  * clock without links, with links its rounds times its compute factor (its clock counts its
  * waits too). A job of N rounds ends when every peer's progress reaches N. */

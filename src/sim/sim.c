@@ -182,6 +182,10 @@ int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s) {
     return 0;
 }
 
+void hs__sim_set_link_headers(hs_sim *s, int headers) {
+    if (s->links) hs__linktime_set_headers(s->links, headers);
+}
+
 double hs__sim_progress(const hs_sim *s, int i) {
     if (s->sync) return (double)s->eng[i].r;
     /* With links a peer's clock also counts its waits, so its progress is its rounds, each

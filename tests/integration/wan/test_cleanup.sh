@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tools/wan removes every namespace, interface and process it made: after a clean run, after a
-# peer fails, after a bad profile, and when it is killed with SIGTERM in the middle of a run.
+# peer fails, after a bad profile, and when it is killed with SIGTERM in the middle of a run;
+# --tcp-cc sets the congestion control inside every namespace it made, and refuses a name the
+# host does not allow namespaces.
 #   test_cleanup.sh TOOLS_WAN   (environment: HEARSAY_WANEMU)
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
@@ -35,6 +37,23 @@ check_clean "after a clean run"
 rc=$?
 [[ $rc -eq 3 ]] || fail "peer 1 exited 3 but the driver exited $rc"
 check_clean "after a failed peer"
+
+# An allowed congestion control other than the default, when the host allows one.
+cc=$(sysctl -n net.ipv4.tcp_allowed_congestion_control | tr ' ' '\n' |
+    grep -vx "$(sysctl -n net.ipv4.tcp_congestion_control)" | head -1)
+if [[ -n $cc ]]; then
+    "$wan" --profile "$tmp/p.json" --name "$prefix-t" --tcp-cc "$cc" --timeout 20 -- \
+        bash -c '[[ $(sysctl -n net.ipv4.tcp_congestion_control) == "$0" ]] || exit 4' "$cc"
+    rc=$?
+    [[ $rc -eq 0 ]] || fail "--tcp-cc $cc: a peer saw another congestion control (exit $rc)"
+    check_clean "after --tcp-cc $cc"
+else
+    echo "note: the host allows namespaces no other congestion control: --tcp-cc not checked"
+fi
+"$wan" --profile "$tmp/p.json" --name "$prefix-u" --tcp-cc no-such-cc -- true 2>"$tmp/err" &&
+    fail "--tcp-cc no-such-cc ran"
+grep -q -- '--tcp-cc no-such-cc: not one the host allows' "$tmp/err" || fail "--tcp-cc: $(cat "$tmp/err")"
+check_clean "after a refused --tcp-cc"
 
 printf '{"peers": 3, "delay": 2}\n' >"$tmp/bad.json"
 "$wan" --profile "$tmp/bad.json" --name "$prefix-x" -- true 2>"$tmp/err" && fail "a bad profile ran"

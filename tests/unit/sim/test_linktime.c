@@ -139,19 +139,46 @@ static void test_allreduce(void **state) {
     hs__linktime *lt = NULL;
     assert_int_equal(hs__linktime_new(&lt, p), 0);
     const size_t S = 827688;
-    /* 2 (n - 1) (alpha + S / (n beta)) */
-    double want = 2.0 * 3 * (0.05 + 8.0 * (double)S / 4 / 20e6);
+    /* 2 (n - 1) (alpha + S / (n beta)), alpha two one-way delays (gloo's receiver-ready notice,
+     * then the data) */
+    double want = 2.0 * 3 * (2 * 0.05 + 8.0 * (double)S / 4 / 20e6);
     assert_true(fabs(hs__linktime_allreduce(lt, S) - want) < 1e-12);
     hs__linktime_free(lt);
     hs__wan_profile_free(p);
     /* Two clusters in index order: the ring crosses the 50 Mbit/s pipe once each way, so that
-     * step (40 ms + S/4 at 50 Mbit/s) sets the pace. */
+     * step (2 x 40 ms + S/4 at 50 Mbit/s) sets the pace. */
     p = parse("{\"peers\": 4, \"rate_mbit\": 1000, \"delay_ms\": 0.5, \"clusters\": "
               "[{\"peers\": [0, 1]}, {\"peers\": [2, 3]}], \"between\": {\"delay_ms\": 40, "
               "\"rate_mbit\": 50}}");
     assert_int_equal(hs__linktime_new(&lt, p), 0);
-    want = 2.0 * 3 * (0.04 + 8.0 * (double)S / 4 / 50e6);
+    want = 2.0 * 3 * (2 * 0.04 + 8.0 * (double)S / 4 / 50e6);
     assert_true(fabs(hs__linktime_allreduce(lt, S) - want) < 1e-12);
+    hs__linktime_free(lt);
+    hs__wan_profile_free(p);
+}
+
+/* With TCP/IP headers on, a message costs its payload plus 52 bytes per packet of at most
+ * mtu - 52 payload bytes: B = 100,000 at mtu 1500 is 70 packets (69 full ones of 1448), so
+ * 103,640 bytes on the wire, over one link and in each all-reduce chunk. Without, the payload. */
+static void test_headers(void **state) {
+    (void)state;
+    hs__wan_profile *p = parse("{\"peers\": 2, \"delay_ms\": 50, \"rate_mbit\": 100}");
+    hs__linktime *lt = NULL;
+    assert_int_equal(hs__linktime_new(&lt, p), 0);
+    assert_true(hs__linktime_wire_bytes(lt, 100000) == 100000);
+    hs__linktime_set_headers(lt, HS__LINKTIME_TCP_HEADERS);
+    assert_true(hs__linktime_wire_bytes(lt, 100000) == 103640);
+    assert_true(hs__linktime_wire_bytes(lt, 1448) == 1500); /* one full packet */
+    assert_true(hs__linktime_wire_bytes(lt, 1449) == 1449 + 104);
+    double got = hs__linktime_arrival(lt, 0, 1, 100000, 1.0);
+    double want = 1.0 + 0.05 + 8.0 * 103640 / 100e6;
+    if (fabs(got - want) > 1e-12) fail_msg("arrival %.17g, expected %.17g", got, want);
+    /* Two peers: chunks of 200,000 bytes, 139 packets each. */
+    want = 2.0 * (2 * 0.05 + 8.0 * (200000 + 139 * 52) / 100e6);
+    got = hs__linktime_allreduce(lt, 400000);
+    if (fabs(got - want) > 1e-12) fail_msg("all-reduce %.17g, expected %.17g", got, want);
+    hs__linktime_set_headers(lt, 0);
+    assert_true(hs__linktime_wire_bytes(lt, 100000) == 100000);
     hs__linktime_free(lt);
     hs__wan_profile_free(p);
 }
@@ -162,6 +189,7 @@ int main(void) {
         cmocka_unit_test(test_shared_downlink),
         cmocka_unit_test(test_wait_or_drain),
         cmocka_unit_test(test_allreduce),
+        cmocka_unit_test(test_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
