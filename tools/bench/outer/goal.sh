@@ -6,7 +6,8 @@
 #   confirm: the chosen settings (docs/RESULTS.md: mlp, seeds 0 1 2; cnn-small, seeds 0 1)
 # The CHOCO rows pin --gamma-c where the screen compared steps; "auto" rows take the automatic
 # step of the build (0.1136 for topk:0.1 when this was measured).
-# Usage: tools/bench/outer/goal.sh screen|confirm [HEARSAY] [MODEL] [SEED...]
+# Usage: [ROWS=REGEX] tools/bench/outer/goal.sh screen|confirm [HEARSAY] [MODEL] [SEED...]
+#   ROWS: run only the rows whose name matches (cnn-small: ROWS="^(A'|B):")
 set -uo pipefail
 mode=${1:?screen or confirm}
 hs=${2:-build/hearsay}
@@ -64,6 +65,7 @@ ROWS
     else
         cat <<ROWS
 A: top10% fp16 H=8 g 0.2|${c10[*]} --local-steps 8 ${m0[*]} ${o[*]} --gamma-c 0.2
+A': top10% fp16 H=8 auto step|${c10[*]} --local-steps 8 ${m0[*]} ${o[*]}
 B: top8% fp16 H=20 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.08:fp16 --local-steps 20 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 C: top10% fp16 H=32 g 0.2|${c10[*]} --local-steps 32 ${m0[*]} ${o[*]} --gamma-c 0.2
 D: dense fp16 H=32 g 0.5|--algo choco --compress fp16 --local-steps 32 ${m0[*]} ${o[*]} --gamma-c 0.5
@@ -77,5 +79,5 @@ for seed in "${seeds[@]}"; do
     while IFS='|' read -r name flags; do
         # shellcheck disable=SC2086 # the flags are words
         run "$name" --model "$model" $flags
-    done < <(rows)
+    done < <(rows | grep -E "${ROWS:-.}")
 done
