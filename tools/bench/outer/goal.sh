@@ -2,7 +2,8 @@
 # Issue 19, goals 3-4: the outer optimizer over compressed gossip against D-PSGD with one local
 # step a round, `hearsay sim -n 8`, Fashion-MNIST, ring, IID, 10 epochs. One line per setting
 # (mean, worst peer, MB sent per peer, bytes ratio to the first row, D-PSGD H=1).
-#   screen:  the tuning grid as it was run (docs/RESULTS.md: mlp, seed 0)
+#   screen:  the tuning grid as it was run (docs/RESULTS.md: mlp, seed 0; the rows marked
+#            "(seed N)" were run on that seed only)
 #   confirm: the chosen settings (docs/RESULTS.md: mlp, seeds 0 1 2; cnn-small, seeds 0 1)
 # The CHOCO rows pin --gamma-c where the screen compared steps; "auto" rows take the automatic
 # step of the build (0.1136 for topk:0.1 when this was measured).
@@ -61,6 +62,11 @@ top3% fp16 H=8 lr 0.1 g 0.1|--algo choco --compress topk:0.03:fp16 --local-steps
 top10% fp16 H=128 lr 0.1 g 0.2|${c10[*]} --local-steps 128 ${m0[*]} ${o[*]} --gamma-c 0.2
 dense fp16 H=128 lr 0.1 g 0.5|--algo choco --compress fp16 --local-steps 128 ${m0[*]} ${o[*]} --gamma-c 0.5
 dense fp16 H=32 lr 0.1 g 0.5|--algo choco --compress fp16 --local-steps 32 ${m0[*]} ${o[*]} --gamma-c 0.5
+top8% fp16 H=20 g 0.3 (seed 1)|--algo choco --compress topk:0.08:fp16 --local-steps 20 ${m0[*]} ${o[*]} --gamma-c 0.3
+top8% fp16 H=20 g 0.2 lr 0.15 (seed 1)|--algo choco --compress topk:0.08:fp16 --local-steps 20 --momentum 0 --lr 0.15 ${o[*]} --gamma-c 0.2
+top5% fp16 H=12 g 0.2 (seed 1)|--algo choco --compress topk:0.05:fp16 --local-steps 12 ${m0[*]} ${o[*]} --gamma-c 0.2
+top4% fp16 H=10 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.04:fp16 --local-steps 10 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
+top7% fp16 H=16 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.07:fp16 --local-steps 16 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 ROWS
     else
         cat <<ROWS
