@@ -67,6 +67,8 @@ top8% fp16 H=20 g 0.2 lr 0.15 (seed 1)|--algo choco --compress topk:0.08:fp16 --
 top5% fp16 H=12 g 0.2 (seed 1)|--algo choco --compress topk:0.05:fp16 --local-steps 12 ${m0[*]} ${o[*]} --gamma-c 0.2
 top4% fp16 H=10 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.04:fp16 --local-steps 10 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 top7% fp16 H=16 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.07:fp16 --local-steps 16 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
+top8% fp16 H=20 g 0.15 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.08:fp16 --local-steps 20 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.15
+top10% fp16 H=24 g 0.2 outer 0.8/0.9 (seed 2)|${c10[*]} --local-steps 24 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 ROWS
     else
         cat <<ROWS
