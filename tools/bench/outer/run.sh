@@ -8,21 +8,7 @@ set -uo pipefail
 hs=${1:-build/hearsay}
 epochs=${2:-10}
 seed=${3:-0}
-run() {
-    local name=$1
-    shift
-    local out mean min mb
-    out=$(nice -n 10 "$hs" sim -n 8 --epochs "$epochs" --seed "$seed" --quiet "$@" 2>&1)
-    if ! grep -q '^final:' <<<"$out"; then
-        printf '%-48s %s\n' "$name" "$(grep -m1 -o 'diverged at round [0-9]*' <<<"$out" || echo failed)"
-        return
-    fi
-    out=$(grep '^final:' <<<"$out")
-    mean=$(sed -n 's/.*mean \([0-9.]*\)%.*/\1/p' <<<"$out")
-    min=$(sed -n 's/.* min \([0-9.]*\)%.*/\1/p' <<<"$out")
-    mb=$(sed -n 's/.*; \([0-9.]*\) MB sent per peer.*/\1/p' <<<"$out")
-    printf '%-48s mean %6s  worst %6s  MB/peer %9s\n' "$name" "$mean" "$min" "$mb"
-}
+. "$(dirname "$0")/lib.sh"
 o79=(--outer-lr 0.7 --outer-momentum 0.9)
 o105=(--outer-lr 1.0 --outer-momentum 0.5)
 echo "# hearsay sim -n 8, mlp, ring, iid, $epochs epochs, seed $seed"
