@@ -397,11 +397,11 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         HS_LOGW("joined at round %llu without the job's model (no snapshot in time): starting "
                 "from this peer's own vector", (unsigned long long)n->w.join_round);
     }
-    /* Replicas may start equal to the common start only for a peer that begins with the job,
-     * before anyone trained; a joiner of a running job or a resumed peer makes its neighbours
-     * send it full replicas, and sends its own. */
+    /* A joiner of a running job (even one without the job's model), a restarted or resumed
+     * peer makes its neighbours send it full replicas, and sends its own. */
     hs_algo_set_same_start(m->algo(m->ctx),
-                           cfg->algo.same_start && !n->have_ck && m->steps(m->ctx) == 0);
+                           hs__node_same_start(cfg->algo.same_start, n->have_ck, n->restart,
+                                               n->jt.end, m->steps(m->ctx)));
     if ((err = hs_guard_new(&n->guard, &cfg->guard)) < 0) return err;
     uint64_t r = n->alone ? n->ck.round : n->w.join_round;
     /* The wait: a peer that starts a job or joins one still waiting follows the job's rule

@@ -153,6 +153,13 @@ int hs__node_resume_timeline(const hs__node_cfg *cfg, int rank, const char *sig,
 int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, hs_timeline *tl,
                            uint64_t round, hs_checkpoint *ck, int have_ck, int members);
 
+/* Whether a peer's replicas of its neighbours may start at its own vector (same_start: the
+ * configured wish): only for a peer that begins with a fresh job, before anyone trained. Not
+ * for a resumed peer (have_ck), one in a restart (which may load another shard's checkpoint
+ * later), one joining a running job (its terms carry the job's end, job_end != 0, with or
+ * without the job's model), or one whose model has taken steps. */
+int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end, long steps);
+
 /* join.c: reaching the job. stop points at the node's stop flag. */
 int hs__node_refusal_final(int err);
 void hs__node_own_address(const hs_net_config *nc, hs_net *net, char *out, size_t cap);

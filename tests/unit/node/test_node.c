@@ -689,8 +689,23 @@ static void test_options_match_run(void **state) {
     assert_true(checked >= 15);
 }
 
+/* Replicas start at the peer's own vector only for a fresh job's peer: a joiner of a running
+ * job whose WELCOME held the terms only (job's end known, no model, steps 0) must not, nor a
+ * restart's peer that may load another shard's checkpoint after the decision. */
+static void test_same_start_decision(void **state) {
+    (void)state;
+    assert_true(hs__node_same_start(1, 0, 0, 0, 0));  /* first peer, or joiner of a waiting job */
+    assert_false(hs__node_same_start(0, 0, 0, 0, 0)); /* not wanted */
+    assert_false(hs__node_same_start(1, 1, 0, 0, 0)); /* resumed from its checkpoint */
+    assert_false(hs__node_same_start(1, 0, 1, 0, 0)); /* restart without a checkpoint yet */
+    assert_false(hs__node_same_start(1, 0, 0, 140, 0)); /* running job, terms only */
+    assert_false(hs__node_same_start(1, 0, 0, 0, 3));   /* adopted a trained model */
+    assert_false(hs__node_same_start(1, 0, 0, (uint64_t)HS__NODE_NO_END, 0)); /* rounds 0 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_start_decision),
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_option_messages),
         cmocka_unit_test(test_typed_setters),
