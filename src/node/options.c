@@ -394,6 +394,11 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     int is_file = is_file_spec(topology);
     if ((is_file || n > 1) && hs_topo_new(&t, topology, is_file ? 0 : n, seed) == 0)
         hs_algo_cfg_set_topology(acfg, t);
+    /* The step must be the same at both ends of every edge, also at a peer that joined without
+     * the job's size (--bootstrap alone): the degree comes from what every peer knows alike. A
+     * file fixes it, a ring has at most 2 neighbours at any size; the other generators' grows
+     * with the size, so they keep the rule unscaled. */
+    if (!is_file) acfg->max_degree = topology && !strcmp(topology, "ring") ? 2 : 0;
     float g = 0.0f;
     double dp = 0;
     if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 &&

@@ -481,7 +481,12 @@ static void test_defaults(void **state) {
     assert_int_equal(hs_compressor_new(&cm, c.algo.compress, 1000, c.algo.seed), 0);
     assert_int_equal(hs_algo_auto_gamma_c(cm, &g, NULL), 0);
     hs_compressor_free(cm);
-    assert_true(c.guard.gamma_c == g);
+    /* A ring has at most 2 neighbours at any size: a peer that does not know the job's size
+     * (--bootstrap alone) takes the same 1.5x the rule as the peers that do, or CHOCO's edges
+     * would mix with two steps. */
+    assert_int_equal(c.algo.max_degree, 2);
+    assert_true(c.guard.gamma_c == hs_algo_scale_gamma_c(g, 2) && c.guard.gamma_c > g);
+    float unknown_n = c.guard.gamma_c;
     /* With the job's size the peer knows its ring (2 neighbours) and takes 1.5x the rule, as
      * hs_algo_new will from the degree the configuration carries. */
     hs_node_options *o4;
@@ -492,6 +497,20 @@ static void test_defaults(void **state) {
     hs_node_options_free(o4);
     assert_int_equal(c.algo.max_degree, 2);
     assert_true(c.guard.gamma_c == hs_algo_scale_gamma_c(g, 2) && c.guard.gamma_c > g);
+    assert_true(c.guard.gamma_c == unknown_n);
+    /* A generator whose degree grows with the size is not scaled, known size or not. */
+    for (int world = 1; world <= 8; world += 7) {
+        char w[8];
+        snprintf(w, sizeof(w), "%d", world);
+        assert_int_equal(hs_node_options_new(&o4), 0);
+        assert_int_equal(hs_node_options_set(o4, "topology", "exponential"), 0);
+        assert_int_equal(hs_node_options_set(o4, "world", w), 0);
+        assert_int_equal(hs_node_options_set(o4, "insecure", "1"), 0);
+        if (hs__node_options_resolve(o4, 1000, &c) < 0) fail_msg("%s", hs_error_message());
+        hs_node_options_free(o4);
+        assert_int_equal(c.algo.max_degree, 0);
+        assert_true(c.guard.gamma_c == g);
+    }
     assert_int_equal(hs_node_options_set(o, "algo", "sgp"), 0);
     assert_int_equal(hs__node_options_resolve(o, 1000, &c), 0);
     assert_string_equal(c.net.topo_spec, "onepeer-exp");
