@@ -384,7 +384,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     if (n->have_ck) {
         err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
         free(n->ck.data); /* loaded: the file's bytes, a copy of the state, need not stay */
-        n->ck.data = NULL;
+        n->ck.data = NULL, n->ck.state = NULL, n->ck.state_len = 0;
         if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
@@ -440,10 +440,13 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         if (eff > r) r = eff;
         if (n->restart) {
             if (hs__node_restart_agree(cfg, n->rank, n->sig, &n->tl, r, &n->ck, n->have_ck,
-                                       n_wait) > 0 &&
-                (err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0)) < 0)
-                return err;
-            n->have_ck |= n->ck.state != NULL;
+                                       n_wait) > 0) {
+                n->have_ck = 1;
+                err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+                free(n->ck.data); /* loaded, as above */
+                n->ck.data = NULL, n->ck.state = NULL, n->ck.state_len = 0;
+                if (err < 0) return err;
+            }
             n->restart = 0;
             n->jt.wait = n_wait;
             if ((err = publish(n, r, MODEL)) < 0) return err;
