@@ -62,6 +62,9 @@ typedef struct hs_net_link_emulation {
     hs_net_emulation emu;
 } hs_net_link_emulation;
 
+/* snapshot_timeout_ms when 0: also what a caller's timing of a withdrawn snapshot must use. */
+#define HS_NET_SNAPSHOT_TIMEOUT_MS 5000
+
 /* All strings are borrowed for the duration of hs_net_start (copied). */
 typedef struct hs_net_config {
     const char *listen;    /* "HOST:PORT" (IP literal; port 0 = any, see hs_net_listen_port) */

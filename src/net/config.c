@@ -37,7 +37,7 @@ void hs_net_config_init(hs_net_config *cfg) {
     cfg->handshake_timeout_ms = 2000;
     cfg->peer_timeout_ms = 1500;
     cfg->join_timeout_ms = 30000;
-    cfg->snapshot_timeout_ms = 5000;
+    cfg->snapshot_timeout_ms = HS_NET_SNAPSHOT_TIMEOUT_MS;
     cfg->change_rounds = 4;
     cfg->change_delay_ms = 300;
     cfg->tune_malloc = 1;
@@ -127,7 +127,7 @@ int hs__net_copy_config(hs_net *net, const hs_net_config *in) {
     if (c->join_timeout_ms <= 0)
         c->join_timeout_ms = 30000;
     if (c->snapshot_timeout_ms <= 0)
-        c->snapshot_timeout_ms = 5000;
+        c->snapshot_timeout_ms = HS_NET_SNAPSHOT_TIMEOUT_MS;
     if (c->change_rounds <= 0)
         c->change_rounds = 4;
     if (c->change_delay_ms < 0)

@@ -265,6 +265,8 @@ int hs__node_connect(hs_node *n) {
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
+    /* publish(DROP) times the withdrawal with the runtime's value: 0 is its default. */
+    if (nc->snapshot_timeout_ms <= 0) nc->snapshot_timeout_ms = HS_NET_SNAPSHOT_TIMEOUT_MS;
     nc->model_sig = n->sig;
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
