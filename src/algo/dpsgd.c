@@ -14,7 +14,8 @@
 /* With a compressor whose message is x itself (none), the round's message is x_r: it is kept
  * from begin to pull instead of a copy in a->own, and a neighbour's is read where it arrived. */
 typedef struct dpsgd_state {
-    hs_buf *sent; /* this round's message, while x_r is read from it */
+    hs_buf *sent;         /* this round's message, while x_r is read from it */
+    const uint8_t *sent_x; /* x_r inside sent, checked once when it was sent */
 } dpsgd_state;
 
 static void dpsgd_fini(hs_algo *a) {
@@ -48,6 +49,7 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     dpsgd_state *s = a->priv;
     hs_buf_unref(s->sent);
     s->sent = NULL;
+    s->sent_x = NULL;
     const uint8_t *vals;
     if (v.n_out == 0) {
         memcpy(a->own, x, sizeof(float) * a->d);
@@ -57,10 +59,13 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;
     if ((err = hs_compress_encode(a->comp, x, a->d, a->self, r, msg)) < 0) goto out;
-    if (hs__compress_f32_values(a->comp, msg->data + 1, msg->len - 1, &vals) == 0)
+    if (hs__compress_values_raw(a->comp) &&
+        hs__compress_f32_values(a->comp, msg->data + 1, msg->len - 1, &vals) == 0) {
         s->sent = hs_buf_ref(msg);
-    else
+        s->sent_x = vals;
+    } else {
         memcpy(a->own, x, sizeof(float) * a->d);
+    }
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
 out:
     hs_buf_unref(msg);
@@ -70,9 +75,7 @@ out:
 /* x_r: where the round's message holds it, or a->own. */
 static const uint8_t *sent_values(hs_algo *a) {
     dpsgd_state *s = a->priv;
-    const uint8_t *vals = NULL;
-    if (s->sent) hs__compress_f32_values(a->comp, s->sent->data + 1, s->sent->len - 1, &vals);
-    return vals;
+    return s->sent ? s->sent_x : NULL;
 }
 
 /* x += w (x_j - x_r) from the values where they are (unaligned, little-endian fp32), through
@@ -205,6 +208,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     dpsgd_state *s = a->priv;
     hs_buf_unref(s->sent); /* sent or not, the round is mixed */
     s->sent = NULL;
+    s->sent_x = NULL;
     return 0;
 }
 

@@ -116,6 +116,9 @@ int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len);
  * them where they are instead of decoding into a vector of its own. HS_EINVAL for others. */
 int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len,
                             const uint8_t **values);
+/* 1 when c's messages are x itself (hs__compress_f32_values applies), else 0: asked first, a
+ * caller of every round leaves the thread's last error alone for the other compressors. */
+int hs__compress_values_raw(const hs_compressor *c);
 
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;

@@ -196,9 +196,13 @@ int hs__ccheck_codec(const hs_compressor *c, const uint8_t *p, size_t len) {
     return 0;
 }
 
+int hs__compress_values_raw(const hs_compressor *c) {
+    return c->ops->id == HS_CODEC_NONE && !c->residual;
+}
+
 int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len,
                             const uint8_t **values) {
-    if (c->ops->id != HS_CODEC_NONE || c->residual)
+    if (!hs__compress_values_raw(c))
         return hs__err(HS_EINVAL, "compressor %s: its messages are not the values themselves",
                        c->name);
     int err = hs__ccheck_codec(c, p, len);
