@@ -403,7 +403,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
      * peer makes its neighbours send it full replicas, and sends its own. */
     hs_algo_set_same_start(m->algo(m->ctx),
                            hs__node_same_start(cfg->algo.same_start, n->have_ck, n->restart,
-                                               n->jt.end, m->steps(m->ctx)));
+                                               n->jt.end, n->jt.rounds, n->w.join_round,
+                                               m->steps(m->ctx)));
     if ((err = hs_guard_new(&n->guard, &cfg->guard)) < 0) return err;
     uint64_t r = n->alone ? n->ck.round : n->w.join_round;
     /* The wait: a peer that starts a job or joins one still waiting follows the job's rule

@@ -154,11 +154,13 @@ int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, h
                            uint64_t round, hs_checkpoint *ck, int have_ck, int members);
 
 /* Whether a peer's replicas of its neighbours may start at its own vector (same_start: the
- * configured wish): only for a peer that begins with a fresh job, before anyone trained. Not
- * for a resumed peer (have_ck), one in a restart (which may load another shard's checkpoint
- * later), one joining a running job (its terms carry the job's end, job_end != 0, with or
- * without the job's model), or one whose model has taken steps. */
-int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end, long steps);
+ * configured wish): only for a peer that begins with a fresh job, before anyone trained: the
+ * job's end not known yet (job_end 0), or this peer's first round (start_round) no later than
+ * the job's (job_end - rounds: a joiner let in as the wait ended). Not for a resumed peer
+ * (have_ck), one in a restart (which may load another shard's checkpoint later), one joining a
+ * running job (with or without the job's model), or one whose model has taken steps. */
+int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end,
+                        int64_t rounds, uint64_t start_round, long steps);
 
 /* join.c: reaching the job. stop points at the node's stop flag. */
 int hs__node_refusal_final(int err);

@@ -288,6 +288,9 @@ int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, h
     return took >= 0;
 }
 
-int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end, long steps) {
-    return same_start && !have_ck && !restart && job_end == 0 && steps == 0;
+int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end,
+                        int64_t rounds, uint64_t start_round, long steps) {
+    int first = job_end == 0 ||
+                (rounds >= 0 && job_end >= (uint64_t)rounds && start_round <= job_end - (uint64_t)rounds);
+    return same_start && !have_ck && !restart && first && steps == 0;
 }

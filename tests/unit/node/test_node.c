@@ -710,16 +710,22 @@ static void test_options_match_run(void **state) {
 
 /* Replicas start at the peer's own vector only for a fresh job's peer: a joiner of a running
  * job whose WELCOME held the terms only (job's end known, no model, steps 0) must not, nor a
- * restart's peer that may load another shard's checkpoint after the decision. */
+ * restart's peer that may load another shard's checkpoint after the decision; a joiner let in
+ * as the wait ended (its first round the job's first) must, like the peers it waited with. */
 static void test_same_start_decision(void **state) {
     (void)state;
-    assert_true(hs__node_same_start(1, 0, 0, 0, 0));  /* first peer, or joiner of a waiting job */
-    assert_false(hs__node_same_start(0, 0, 0, 0, 0)); /* not wanted */
-    assert_false(hs__node_same_start(1, 1, 0, 0, 0)); /* resumed from its checkpoint */
-    assert_false(hs__node_same_start(1, 0, 1, 0, 0)); /* restart without a checkpoint yet */
-    assert_false(hs__node_same_start(1, 0, 0, 140, 0)); /* running job, terms only */
-    assert_false(hs__node_same_start(1, 0, 0, 0, 3));   /* adopted a trained model */
-    assert_false(hs__node_same_start(1, 0, 0, (uint64_t)HS__NODE_NO_END, 0)); /* rounds 0 */
+    const uint64_t none = (uint64_t)HS__NODE_NO_END;
+    assert_true(hs__node_same_start(1, 0, 0, 0, 20, 0, 0));   /* first peer, waiting job */
+    assert_true(hs__node_same_start(1, 0, 0, 0, 20, 4, 0));   /* joiner of a waiting job */
+    assert_true(hs__node_same_start(1, 0, 0, 24, 20, 4, 0));  /* let in as the wait ended */
+    assert_false(hs__node_same_start(1, 0, 0, 24, 20, 5, 0)); /* running job, terms only */
+    assert_false(hs__node_same_start(1, 0, 0, 140, 100, 60, 0));
+    assert_false(hs__node_same_start(0, 0, 0, 0, 20, 0, 0));  /* not wanted */
+    assert_false(hs__node_same_start(1, 1, 0, 0, 20, 0, 0));  /* resumed from its checkpoint */
+    assert_false(hs__node_same_start(1, 0, 1, 0, 20, 0, 0));  /* restart, no checkpoint yet */
+    assert_false(hs__node_same_start(1, 0, 0, 0, 20, 0, 3));  /* adopted a trained model */
+    assert_true(hs__node_same_start(1, 0, 0, none, HS__NODE_NO_END, 0, 0)); /* rounds 0 */
+    assert_false(hs__node_same_start(1, 0, 0, none, HS__NODE_NO_END, 4, 0));
 }
 
 int main(void) {
