@@ -136,6 +136,10 @@ typedef struct hs_net_config {
      * sequencer, so that a restarted job goes on from the newest checkpoint any of them holds
      * (0: a new peer; ignored by a job that does not hold). */
     uint64_t resume_round;
+    /* The highest resume round a joiner's JOIN may name (this peer's checkpoint's end round: a
+     * round past the job's end is no checkpoint of this job); one beyond is not counted, and
+     * said. 0: no bound. */
+    uint64_t resume_round_max;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */

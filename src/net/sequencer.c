@@ -136,6 +136,14 @@ uint64_t hs__mb_choose_eff(hs__mb *mb) {
 
 void hs__mb_request_join(hs__mb *mb, uint64_t nonce, uint32_t via, const char *addr,
                          uint64_t resume_round) {
+    /* The round comes from the joiner's frame: it may move a held job's first round, so one
+     * past the job's end (a bug, or a peer of another job) is not trusted. */
+    uint64_t bound = mb->cfg->resume_round_max;
+    if (bound && resume_round > bound) {
+        HS_LOGW("joiner at %s names resume round %llu, past this job's end round %llu: not "
+                "counted", addr, (unsigned long long)resume_round, (unsigned long long)bound);
+        resume_round = 0;
+    }
     for (int i = 0; i < mb->n_joins; i++) {
         hs__join_req *j = &mb->joins[i];
         if (j->nonce != nonce)

@@ -271,7 +271,7 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
-    if (n->have_ck) nc->resume_round = n->ck.round;
+    if (n->have_ck) nc->resume_round = n->ck.round, nc->resume_round_max = n->ck.end_round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
     if (n->have_ck && !cfg->wait_new_only && cfg->wait_peers > 1)

@@ -621,6 +621,28 @@ static void test_held_start_at_newest_resume_round(void **state) {
     }
 }
 
+/* The same held restart whose job ends at round 100 (the sequencer's checkpoint): a joiner
+ * naming round 5000 is not counted (the job would start past its end), one naming 30 is. */
+static void test_held_start_bounds_resume_round(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    start(&mb, &f, 1);
+    cfg.hold_members = 3;
+    cfg.resume_round_max = 100;
+    f.round = 10;
+    hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 5000);
+    hs__mb_commit(&mb);
+    assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 10);
+    connect(&mb, &f, 1, 10);
+    hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 30);
+    hs__mb_commit(&mb);
+    assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
+    assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 30);
+    cfg.resume_round_max = 0;
+    hs__mb_free(&mb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_after_timeout),
@@ -635,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_joiners_being_welcomed_are_reached),
         cmocka_unit_test(test_held_start_needs_no_margin),
         cmocka_unit_test(test_held_start_at_newest_resume_round),
+        cmocka_unit_test(test_held_start_bounds_resume_round),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
