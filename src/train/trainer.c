@@ -178,6 +178,7 @@ int hs_trainer_set_x(hs_trainer *t, const float *x) {
  * round, a snapshot adopted, a checkpoint loaded). */
 int hs_trainer_round_open(hs_trainer *t) {
     hs__outer_open(t->outer, t->algo, t->x_host);
+    if (!hs_optim_needs_x(t->opt)) return 0; /* no copy from the device for nothing */
     int err = fetch_x(t);
     return err < 0 ? err : hs_optim_round_begin(t->opt, t->x_host);
 }
@@ -188,7 +189,7 @@ int hs_trainer_round_open(hs_trainer *t) {
  * copy it does not need. */
 int hs_trainer_round_close(hs_trainer *t) {
     int err = hs__outer_step(t->outer, t->algo, t->x_host);
-    if (err < 0 || (err = fetch_x(t)) < 0) return err;
+    if (err < 0 || !hs_optim_needs_x(t->opt) || (err = fetch_x(t)) < 0) return err;
     return hs_optim_round_end(t->opt, t->x_host);
 }
 

@@ -40,11 +40,13 @@ static int reference; /* dev is gossip_ref.h's reference device */
 static hs_backend_ops counted_ops;
 static const hs_backend_ops *real_ops;
 static int full_downloads; /* downloads of D floats or more since last cleared */
-static size_t x_bytes;    /* the simulated model's size in bytes */
+static size_t x_bytes;    /* the simulated model's size in bytes (0: none) */
+static int x_downloads;   /* downloads of x_bytes since last cleared */
 static int fail_x;        /* downloads of x_bytes fail (a device's failed copy) */
 
 static int counted_download(hs_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes >= sizeof(float) * D) full_downloads++;
+    if (x_bytes && bytes == x_bytes) x_downloads++;
     if (fail_x && bytes == x_bytes) return hs__err(HS_ECUDA, "test: the copy of x fails");
     return real_ops->download(be, dst, src, bytes);
 }
@@ -281,9 +283,21 @@ static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_datas
                       hs_momentum_kind mk, size_t *d, double *cons) {
     hs_sim *s = new_sim(be, peer_be, ds, mk);
     *d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    x_bytes = sizeof(float) * *d;
+    x_downloads = 0;
     for (int r = 0; r < 6; r++) {
         int peer;
         if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
+    }
+    /* The trainers' own copies of x to the host in the 6 rounds of 4 peers (hs_sim_step
+     * observes no consensus; hs_sim_consensus and the reads below come after the count):
+     * local momentum needs none, quasi-global momentum one per peer and round, at its close. */
+    int xd = x_downloads;
+    x_bytes = 0;
+    if (be == dev && !peer_be) {
+        printf("# sim on the device, momentum %s: %d downloads of x in 6 rounds of 4 peers\n",
+               mk == HS_MOMENTUM_QG ? "qg" : "local", xd);
+        assert_int_equal(xd, mk == HS_MOMENTUM_QG ? 4 * 6 : 0);
     }
     assert_int_equal(hs_sim_consensus(s, cons, NULL), 0);
     float *x = malloc(sizeof(float) * 4 * *d), *g = malloc(sizeof(float) * *d);
