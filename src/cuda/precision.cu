@@ -20,19 +20,24 @@
 #define LOWP_EMULATED 1
 #endif
 
-/* Round to nearest even at TF32's 10 mantissa bits; infinities and NaNs pass unchanged. */
+#if LOWP_EMULATED
+/* Round to nearest even at TF32's 10 mantissa bits; infinities and NaNs pass unchanged. Only
+ * the emulator rounds TF32 operands: a GPU's tensor cores do it (precision.cuh). */
 static __device__ float tf32_round(float x) {
     uint32_t u = hs_cw_bits(x);
     if ((u & 0x7F800000u) == 0x7F800000u) return x;
     u += 0xFFFu + ((u >> 13) & 1u);
     return hs_cw_float(u & ~0x1FFFu);
 }
+#endif
 
 /* One operand element as the GEMM reads it: BF16 bits, or the rounded value widened to FP32
  * (the emulator's operands). */
 template <typename Out, int kPrec> static __device__ Out lowp_value(float x) {
     if constexpr (sizeof(Out) == 2) return hs_cw_bf16_from_f32(x);
+#if LOWP_EMULATED
     else if constexpr (kPrec == HS_PRECISION_TF32) return tf32_round(x);
+#endif
     else return hs_cw_f32_from_bf16(hs_cw_bf16_from_f32(x));
 }
 
