@@ -7,7 +7,9 @@
 #include <stdint.h>
 
 #include "compress/compress_ew.h"
+#include "cuda/gossip.cuh"
 #include "cuda/precision.cuh"
+#include "hearsay/error.h"
 #include "hearsay/tensor.h"
 
 #define LOWP_THREADS 256
@@ -74,6 +76,15 @@ static cudaError_t operands(cudaStream_t st, const lowp_mat &a, const lowp_mat &
     unsigned grid = blocks < LOWP_MAX_BLOCKS ? (unsigned)blocks : LOWP_MAX_BLOCKS;
     operands_kernel<Out, kPrec><<<grid, LOWP_THREADS, 0, st>>>(a, b);
     return cudaGetLastError();
+}
+
+int hs__cuda_lowp_check(int p, int sm, const char *card, size_t card_len) {
+    if (p == HS_PRECISION_FP32 || sm >= 80) return 0;
+    return hs__cuda_be_report(HS_EINVAL,
+                              "--precision %s: %.*s has compute capability %d.%d, and tf32 and "
+                              "bf16 need 8.0 (Ampere) or newer: use --precision fp32",
+                              p == HS_PRECISION_TF32 ? "tf32" : "bf16", (int)card_len, card,
+                              sm / 10, sm % 10);
 }
 
 int hs__cuda_lowp_wanted(int p) {

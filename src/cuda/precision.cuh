@@ -29,6 +29,12 @@ typedef struct hs_cuda_lowp_fail {
  * the plain cublasSgemm: BF16 always, TF32 only under the emulator. */
 int hs__cuda_lowp_wanted(int p);
 
+/* 0 when a device of compute capability sm (major * 10 + minor) can run GEMMs at precision
+ * p, else HS_EINVAL reported naming the card (card_len bytes of card, the backend's
+ * description). TF32 tensor cores and BF16 GEMM inputs came with 8.0: below it cuBLAS fails
+ * the first BF16 GEMM and runs TF32's math mode as plain FP32, a precision not asked for. */
+int hs__cuda_lowp_check(int p, int sm, const char *card, size_t card_len);
+
 /* Scratch bytes hs__cuda_gemm_lowp needs for an m x n x k product (256-byte aligned). */
 size_t hs__cuda_lowp_scratch(int p, int m, int n, int k);
 
