@@ -20,7 +20,7 @@
 
 /* Which call of hs__cuda_gemm_lowp failed, and how. */
 typedef struct hs_cuda_lowp_fail {
-    const char *call;    /* "cublasGemmEx", "bf16 operand kernel" ... */
+    const char *call;    /* "cublasGemmEx", "lowp operands kernel" ... */
     cudaError_t cuda;    /* cudaSuccess when the failure was cuBLAS's */
     cublasStatus_t blas;
 } hs_cuda_lowp_fail;
