@@ -217,6 +217,9 @@ int hs_optim_step(hs_optim *o, float *x, const float *g, long t, float *lr_out);
  * change into the buffer (unchanged when that sum is 0, e.g. lr 0). */
 int hs_optim_round_begin(hs_optim *o, const float *x_host);
 int hs_optim_round_end(hs_optim *o, const float *x_host);
+/* 1 when the two above read x (quasi-global momentum): a caller whose x is on a device can
+ * skip bringing it to the host for them otherwise. */
+int hs_optim_needs_x(const hs_optim *o);
 /* The velocity vector (backend memory, n floats), for checkpoints; NULL unless SGD with
  * momentum. */
 float *hs_optim_velocity(hs_optim *o);

@@ -87,9 +87,10 @@ float *hs_trainer_gossip_x(hs_trainer *t);
 int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, double *accuracy);
 
 /* The host copy of x (d floats), current between rounds (brought from the device when the
- * algorithm gossips there). */
+ * algorithm gossips there); NULL, hs_error_message() set, when that copy failed. */
 const float *hs_trainer_x(const hs_trainer *t);
-/* The model as evaluated (z = x / w for SGP): d host floats, valid until the next call. */
+/* The model as evaluated (z = x / w for SGP): d host floats, valid until the next call; NULL
+ * as hs_trainer_x. */
 const float *hs_trainer_eval_x(hs_trainer *t);
 size_t hs_trainer_dim(const hs_trainer *t);
 hs_algo *hs_trainer_algo(hs_trainer *t);

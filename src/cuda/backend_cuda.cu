@@ -45,6 +45,7 @@ typedef struct cuda_state {
     void *scratch;          /* device: reduction partials, grown on demand */
     size_t scratch_bytes;
     int precision;          /* hs_precision of gemm */
+    int sm;                 /* compute capability, major * 10 + minor */
     size_t desc_len;        /* of be->description without the precision's suffix */
 } cuda_state;
 
@@ -645,7 +646,8 @@ static int cu_groupnorm_relu_grad(hs_backend *be, const float *dy, const float *
  * accumulation the default mode keeps. The description names any precision but FP32. */
 static int cu_set_precision(hs_backend *be, int p) {
     cuda_state *s = state(be);
-    int err = 0;
+    int err = hs__cuda_lowp_check(p, s->sm, be->description, s->desc_len);
+    if (err < 0) return err;
     int mode = p == HS_PRECISION_TF32
                    ? CUBLAS_TF32_TENSOR_OP_MATH
                    : CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
@@ -790,6 +792,7 @@ int hs_cuda_backend_open(hs_backend *be, const hs_backend_cfg *cfg, const hs_hos
     snprintf(be->description, sizeof(be->description), "cuda (%.64s, sm_%d%d, %zu MiB)",
              prop.name, prop.major, prop.minor, (size_t)(prop.totalGlobalMem >> 20));
     s->desc_len = strlen(be->description);
+    s->sm = prop.major * 10 + prop.minor;
     return 0;
 fail:
     state_free(s);

@@ -217,9 +217,11 @@ static __device__ uint32_t chunk_taken(uint32_t gt, uint32_t eq, uint32_t eq_bef
 /* One block of TK_SCAN_THREADS: per chunk, the keys equal to T in earlier chunks (eqb) and the
  * output offset of its first taken element (off). Thread t handles a contiguous run of chunks,
  * so the runs' totals scan in chunk order. */
-static __global__ void topk_scan_kernel(const uint32_t *cnt_gt, const uint32_t *cnt_eq,
-                                        uint32_t nchunks, const topk_state *st, uint32_t *off,
-                                        uint32_t *eqb) {
+/* The bound lets nvcc keep the registers a 1024-thread block can have (its default assumes
+ * 256 threads and the launch could fail for lack of them). */
+static __global__ void __launch_bounds__(TK_SCAN_THREADS)
+    topk_scan_kernel(const uint32_t *cnt_gt, const uint32_t *cnt_eq, uint32_t nchunks,
+                     const topk_state *st, uint32_t *off, uint32_t *eqb) {
     __shared__ uint32_t sh[32];
     uint32_t per = (nchunks + TK_SCAN_THREADS - 1) / TK_SCAN_THREADS;
     uint32_t b0 = threadIdx.x * per, b1 = b0 + per;

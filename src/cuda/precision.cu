@@ -7,7 +7,9 @@
 #include <stdint.h>
 
 #include "compress/compress_ew.h"
+#include "cuda/gossip.cuh"
 #include "cuda/precision.cuh"
+#include "hearsay/error.h"
 #include "hearsay/tensor.h"
 
 #define LOWP_THREADS 256
@@ -20,19 +22,24 @@
 #define LOWP_EMULATED 1
 #endif
 
-/* Round to nearest even at TF32's 10 mantissa bits; infinities and NaNs pass unchanged. */
+#if LOWP_EMULATED
+/* Round to nearest even at TF32's 10 mantissa bits; infinities and NaNs pass unchanged. Only
+ * the emulator rounds TF32 operands: a GPU's tensor cores do it (precision.cuh). */
 static __device__ float tf32_round(float x) {
     uint32_t u = hs_cw_bits(x);
     if ((u & 0x7F800000u) == 0x7F800000u) return x;
     u += 0xFFFu + ((u >> 13) & 1u);
     return hs_cw_float(u & ~0x1FFFu);
 }
+#endif
 
 /* One operand element as the GEMM reads it: BF16 bits, or the rounded value widened to FP32
  * (the emulator's operands). */
 template <typename Out, int kPrec> static __device__ Out lowp_value(float x) {
     if constexpr (sizeof(Out) == 2) return hs_cw_bf16_from_f32(x);
+#if LOWP_EMULATED
     else if constexpr (kPrec == HS_PRECISION_TF32) return tf32_round(x);
+#endif
     else return hs_cw_f32_from_bf16(hs_cw_bf16_from_f32(x));
 }
 
@@ -69,6 +76,15 @@ static cudaError_t operands(cudaStream_t st, const lowp_mat &a, const lowp_mat &
     unsigned grid = blocks < LOWP_MAX_BLOCKS ? (unsigned)blocks : LOWP_MAX_BLOCKS;
     operands_kernel<Out, kPrec><<<grid, LOWP_THREADS, 0, st>>>(a, b);
     return cudaGetLastError();
+}
+
+int hs__cuda_lowp_check(int p, int sm, const char *card, size_t card_len) {
+    if (p == HS_PRECISION_FP32 || sm >= 80) return 0;
+    return hs__cuda_be_report(HS_EINVAL,
+                              "--precision %s: %.*s has compute capability %d.%d, and tf32 and "
+                              "bf16 need 8.0 (Ampere) or newer: use --precision fp32",
+                              p == HS_PRECISION_TF32 ? "tf32" : "bf16", (int)card_len, card,
+                              sm / 10, sm % 10);
 }
 
 int hs__cuda_lowp_wanted(int p) {

@@ -20,7 +20,7 @@
 
 /* Which call of hs__cuda_gemm_lowp failed, and how. */
 typedef struct hs_cuda_lowp_fail {
-    const char *call;    /* "cublasGemmEx", "bf16 operand kernel" ... */
+    const char *call;    /* "cublasGemmEx", "lowp operands kernel" ... */
     cudaError_t cuda;    /* cudaSuccess when the failure was cuBLAS's */
     cublasStatus_t blas;
 } hs_cuda_lowp_fail;
@@ -28,6 +28,12 @@ typedef struct hs_cuda_lowp_fail {
 /* Whether a GEMM at precision p (hs_precision) goes through hs__cuda_gemm_lowp rather than
  * the plain cublasSgemm: BF16 always, TF32 only under the emulator. */
 int hs__cuda_lowp_wanted(int p);
+
+/* 0 when a device of compute capability sm (major * 10 + minor) can run GEMMs at precision
+ * p, else HS_EINVAL reported naming the card (card_len bytes of card, the backend's
+ * description). TF32 tensor cores and BF16 GEMM inputs came with 8.0: below it cuBLAS fails
+ * the first BF16 GEMM and runs TF32's math mode as plain FP32, a precision not asked for. */
+int hs__cuda_lowp_check(int p, int sm, const char *card, size_t card_len);
 
 /* Scratch bytes hs__cuda_gemm_lowp needs for an m x n x k product (256-byte aligned). */
 size_t hs__cuda_lowp_scratch(int p, int m, int n, int k);

@@ -190,6 +190,8 @@ int hs_optim_step(hs_optim *o, float *x, const float *g, long t, float *lr_out) 
     return o->be->ops->sgd_step(o->be, x, g, o->q, o->n, &h);
 }
 
+int hs_optim_needs_x(const hs_optim *o) { return o->q != NULL; }
+
 int hs_optim_round_begin(hs_optim *o, const float *x_host) {
     if (!o->q) return 0;
     memcpy(o->x0, x_host, sizeof(float) * o->n);

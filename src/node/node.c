@@ -660,7 +660,9 @@ static int node_end(void *c, uint64_t r) {
     guard_follow_view(n, hs_net_exchange(n->net), r, as.gone);
     double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
     /* A loss not reported (NaN) is not known to the guard (negative), not a broken run. */
-    hs_guard_obs ob = {(double)r + 1, as.disagreement, mean_square(n->m.eval_x(n->m.ctx), n->d),
+    const float *z = n->m.eval_x(n->m.ctx);
+    if (!z) return HS_ECUDA; /* the model's copy from the device failed, its message set */
+    hs_guard_obs ob = {(double)r + 1, as.disagreement, mean_square(z, n->d),
                        isnan(n->loss) ? -1.0 : n->loss, acc};
     hs_guard_verdict verdict = hs_guard_observe(n->guard, &ob);
     if (verdict == HS_GUARD_DIVERGING)

@@ -53,7 +53,7 @@ typedef struct hs__node_model {
     void *ctx;
     hs_algo *(*algo)(void *ctx);
     float *(*x)(void *ctx);            /* the algorithm's x (host memory, d floats) */
-    const float *(*eval_x)(void *ctx); /* the model as evaluated (x, or x / w for SGP) */
+    const float *(*eval_x)(void *ctx); /* as evaluated (x, or x / w); NULL: failed */
     long (*steps)(void *ctx);          /* local steps done (0: still at the job's start) */
     /* The round's local steps, run by the node's round engine between the round's begin and
      * push (the trainer's, in peer.c); NULL: the caller takes them between hs_node_step calls.

@@ -227,6 +227,10 @@ int hs_sim_consensus(hs_sim *s, double *dist, float *avg) {
     for (int i = 0; i < s->n; i++) {
         if (!hs_simnet_alive(s->net, i)) continue;
         const float *z = hs_trainer_eval_x(s->tr[i]);
+        if (!z) {
+            free(mean);
+            return HS_ECUDA; /* the device copy failed, its message set */
+        }
         for (size_t k = 0; k < d; k++) mean[k] += z[k];
         alive++;
     }
@@ -234,7 +238,7 @@ int hs_sim_consensus(hs_sim *s, double *dist, float *avg) {
     double sum = 0;
     for (int i = 0; i < s->n; i++) {
         if (!hs_simnet_alive(s->net, i)) continue;
-        const float *z = hs_trainer_eval_x(s->tr[i]);
+        const float *z = hs_trainer_eval_x(s->tr[i]); /* current now: copied above */
         for (size_t k = 0; k < d; k++) {
             double e = z[k] - mean[k];
             sum += e * e;

@@ -16,7 +16,6 @@
 
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
-#include "core/log.h"
 #include "hearsay/trainer.h"
 #include "model/devshard.h"
 #include "model/lossacc.h"
@@ -137,17 +136,15 @@ static const float *eval_point(hs_trainer *t, const float *x) {
     return t->algo ? hs_algo_eval_point(t->algo, x) : x;
 }
 
-/* The host copy of x, brought from the device when the gossip or the local steps changed it
- * there. A failed copy is logged and leaves the last copy; the backend's next call reports
- * the device's failure too. */
-static const float *host_x(hs_trainer *t) {
-    if (t->x_stale) {
-        int err = hs_be_download(t->be, t->x_host, hs_model_params(t->model),
-                                 sizeof(float) * t->d);
-        if (err < 0) HS_LOGE("trainer: copying x to the host: %s", hs_error_message());
-        else t->x_stale = 0;
-    }
-    return t->x_host;
+/* Brings x to its host copy when the gossip or the local steps changed it on the device. A
+ * failed copy is the caller's error: the host copy is then an older x, and a checkpoint,
+ * snapshot or momentum step taken from it would pass for a current one. */
+static int fetch_x(hs_trainer *t) {
+    if (!t->x_stale) return 0;
+    int err = hs_be_download(t->be, t->x_host, hs_model_params(t->model), sizeof(float) * t->d);
+    if (err < 0) return err;
+    t->x_stale = 0;
+    return 0;
 }
 
 /* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
@@ -181,7 +178,9 @@ int hs_trainer_set_x(hs_trainer *t, const float *x) {
  * round, a snapshot adopted, a checkpoint loaded). */
 int hs_trainer_round_open(hs_trainer *t) {
     hs__outer_open(t->outer, t->algo, t->x_host);
-    return hs_optim_round_begin(t->opt, host_x(t));
+    if (!hs_optim_needs_x(t->opt)) return 0; /* no copy from the device for nothing */
+    int err = fetch_x(t);
+    return err < 0 ? err : hs_optim_round_begin(t->opt, t->x_host);
 }
 
 /* After the gossip: the outer step, then quasi-global momentum's buffer takes the whole
@@ -190,7 +189,8 @@ int hs_trainer_round_open(hs_trainer *t) {
  * copy it does not need. */
 int hs_trainer_round_close(hs_trainer *t) {
     int err = hs__outer_step(t->outer, t->algo, t->x_host);
-    return err < 0 ? err : hs_optim_round_end(t->opt, host_x(t));
+    if (err < 0 || !hs_optim_needs_x(t->opt) || (err = fetch_x(t)) < 0) return err;
+    return hs_optim_round_end(t->opt, t->x_host);
 }
 
 float *hs_trainer_gossip_x(hs_trainer *t) {
@@ -218,6 +218,8 @@ int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
     double t0 = now_s();
     int samples = 0, err;
     float lr = 0;
+    /* Where the device holds x the steps change it there from here on, also when one fails. */
+    t->x_stale = t->dev_gossip;
     if ((err = stage_params(t)) < 0) return err;
     float *params = hs_model_params(t->model);
     hs_xent_acc *buf = hs__lossacc_buf(t->loss), tot;
@@ -273,8 +275,12 @@ int hs_trainer_evaluate(hs_trainer *t, const hs_dataset *ds, double *loss, doubl
 }
 
 /* The copy is a cache of the device's x: reading it changes nothing the caller can see. */
-const float *hs_trainer_x(const hs_trainer *t) { return host_x((hs_trainer *)t); }
-const float *hs_trainer_eval_x(hs_trainer *t) { return eval_point(t, host_x(t)); }
+const float *hs_trainer_x(const hs_trainer *t) {
+    return fetch_x((hs_trainer *)t) < 0 ? NULL : t->x_host;
+}
+const float *hs_trainer_eval_x(hs_trainer *t) {
+    return fetch_x(t) < 0 ? NULL : eval_point(t, t->x_host);
+}
 size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
 hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }
 hs_model *hs_trainer_model(hs_trainer *t) { return t->model; }
@@ -282,9 +288,12 @@ long hs_trainer_steps(const hs_trainer *t) { return t->steps; }
 long hs_trainer_steps_per_epoch(const hs_trainer *t) { return hs_batcher_steps_per_epoch(t->batch); }
 
 int hs_trainer_write_params(hs_trainer *t, const char *path) {
+    int err = fetch_x(t);
+    if (err < 0) return err;
+    const float *z = eval_point(t, t->x_host);
     FILE *f = fopen(path, "wb");
     if (!f) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
-    size_t n = fwrite(hs_trainer_eval_x(t), sizeof(float), t->d, f);
+    size_t n = fwrite(z, sizeof(float), t->d, f);
     if ((fclose(f) | (n != t->d)) != 0) return hs__err(HS_EIO, "%s: %s", path, strerror(errno));
     return 0;
 }
@@ -355,15 +364,20 @@ static int set_optim(hs_trainer *t, const float *state, uint64_t count) {
  * evaluated (x / w for SGP, so that a peer resuming with a fresh algorithm state starts from
  * the model itself), the optimizer's state (in a snapshot only when it has one), the outer
  * section (its anchor is the model), the algorithm's state. */
-static hs__state_parts parts(hs_trainer *t, int optim) {
-    hs__state_parts s = {t->d, (uint64_t)t->steps, eval_point(t, host_x(t)),
+static int parts(hs_trainer *t, int optim, hs__state_parts *s) {
+    int err = fetch_x(t);
+    hs__state_parts p = {t->d, (uint64_t)t->steps, eval_point(t, t->x_host),
                          optim ? put_optim : NULL, t, t->outer, t->algo};
-    return s;
+    *s = p;
+    return err;
 }
 
 int hs_trainer_save(hs_trainer *t, hs_buf *out) {
-    hs__state_parts s = parts(t, 1);
-    return hs__state_put_checkpoint(out, HS__TRAINER_STATE_MAGIC, HS__TRAINER_STATE_VERSION, &s);
+    hs__state_parts s;
+    int err = parts(t, 1, &s);
+    return err < 0 ? err
+                   : hs__state_put_checkpoint(out, HS__TRAINER_STATE_MAGIC,
+                                              HS__TRAINER_STATE_VERSION, &s);
 }
 
 int hs_trainer_load(hs_trainer *t, const uint8_t *p, size_t len, int with_algo) {
@@ -405,8 +419,9 @@ out:
 }
 
 int hs_trainer_snapshot(hs_trainer *t, hs_buf *out) {
-    hs__state_parts s = parts(t, hs_optim_nstate(t->opt) > 0);
-    return hs__state_put_snapshot(out, &s);
+    hs__state_parts s;
+    int err = parts(t, hs_optim_nstate(t->opt) > 0, &s);
+    return err < 0 ? err : hs__state_put_snapshot(out, &s);
 }
 
 int hs_trainer_set_steps(hs_trainer *t, long steps) {

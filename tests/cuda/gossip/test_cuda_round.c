@@ -24,6 +24,7 @@
 #include "gossip_ref.h"
 #include "algo/algo_internal.h"
 #include "compress/compress_ew.h"
+#include "core/error_internal.h"
 #include "hearsay/data.h"
 #include "hearsay/model.h"
 #include "hearsay/sim.h"
@@ -39,9 +40,14 @@ static int reference; /* dev is gossip_ref.h's reference device */
 static hs_backend_ops counted_ops;
 static const hs_backend_ops *real_ops;
 static int full_downloads; /* downloads of D floats or more since last cleared */
+static size_t x_bytes;    /* the simulated model's size in bytes (0: none) */
+static int x_downloads;   /* downloads of x_bytes since last cleared */
+static int fail_x;        /* downloads of x_bytes fail (a device's failed copy) */
 
 static int counted_download(hs_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes >= sizeof(float) * D) full_downloads++;
+    if (x_bytes && bytes == x_bytes) x_downloads++;
+    if (fail_x && bytes == x_bytes) return hs__err(HS_ECUDA, "test: the copy of x fails");
     return real_ops->download(be, dst, src, bytes);
 }
 
@@ -241,12 +247,9 @@ static void test_host_path_stays(void **state) {
     hs_algo_free(a);
 }
 
-/* The simulator on backend be: 4 peers training an MLP with CHOCO for 6 rounds; returns every
- * peer's x (host, 4 d floats; caller frees). On a device the trainers hand the parameters
- * themselves to the algorithm, and their host copy of x, read after the rounds, is the
- * device's. */
-static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
-                      hs_momentum_kind mk, size_t *d, double *cons) {
+/* The simulator on backend be: 4 peers training an MLP with CHOCO. */
+static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
+                       hs_momentum_kind mk) {
     hs_sim_cfg sc;
     memset(&sc, 0, sizeof(sc));
     sc.peer_be = peer_be;
@@ -270,11 +273,32 @@ static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_datas
     sc.trainer.seed = 3;
     hs_sim *s;
     if (hs_sim_new(&s, be, &sc, ds) < 0) fail_msg("sim: %s", hs_error_message());
+    return s;
+}
+
+/* new_sim's job for 6 rounds; returns every peer's x (host, 4 d floats; caller frees). On a
+ * device the trainers hand the parameters themselves to the algorithm, and their host copy
+ * of x, read after the rounds, is the device's. */
+static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
+                      hs_momentum_kind mk, size_t *d, double *cons) {
+    hs_sim *s = new_sim(be, peer_be, ds, mk);
+    *d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    x_bytes = sizeof(float) * *d;
+    x_downloads = 0;
     for (int r = 0; r < 6; r++) {
         int peer;
         if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
     }
-    *d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    /* The trainers' own copies of x to the host in the 6 rounds of 4 peers (hs_sim_step
+     * observes no consensus; hs_sim_consensus and the reads below come after the count):
+     * local momentum needs none, quasi-global momentum one per peer and round, at its close. */
+    int xd = x_downloads;
+    x_bytes = 0;
+    if (be == dev && !peer_be) {
+        printf("# sim on the device, momentum %s: %d downloads of x in 6 rounds of 4 peers\n",
+               mk == HS_MOMENTUM_QG ? "qg" : "local", xd);
+        assert_int_equal(xd, mk == HS_MOMENTUM_QG ? 4 * 6 : 0);
+    }
     assert_int_equal(hs_sim_consensus(s, cons, NULL), 0);
     float *x = malloc(sizeof(float) * 4 * *d), *g = malloc(sizeof(float) * *d);
     assert_true(x && g);
@@ -330,6 +354,49 @@ static void test_sim_on_device(void **state) {
     assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_case(ds, HS_MOMENTUM_QG);
+    hs_dataset_free(ds);
+}
+
+/* A failed copy of x from the device is every reader's error, never the older host copy: the
+ * consensus, the trainer's x, a checkpoint, a snapshot, the written parameters, and a round
+ * of quasi-global momentum (whose close reads x). */
+static void test_x_copy_fails(void **state) {
+    (void)state;
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_buf *b;
+    assert_int_equal(hs_buf_new(&b, 64), 0);
+    for (int qg = 0; qg < 2; qg++) {
+        hs_sim *s = new_sim(dev, NULL, ds, qg ? HS_MOMENTUM_QG : HS_MOMENTUM_LOCAL);
+        hs_trainer *t = hs_sim_trainer(s, 0);
+        x_bytes = sizeof(float) * hs_trainer_dim(t);
+        int peer;
+        double cons;
+        fail_x = qg;
+        if (qg) {
+            assert_true(hs_sim_step(s, &peer) < 0);
+            printf("# qg round with a failed copy of x: %s\n", hs_error_message());
+        } else {
+            assert_int_equal(hs_sim_step(s, &peer), 0);
+            /* x as a gossip leaves it: changed on the device (a round's close may have
+             * copied it already). */
+            for (int i = 0; i < 4; i++) (void)hs_trainer_gossip_x(hs_sim_trainer(s, i));
+            fail_x = 1;
+            assert_int_equal(hs_sim_consensus(s, &cons, NULL), HS_ECUDA);
+            assert_null(hs_trainer_x(t));
+            assert_null(hs_trainer_eval_x(t));
+            assert_int_equal(hs_trainer_save(t, b), HS_ECUDA);
+            assert_int_equal(hs_trainer_snapshot(t, b), HS_ECUDA);
+            assert_int_equal(hs_trainer_write_params(t, "/nonexistent/x"), HS_ECUDA);
+            fail_x = 0; /* the copy works again: x is there */
+            assert_non_null(hs_trainer_x(t));
+        }
+        fail_x = 0;
+        x_bytes = 0;
+        hs_sim_free(s);
+    }
+    hs_buf_unref(b);
     hs_dataset_free(ds);
 }
 
@@ -389,6 +456,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_choco_full_replicas),
         cmocka_unit_test(test_host_path_stays),
         cmocka_unit_test(test_sim_on_device),
+        cmocka_unit_test(test_x_copy_fails),
         cmocka_unit_test(test_sim_mixed_peers),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
