@@ -568,30 +568,38 @@ static void test_joiners_being_welcomed_are_reached(void **state) {
     hs__mb_free(&mb);
 }
 
+/* Joiner `nonce` (at 127.0.0.1:710<nonce>, resuming from round `resume`, 0: none) asks the
+ * sequencer in, which commits the list that admits it: that list. */
+static hs__mview *admit(hs__mb *mb, uint64_t nonce, uint64_t resume) {
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%llu", 7100 + (unsigned long long)nonce);
+    hs__mb_request_join(mb, nonce, 0, addr, resume);
+    hs__mb_commit(mb);
+    return hs__mb_newest(mb);
+}
+
 /* A job restarted at round 10 whose peers wait for 3 members before their first round: the
  * lists that admit them take effect at round 10 itself (nobody can be past it), and once a
  * list of 3 was held, changes keep their margin (members train). Without the hold, 14. */
 static void test_held_start_needs_no_margin(void **state) {
     (void)state;
     hs__mb mb;
+    hs__mview *v;
     fake f;
     for (int hold = 0; hold <= 3; hold += 3) {
         start(&mb, &f, 1);
         cfg.hold_members = hold;
         f.round = 10;
-        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 0);
-        hs__mb_commit(&mb);
-        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        v = admit(&mb, 1, 0);
+        assert_int_equal(v->m.eff_round, hold ? 10 : 14);
         connect(&mb, &f, 1, 10);
-        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 0);
-        hs__mb_commit(&mb);
-        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
-        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 10 : 14);
+        v = admit(&mb, 2, 0);
+        assert_int_equal(v->m.n, 3);
+        assert_int_equal(v->m.eff_round, hold ? 10 : 14);
         connect(&mb, &f, 2, 10);
-        hs__mb_request_join(&mb, 3, 0, "127.0.0.1:7103", 0);
-        hs__mb_commit(&mb);
-        assert_int_equal(hs__mb_newest(&mb)->m.n, 4);
-        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 14);
+        v = admit(&mb, 3, 0);
+        assert_int_equal(v->m.n, 4);
+        assert_int_equal(v->m.eff_round, 14);
         hs__mb_free(&mb);
     }
 }
@@ -604,19 +612,18 @@ static void test_held_start_needs_no_margin(void **state) {
 static void test_held_start_at_newest_resume_round(void **state) {
     (void)state;
     hs__mb mb;
+    hs__mview *v;
     fake f;
     for (int hold = 0; hold <= 3; hold += 3) {
         start(&mb, &f, 1);
         cfg.hold_members = hold;
         f.round = 10;
-        hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 30);
-        hs__mb_commit(&mb);
-        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
+        v = admit(&mb, 1, 30);
+        assert_int_equal(v->m.eff_round, hold ? 30 : 14);
         connect(&mb, &f, 1, 10);
-        hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 20);
-        hs__mb_commit(&mb);
-        assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
-        assert_int_equal(hs__mb_newest(&mb)->m.eff_round, hold ? 30 : 14);
+        v = admit(&mb, 2, 20);
+        assert_int_equal(v->m.n, 3);
+        assert_int_equal(v->m.eff_round, hold ? 30 : 14);
         hs__mb_free(&mb);
     }
 }
@@ -626,19 +633,18 @@ static void test_held_start_at_newest_resume_round(void **state) {
 static void test_held_start_bounds_resume_round(void **state) {
     (void)state;
     hs__mb mb;
+    hs__mview *v;
     fake f;
     start(&mb, &f, 1);
     cfg.hold_members = 3;
     cfg.resume_round_max = 100;
     f.round = 10;
-    hs__mb_request_join(&mb, 1, 0, "127.0.0.1:7101", 5000);
-    hs__mb_commit(&mb);
-    assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 10);
+    v = admit(&mb, 1, 5000);
+    assert_int_equal(v->m.eff_round, 10);
     connect(&mb, &f, 1, 10);
-    hs__mb_request_join(&mb, 2, 0, "127.0.0.1:7102", 30);
-    hs__mb_commit(&mb);
-    assert_int_equal(hs__mb_newest(&mb)->m.n, 3);
-    assert_int_equal(hs__mb_newest(&mb)->m.eff_round, 30);
+    v = admit(&mb, 2, 30);
+    assert_int_equal(v->m.n, 3);
+    assert_int_equal(v->m.eff_round, 30);
     cfg.resume_round_max = 0;
     hs__mb_free(&mb);
 }
