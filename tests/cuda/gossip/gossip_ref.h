@@ -4,13 +4,14 @@
  * device.c (packing the primitives' output, the host redo of refused inputs, dense, sparse and
  * staged decoding, two accumulators) and this test's logic on every machine, CI included; it
  * says nothing about the CUDA kernels, which the test checks on a GPU or under cuda-emu.
- * Included by test_cuda_gossip.c only. */
+ * Included by test_cuda_gossip.c and test_cuda_round.c. */
 #ifndef HS_TESTS_CUDA_GOSSIP_REF_H
 #define HS_TESTS_CUDA_GOSSIP_REF_H
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cuda_open.h"
 #include "algo/algo_internal.h"
 #include "compress/codec.h"
 #include "compress/compress_ew.h"
@@ -203,6 +204,15 @@ static hs_backend *ref_open(void) {
     be->host_memory = 0;
     snprintf(be->description, sizeof(be->description), "the reference device (CPU loops)");
     return be;
+}
+
+/* The test's device: with `--reference` (argv[1]) the reference device above, else the GPU
+ * (cuda_test_open: skip 77 without one). 0, or the exit status the test ends with. */
+static int gossip_test_open(int argc, char **argv, hs_backend **dev, int *reference) {
+    *reference = argc > 1 && !strcmp(argv[1], "--reference");
+    if (*reference) return (*dev = ref_open()) ? 0 : 1;
+    hs_backend_cfg cfg = {1, 0};
+    return cuda_test_open(dev, &cfg);
 }
 
 #endif

@@ -566,14 +566,8 @@ static void test_identity(void **state) {
 }
 
 int main(int argc, char **argv) {
-    reference = argc > 1 && !strcmp(argv[1], "--reference");
-    if (reference) {
-        if (!(dev = ref_open())) return 1;
-    } else {
-        hs_backend_cfg cfg = {1, 0};
-        int rc = cuda_test_open(&dev, &cfg);
-        if (rc != 0) return rc;
-    }
+    int rc = gossip_test_open(argc, argv, &dev, &reference);
+    if (rc != 0) return rc;
     printf("# device gossip of %s against the CPU\n", dev->description);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity),   cmocka_unit_test(test_casts),

@@ -438,14 +438,8 @@ static void test_sim_mixed_peers(void **state) {
 }
 
 int main(int argc, char **argv) {
-    reference = argc > 1 && !strcmp(argv[1], "--reference");
-    if (reference) {
-        if (!(dev = ref_open())) return 1;
-    } else {
-        hs_backend_cfg cfg = {1, 0};
-        int rc = cuda_test_open(&dev, &cfg);
-        if (rc != 0) return rc;
-    }
+    int rc = gossip_test_open(argc, argv, &dev, &reference);
+    if (rc != 0) return rc;
     real_ops = dev->ops;
     counted_ops = *dev->ops;
     counted_ops.download = counted_download;
