@@ -137,6 +137,12 @@ int hs_algo_check_compressor(hs_algo_kind k, const hs_compressor *c);
  * O(n^3)) or when t is not a valid mixing matrix. HS_ENOMEM, HS_EIO. */
 int hs_algo_cfg_set_topology(hs_algo_cfg *cfg, const hs_topo *t);
 
+/* Sets cfg->max_degree, by which the automatic gamma_c is scaled, to a degree every peer of a
+ * job knows alike, whatever it knows of the job's size, so that both ends of an edge take one
+ * step: a ring's 2 at any size, a topology file's own (as hs_algo_cfg_set_topology left it),
+ * 0 (unscaled) for the other generators, whose degree grows with the size (src/algo/step.c). */
+void hs_algo_cfg_set_step_degree(hs_algo_cfg *cfg, const char *topology);
+
 /* Whether algorithm k can run on a topology that is directed or not and repeats with `period`
  * rounds (1: static): the synchronous ones mix with symmetric weights, and CHOCO and DCD keep
  * replicas of fixed neighbours. HS_EINVAL with a message naming the topology `name` and what to

@@ -63,6 +63,8 @@ int hs_topo_n(const hs_topo *t);
 int hs_topo_directed(const hs_topo *t);
 int hs_topo_period(const hs_topo *t); /* 1 for a static topology */
 const char *hs_topo_name(const hs_topo *t);
+/* Whether hs_topo_new reads spec as a topology file (a path ending in .json), not a generator. */
+int hs_topo_spec_is_file(const char *spec);
 /* Renames t (copied): 1..HS_TOPO_MAX_STR printable ASCII characters, else HS_EINVAL. Not
  * thread-safe: only before t is shared. */
 int hs_topo_set_name(hs_topo *t, const char *name);

@@ -150,6 +150,11 @@ int hs_algo_cfg_set_topology(hs_algo_cfg *cfg, const hs_topo *t) {
     return 0;
 }
 
+void hs_algo_cfg_set_step_degree(hs_algo_cfg *cfg, const char *topology) {
+    if (!topology || !hs_topo_spec_is_file(topology))
+        cfg->max_degree = topology && !strcmp(topology, "ring") ? 2 : 0;
+}
+
 int hs_algo_check_compressor(hs_algo_kind k, const hs_compressor *c) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o && o->check_compressor ? o->check_compressor(c) : 0;

@@ -34,9 +34,9 @@
  *   are 2.6-3.1x the rule for top-k and unscaled random-k (a margin of 1.7 or more at 1.5x),
  *   whose steps are small; the quantizers' steps (sign, QSGD) are above the cap and keep the
  *   rule (their ring limits are only 1.3-2.1x it). Worth 0.15-0.25 points at the end of 5 epochs
- *   on the default MLP's ring of 8 (docs/RESULTS.md, "Defaults that train, part 2"). A node
- *   takes the degree from what every peer knows alike, not the job's size (a joiner may not
- *   know it): a ring's 2, a topology file's own (hs__node_auto_gamma_c).
+ *   on the default MLP's ring of 8 (docs/RESULTS.md, "Defaults that train, part 2"). Nodes and
+ *   the simulator take the degree from what every peer knows alike, not the job's size (a
+ *   joiner may not know it): a ring's 2, a topology file's own (hs_algo_cfg_set_step_degree).
  * The probe uses only exact IEEE operations (sums of uniform draws), so machines with different
  * math libraries compute the same step. */
 #include <math.h>

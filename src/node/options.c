@@ -376,11 +376,6 @@ const char *hs_node_option_name(size_t i, const char **default_value) {
     return hs__node_option(i, default_value);
 }
 
-static int is_file_spec(const char *spec) {
-    size_t l = strlen(spec);
-    return l > 5 && !strcmp(spec + l - 5, ".json");
-}
-
 float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size_t d,
                             uint64_t seed, char *why, size_t why_len) {
     if (why) snprintf(why, why_len, "set by --gamma-c");
@@ -391,14 +386,11 @@ float hs__node_auto_gamma_c(hs_algo_cfg *acfg, const char *topology, int n, size
     acfg->gap = 0;
     acfg->max_degree = 0;
     /* A file fixes its own size; a generator needs the job's. */
-    int is_file = is_file_spec(topology);
+    int is_file = hs_topo_spec_is_file(topology);
     if ((is_file || n > 1) && hs_topo_new(&t, topology, is_file ? 0 : n, seed) == 0)
         hs_algo_cfg_set_topology(acfg, t);
-    /* The step must be the same at both ends of every edge, also at a peer that joined without
-     * the job's size (--bootstrap alone): the degree comes from what every peer knows alike. A
-     * file fixes it, a ring has at most 2 neighbours at any size; the other generators' grows
-     * with the size, so they keep the rule unscaled. */
-    if (!is_file) acfg->max_degree = topology && !strcmp(topology, "ring") ? 2 : 0;
+    /* Also at a peer that joined without the job's size (--bootstrap alone). */
+    hs_algo_cfg_set_step_degree(acfg, topology);
     float g = 0.0f;
     double dp = 0;
     if (hs_compressor_new(&c, acfg->compress, d, seed) == 0 &&
@@ -461,7 +453,7 @@ int hs__node_options_resolve(const hs_node_options *o, size_t d, hs__node_cfg *c
     if (hs_algo_kind_synchronous(k)) {
         const char *spec = c->net.topo_spec;
         hs_topo *t = NULL;
-        if (is_file_spec(spec) && (err = hs_topo_new(&t, spec, 0, c->algo.seed)) < 0)
+        if (hs_topo_spec_is_file(spec) && (err = hs_topo_new(&t, spec, 0, c->algo.seed)) < 0)
             return hs__err_prefix(err, "node option topology %s", spec);
         int directed = t ? hs_topo_directed(t) : !strncmp(spec, "onepeer-exp", 11);
         int period = t ? hs_topo_period(t) : directed ? 2 : 1;

@@ -65,6 +65,8 @@ int hs_sim_new(hs_sim **out, hs_backend *be, const hs_sim_cfg *cfg, const hs_dat
     if (hs_algo_kind_uses_gamma_c(s->cfg.algo.kind) && s->cfg.algo.gamma_c == 0.0f && !(s->cfg.algo.gap > 0) &&
         (err = hs_algo_cfg_set_topology(&s->cfg.algo, s->topo)) < 0)
         goto fail;
+    /* The step's degree by the rule the networked peers follow (they may not know the size). */
+    hs_algo_cfg_set_step_degree(&s->cfg.algo, cfg->topology);
     if ((err = hs_simnet_new(&s->net, s->topo)) < 0) goto fail;
     hs_simnet_set_latency(s->net, cfg->latency);
     s->shards = calloc((size_t)s->n, sizeof(*s->shards));

@@ -684,17 +684,12 @@ done:
     return err;
 }
 
-static int is_file_spec(const char *spec) {
-    size_t k = strlen(spec);
-    return k >= 5 && !strcmp(spec + k - 5, ".json");
-}
-
 int hs_topo_new(hs_topo **out, const char *spec, int n, uint64_t seed) {
     hs_topo *t = NULL;
     int err;
     *out = NULL;
     if (!spec) return hs__err(HS_EINVAL, "topology: no spec");
-    if (is_file_spec(spec)) {
+    if (hs_topo_spec_is_file(spec)) {
         if ((err = hs_topo_load(&t, spec, 0)) < 0) return err;
         if (n != 0 && n != t->n) {
             err = hs__err(HS_EINVAL, "%s: the file has %d peers, not %d", spec, t->n, n);

@@ -54,6 +54,11 @@ int hs_topo_directed(const hs_topo *t) { return t->directed; }
 int hs_topo_period(const hs_topo *t) { return t->period; }
 const char *hs_topo_name(const hs_topo *t) { return t->name; }
 
+int hs_topo_spec_is_file(const char *spec) {
+    size_t k = strlen(spec);
+    return k >= 5 && !strcmp(spec + k - 5, ".json");
+}
+
 int hs_topo_set_name(hs_topo *t, const char *name) {
     char why[128];
     size_t len = name ? strlen(name) : 0;

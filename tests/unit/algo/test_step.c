@@ -235,6 +235,27 @@ static void test_too_large_stopped(void **state) {
 /* The rule: in (0, 1], increasing in the worst-case contraction and in the probe's, 1 for exact
  * messages, the worst case alone when the probe says less (unbiased QSGD's raw error can exceed
  * the vector), and what hs_algo_new resolves 0 to, the same on every call. */
+/* The degree the step is scaled by is one every peer knows alike: a complete graph of 3 has
+ * at most 2 neighbours, as a ring does, but a peer that does not know the job's size cannot
+ * tell, so only the ring keeps it (the simulator and the networked peers take one step). */
+static void test_step_degree(void **state) {
+    (void)state;
+    hs_topo *tp = NULL;
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    assert_int_equal(hs_topo_new(&tp, "complete", 3, 1), 0);
+    assert_int_equal(hs_algo_cfg_set_topology(&cfg, tp), 0);
+    assert_int_equal(cfg.max_degree, 2);
+    hs_algo_cfg_set_step_degree(&cfg, "complete");
+    assert_int_equal(cfg.max_degree, 0);
+    hs_algo_cfg_set_step_degree(&cfg, "ring");
+    assert_int_equal(cfg.max_degree, 2);
+    cfg.max_degree = 3; /* a file's own degree, as hs_algo_cfg_set_topology left it */
+    hs_algo_cfg_set_step_degree(&cfg, "graph.json");
+    assert_int_equal(cfg.max_degree, 3);
+    hs_topo_free(tp);
+}
+
 static void test_rule(void **state) {
     (void)state;
     const double deltas[] = {1e-6, 1e-4, 0.001, 0.01, 0.05, 0.1, 0.25, 1 / M_PI, 0.5, 0.9, 1.0};
@@ -317,6 +338,7 @@ static void test_rule(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule),
+        cmocka_unit_test(test_step_degree),
         cmocka_unit_test(test_too_large_stopped),
         cmocka_unit_test(test_default_bounded),
     };
