@@ -39,9 +39,11 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "compress/device.h"
 #include "core/error_internal.h"
 #include "core/hd.h"
 #include "core/log.h"
+#include "tensor/gossip_ops.h"
 
 enum { REBUILD_EVERY = 64 };
 
@@ -60,6 +62,12 @@ typedef struct beer_state {
     float mix_wsum;
     uint64_t epoch; /* the membership epoch of the last round run */
     int have_epoch;
+    /* Device mode (a->be): V, s_{r-1}, X^r, the two mixes, own H and G and the two differences
+     * in the backend's memory. The host keeps a->own (from the same messages) and mix as the
+     * buffer a rebuild is summed in before it is uploaded; v and s_prev are the host's copies
+     * a save downloads into and a load fills (uploaded at the next begin: `up`). */
+    float *dv, *ds_prev, *dxr, *dmix, *down, *ddh, *ddg;
+    int up;
 } beer_state;
 
 static int beer_check_compressor(const hs_compressor *c) {
@@ -93,6 +101,32 @@ static void beer_fini(hs_algo *a) {
     free(s->s_prev);
     free(s->xr);
     free(s->mix);
+    if (a->be) {
+        float *dev[] = {s->dv, s->ds_prev, s->dxr, s->dmix, s->down, s->ddh, s->ddg};
+        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) hs_be_free(a->be, dev[i]);
+    }
+}
+
+/* V and s_prev start at 0 on the device as on the host; the mixes and own H and G are uploaded
+ * by the first rebuild (the replicas start dirty). */
+static int beer_to_device(hs_algo *a, hs_backend *be) {
+    beer_state *s = a->priv;
+    size_t d = a->d;
+    float **dev[] = {&s->dv, &s->ds_prev, &s->dxr, &s->ddh, &s->ddg, &s->dmix, &s->down};
+    int err = 0;
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]) && err == 0; i++)
+        err = hs_be_alloc_f(be, i < 5 ? d : a->dpub, dev[i]);
+    if (err == 0) err = be->ops->fill(be, s->dv, d, 0.0f);
+    if (err == 0) err = be->ops->fill(be, s->ds_prev, d, 0.0f);
+    if (err < 0) {
+        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) {
+            hs_be_free(be, *dev[i]);
+            *dev[i] = NULL;
+        }
+        return hs__err_prefix(err, "beer: device state of %zu parameters", d);
+    }
+    a->reps_dirty = 1;
+    return 0;
 }
 
 static int beer_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
@@ -100,20 +134,36 @@ static int beer_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     int err = hs__algo_view(a, ex, r, &v, a->own);
     if (err < 0) return err;
     beer_state *s = a->priv;
-    memcpy(s->xr, x, sizeof(float) * a->d);
+    hs_backend *be = a->be;
+    size_t d = a->d;
+    if (be && s->up) {
+        if ((err = hs_be_upload(be, s->dv, s->v, sizeof(float) * d)) < 0 ||
+            (err = hs_be_upload(be, s->ds_prev, s->s_prev, sizeof(float) * d)) < 0)
+            return err;
+        s->up = 0;
+    }
+    if (be && (err = hs_be_copy_f(be, s->dxr, x, d)) < 0) return err;
+    if (!be) memcpy(s->xr, x, sizeof(float) * d);
     if (s->have_epoch && v.epoch != s->epoch) {
         HS_LOGI("beer: round %llu: membership changed: the tracker restarts from the last step",
                 (unsigned long long)r);
-        memcpy(s->v, s->s_prev, sizeof(float) * a->d);
+        if (!be) memcpy(s->v, s->s_prev, sizeof(float) * d);
+        else if ((err = hs_be_copy_f(be, s->dv, s->ds_prev, d)) < 0) return err;
     }
     s->epoch = v.epoch;
     s->have_epoch = 1;
     return 0;
 }
 
-static void rebuild_mix(hs_algo *a, const hs_peer_view *v) {
+/* In device mode the mixes are summed on the host from the replicas there and uploaded with
+ * own H and G (which a load or a new start changed on the host only): 4 d floats cross at a
+ * neighbourhood change and every REBUILD_EVERY rounds, none in the other rounds. */
+static int rebuild_mix(hs_algo *a, const hs_peer_view *v) {
     beer_state *s = a->priv;
     s->mix_wsum = hs__mix_rebuild(a, v, s->mix);
+    if (!a->be) return 0;
+    int err = hs_be_upload(a->be, s->dmix, s->mix, sizeof(float) * a->dpub);
+    return err < 0 ? err : hs_be_upload(a->be, s->down, a->own, sizeof(float) * a->dpub);
 }
 
 /* V += gamma m_G + (s - s_prev), s = X^r - x_after; s_prev = s; dg = V - G (the tracker's
@@ -158,11 +208,23 @@ double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh
 static int put_part(hs_algo *a, hs_buf *msg, uint64_t r, int part, const float *diff) {
     beer_state *s = a->priv;
     size_t at = msg->len, off = (size_t)part * a->d;
-    int err = hs_compress_encode(a->comp, diff, a->d, a->self, hs__part_round(r, part), msg);
-    if (err < 0) return err;
-    return hs_compress_decode_add2(a->comp, msg->data + at, msg->len - at, a->self,
-                                   hs__part_round(r, part), a->own + off, 1.0f, s->mix + off,
-                                   -s->mix_wsum, a->d);
+    uint64_t key = hs__part_round(r, part);
+    if (!a->be) {
+        int err = hs_compress_encode(a->comp, diff, a->d, a->self, key, msg);
+        if (err < 0) return err;
+        return hs_compress_decode_add2(a->comp, msg->data + at, msg->len - at, a->self, key,
+                                       a->own + off, 1.0f, s->mix + off, -s->mix_wsum, a->d);
+    }
+    /* The same operations on the device's diff, own part and mix; the host's own part takes
+     * the bytes too. */
+    int err = hs__compress_encode_be(a->comp, a->be, diff, a->d, a->self, key, msg);
+    if (err < 0 ||
+        (err = hs__compress_decode_add2_be(a->comp, a->be, msg->data + at, msg->len - at,
+                                           a->self, key, s->down + off, 1.0f, s->dmix + off,
+                                           -s->mix_wsum, a->d)) < 0)
+        return err;
+    return hs_compress_decode_add(a->comp, msg->data + at, msg->len - at, a->self, key,
+                                  a->own + off, a->d, 1.0f);
 }
 
 static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
@@ -172,12 +234,25 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     beer_state *s = a->priv;
     size_t d = a->d;
     float gamma = a->cfg.gamma_c, *dh = a->tmp, *dg = a->tmp2;
-    if (a->reps_dirty || r % REBUILD_EVERY == 0) rebuild_mix(a, &v);
-    /* V^r from G^{r-1} (the replicas as the last pull left them) and this round's step. */
-    hs__beer_track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
-    /* X^{r+1} = X^r + gamma m_H - V^r. */
+    if ((a->reps_dirty || r % REBUILD_EVERY == 0) && (err = rebuild_mix(a, &v)) < 0) return err;
     float wsum = s->mix_wsum;
-    double sq = hs__beer_step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
+    double sq;
+    if (a->be) {
+        /* track and step_model on the device, in the same operations. */
+        const hs_gossip_ops *go = a->be->ops->gossip;
+        dh = s->ddh;
+        dg = s->ddg;
+        if ((err = go->beer_track(a->be, s->dv, s->ds_prev, dg, s->dmix + d, s->down + d, gamma,
+                                  s->dxr, x, d)) < 0 ||
+            (err = go->beer_step(a->be, x, dh, s->dxr, s->dmix, s->dv, s->down, gamma, d,
+                                 &sq)) < 0)
+            return err;
+    } else {
+        /* V^r from G^{r-1} (the replicas as the last pull left them) and this round's step. */
+        hs__beer_track(s->v, s->s_prev, dg, s->mix + d, a->own + d, gamma, s->xr, x, d);
+        /* X^{r+1} = X^r + gamma m_H - V^r. */
+        sq = hs__beer_step_model(x, dh, s->xr, s->mix, s->v, a->own, gamma, d);
+    }
     a->stats.disagreement = wsum > 0 ? sq / ((double)wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     size_t cap = 4 + 2 * hs_compress_max_bytes(a->comp, d);
@@ -208,17 +283,23 @@ static int beer_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if ((err = hs__algo_present(a, v.n_in, &present)) < 0) return err;
     beer_state *s = a->priv;
     /* The deltas go into the mixes as they are decoded while the mixes are current. */
-    int got = hs__algo_recv_replicas(a, ex, &v, r, present, a->reps_dirty ? NULL : s->mix);
+    float *m = a->be ? s->dmix : s->mix;
+    int got = hs__algo_recv_replicas(a, ex, &v, r, present, a->reps_dirty ? NULL : m);
     if (got < 0) return got;
     a->stats.missing = v.n_in - got;
-    if (a->reps_dirty) rebuild_mix(a, &v);
-    return 0;
+    return a->reps_dirty ? rebuild_mix(a, &v) : 0;
 }
 
-/* BEER's own checkpoint fields: V and s_{r-1} (d floats each). X^r is set by every begin. */
+/* BEER's own checkpoint fields: V and s_{r-1} (d floats each). X^r is set by every begin. In
+ * device mode they come from the device first (unless a load not yet uploaded holds them). */
 static int beer_save(const hs_algo *a, hs_buf *out) {
-    const beer_state *s = a->priv;
-    int err = hs__put_floats(out, s->v, a->d);
+    beer_state *s = a->priv;
+    int err = 0;
+    if (a->be && !s->up &&
+        ((err = hs_be_download(a->be, s->v, s->dv, sizeof(float) * a->d)) < 0 ||
+         (err = hs_be_download(a->be, s->s_prev, s->ds_prev, sizeof(float) * a->d)) < 0))
+        return err;
+    err = hs__put_floats(out, s->v, a->d);
     return err < 0 ? err : hs__put_floats(out, s->s_prev, a->d);
 }
 
@@ -233,6 +314,7 @@ static int beer_load(hs_algo *a, const uint8_t **p, const uint8_t *end) {
         return hs__err(HS_EFORMAT, "algorithm state: %zu trailing bytes", (size_t)(end - *p));
     memcpy(s->v, a->tmp, sizeof(float) * a->d);
     memcpy(s->s_prev, a->tmp2, sizeof(float) * a->d);
+    s->up = a->be != NULL;
     return 0;
 }
 
@@ -254,4 +336,5 @@ const hs__algo_ops hs__algo_beer = {
     .pull = beer_pull,
     .save = beer_save,
     .load = beer_load,
+    .to_device = beer_to_device,
 };

@@ -15,8 +15,10 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "compress/device.h"
 #include "core/error_internal.h"
 #include "core/log.h"
+#include "tensor/gossip_ops.h"
 
 /* The largest push-sum weight a share may carry: weights sum to the number of peers. */
 #define SGP_MAX_WEIGHT 1e9
@@ -52,6 +54,10 @@ typedef struct sgp_state {
     hs_msg *msgs;
     int cap_msgs;
     int lossless; /* the compressor reproduces its input exactly */
+    /* Device mode (a->be): the kept part, a share and a decoded share in the backend's
+     * memory; z and res stay the host's: eval_point and from_eval_point take a host x (the
+     * trainer keeps SGP on the host path). */
+    float *dkeep, *dshare, *dres;
 } sgp_state;
 
 static int sgp_init(hs_algo *a, const float *x0) {
@@ -74,6 +80,91 @@ static void sgp_fini(hs_algo *a) {
     free(s->res);
     free(s->snd);
     free(s->msgs);
+    if (a->be) {
+        hs_be_free(a->be, s->dkeep);
+        hs_be_free(a->be, s->dshare);
+        hs_be_free(a->be, s->dres);
+    }
+}
+
+static int sgp_to_device(hs_algo *a, hs_backend *be) {
+    sgp_state *s = a->priv;
+    int err = hs_be_alloc_f(be, a->d, &s->dkeep);
+    if (err == 0) err = hs_be_alloc_f(be, a->d, &s->dshare);
+    if (err == 0) err = hs_be_alloc_f(be, a->d, &s->dres);
+    if (err < 0) {
+        hs_be_free(be, s->dkeep);
+        hs_be_free(be, s->dshare);
+        s->dkeep = s->dshare = NULL;
+        return hs__err_prefix(err, "sgp: device state of %zu parameters", a->d);
+    }
+    return 0;
+}
+
+/* add_share's decode and sum on the device: res = 0 + C(share), x = x + res (1 res is res),
+ * the host's floats. *d2 = sum (res zj - x zi)^2 from three dot products, a statistic. 1: the
+ * share is dropped (a malformed message; x untouched); a device error is the caller's. */
+static int add_share_dev(hs_algo *a, float *x, uint32_t from, uint64_t round, const hs_buf *b,
+                         double zi, double zj, double *d2) {
+    sgp_state *s = a->priv;
+    hs_backend *be = a->be;
+    size_t d = a->d;
+    int err = be->ops->fill(be, s->dres, d, 0.0f);
+    if (err == 0)
+        err = hs__compress_decode_add_be(a->comp, be, b->data + 9, b->len - 9, from, round,
+                                         s->dres, d, 1.0f);
+    if (err < 0 && err != HS_ECUDA) {
+        HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
+                (unsigned long long)round, hs_error_message());
+        return 1;
+    }
+    double rr, rx, xx;
+    if (err < 0 || (err = hs_be_dot(be, s->dres, s->dres, d, &rr)) < 0 ||
+        (err = hs_be_dot(be, s->dres, x, d, &rx)) < 0 ||
+        (err = hs_be_dot(be, x, x, d, &xx)) < 0 ||
+        (err = hs_be_axpy(be, x, s->dres, d, 1.0f)) < 0)
+        return err;
+    double e = zj * zj * rr - 2 * zj * zi * rx + zi * zi * xx;
+    *d2 = e > 0 ? e : 0;
+    return 0;
+}
+
+/* sgp_push's shares on the device, in its operations: keep = p_ii x, share = p_ji x, and
+ * keep + share (an out-neighbour gone) or keep + (share - res) (the compression error), with
+ * res = 0 + C(share) from the bytes sent. */
+static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_peer_view *v) {
+    sgp_state *s = a->priv;
+    hs_backend *be = a->be;
+    const hs_gossip_ops *go = be->ops->gossip;
+    size_t d = a->d;
+    int err = go->scale_to(be, s->dkeep, x, d, (float)v->self_w);
+    double w_keep = v->self_w * s->w;
+    for (int i = 0; i < v->n_out && err == 0; i++) {
+        if ((err = go->scale_to(be, s->dshare, x, d, (float)v->out[i].w)) < 0) break;
+        hs_buf *msg;
+        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH,
+                                   8 + hs_compress_max_bytes(a->comp, d))) < 0)
+            break;
+        double wj = v->out[i].w * s->w;
+        if ((err = hs_buf_append(msg, &wj, 8)) == 0 &&
+            (err = hs__compress_encode_be(a->comp, be, s->dshare, d, a->self, r, msg)) >= 0)
+            err = hs__algo_send(a, ex, v->out[i].id, r, msg);
+        if (err == 1) {
+            /* The out-neighbour is gone: its share stays here, mass and all. */
+            err = hs_be_axpy(be, s->dkeep, s->dshare, d, 1.0f);
+            w_keep += wj;
+        } else if (err >= 0 && !s->lossless) {
+            if ((err = be->ops->fill(be, s->dres, d, 0.0f)) == 0 &&
+                (err = hs__compress_decode_add_be(a->comp, be, msg->data + 9, msg->len - 9,
+                                                  a->self, r, s->dres, d, 1.0f)) == 0)
+                err = go->acc_diff(be, s->dkeep, s->dshare, s->dres, d, 1.0f);
+        }
+        hs_buf_unref(msg);
+    }
+    if (err >= 0) err = hs_be_copy_f(be, x, s->dkeep, d);
+    if (err < 0) return err;
+    s->w = w_keep;
+    return 0;
 }
 
 static const float *sgp_eval_point(hs_algo *a, const float *x) {
@@ -161,18 +252,26 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
     }
     /* Decode into scratch first so a bad share leaves x untouched, and to measure how far the
      * sender's z is from ours. */
-    memset(s->res, 0, sizeof(float) * a->d);
-    int err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, round, s->res, a->d, 1.0f);
-    if (err < 0) {
-        HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
-                (unsigned long long)round, hs_error_message());
-        return 0;
-    }
     double zi_scale = 1.0 / s->w, zj_scale = 1.0 / wj, d2 = 0;
-    for (size_t k = 0; k < a->d; k++) {
-        double dz = s->res[k] * zj_scale - x[k] * zi_scale;
-        d2 += dz * dz;
-        x[k] = x[k] + s->res[k];
+    int err;
+    if (a->be) {
+        if ((err = add_share_dev(a, x, from, round, b, zi_scale, zj_scale, &d2)) < 0)
+            return err;
+        if (err > 0) return 0;
+    } else {
+        memset(s->res, 0, sizeof(float) * a->d);
+        err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, round, s->res,
+                                     a->d, 1.0f);
+        if (err < 0) {
+            HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
+                    (unsigned long long)round, hs_error_message());
+            return 0;
+        }
+        for (size_t k = 0; k < a->d; k++) {
+            double dz = s->res[k] * zj_scale - x[k] * zi_scale;
+            d2 += dz * dz;
+            x[k] = x[k] + s->res[k];
+        }
     }
     *dis += d2;
     s->w += wj;
@@ -198,6 +297,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
     if (err < 0) return err;
+    if (a->be) return push_dev(a, ex, r, x, &v);
     size_t d = a->d;
     /* The kept part: p_ii x and p_ii w, plus each share's compression residual. */
     float *keep = a->tmp, *share = a->tmp2;
@@ -241,7 +341,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
 static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     size_t d = a->d;
-    int err;
+    int err = 0;
     a->stats.staleness_max = 0;
     a->stats.staleness_mean = 0;
     a->stats.missing = 0;
@@ -251,10 +351,13 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     for (;;) {
         int n = ex->ops->drain(ex, s->msgs, s->cap_msgs);
         if (n < 0) return n;
-        for (int i = 0; i < n; i++) {
-            add_share(a, x, r, s->msgs[i].from, s->msgs[i].round, s->msgs[i].payload, &dis, &nshares);
+        for (int i = 0, e; i < n; i++) {
+            e = add_share(a, x, r, s->msgs[i].from, s->msgs[i].round, s->msgs[i].payload, &dis,
+                          &nshares);
+            if (e < 0 && err >= 0) err = e; /* a device's failure; the rest are let go */
             hs_buf_unref(s->msgs[i].payload);
         }
+        if (err < 0) return err;
         if (n < s->cap_msgs) break;
     }
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
@@ -279,8 +382,9 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                 continue;
             }
             if (got < 0) return got;
-            add_share(a, x, r, sn->id, old, b, &dis, &nshares);
+            err = add_share(a, x, r, sn->id, old, b, &dis, &nshares);
             hs_buf_unref(b);
+            if (err < 0) return err;
         }
     }
     if (nshares) a->stats.staleness_mean /= nshares;
@@ -315,4 +419,5 @@ const hs__algo_ops hs__algo_sgp = {
     .payload_weight = sgp_payload_weight,
     .save = sgp_save,
     .load = sgp_load,
+    .to_device = sgp_to_device,
 };

@@ -1,11 +1,12 @@
-/* CHOCO's real round with some peers on the device (hs__algo_to_device): real hs_algo objects
- * over hs_simnet, a ring of five, two neighbouring peers keeping x and their CHOCO state in the
- * backend's memory and the others on the host. Every peer's x after every round must be the
- * bits of the all-host run, for each compressor, with peers that start apart (the first round
- * carries full replicas) and with lost messages (replicas asked for again in full), and a
- * steady device round must not bring x (or any d-float vector) to the host, bar the one
- * compressor whose message is x itself. The saved states (replicas, own replica) are equal too. Algorithms without a device path stay on the host.
- *
+/* The algorithms' real rounds with some peers on the device (hs__algo_to_device): real hs_algo
+ * objects over hs_simnet, a ring of five, two neighbouring peers keeping x and their algorithm's
+ * state in the backend's memory and the others on the host. CHOCO, BEER, DCD and SGP: every
+ * peer's x after every round must be the bits of the all-host run, for each compressor the
+ * algorithm takes, with peers that start apart (the first round carries full replicas) and with
+ * lost messages (replicas asked for again in full), and a steady device round must not bring x
+ * (or any d-float vector) to the host, bar the one compressor whose message is x itself. The
+ * saved states (replicas, own replica, BEER's tracker, SGP's weight) are equal too. D-PSGD and
+ * ef: compressors stay on the host. *
  * Exit codes as tests/cuda (../cuda_open.h): 77 without a CUDA build or a GPU, a failure where
  * a GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1; runs under ../shared/tools/cuda-emu.
  * `--reference` runs it on gossip_ref.h's reference device (the host side on every machine). */
@@ -52,6 +53,11 @@ static int counted_download(hs_backend *be, void *dst, const void *src, size_t b
 }
 
 static int on_device(int i) { return i == 1 || i == 2; }
+
+/* The algorithms with a device path (hs__algo_ops.to_device). */
+static int has_device_path(hs_algo_kind k) {
+    return k == HS_ALGO_CHOCO || k == HS_ALGO_BEER || k == HS_ALGO_DCD || k == HS_ALGO_SGP;
+}
 
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -104,8 +110,8 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
         if (!o->mixed || !on_device(i)) continue;
         int rc = hs__algo_to_device(a[i], dev);
         if (rc < 0) fail_msg("hs__algo_to_device: %s", hs_error_message());
-        /* CHOCO moves; the others keep the host path. */
-        assert_int_equal(rc, o->kind == HS_ALGO_CHOCO && strncmp(o->spec, "ef:", 3));
+        /* Those with a device path move; the others keep the host path. */
+        assert_int_equal(rc, has_device_path(o->kind) && strncmp(o->spec, "ef:", 3));
         if (rc == 0) continue;
         assert_int_equal(hs_be_alloc_f(dev, D, &x[i]), 0);
         assert_int_equal(hs_be_alloc_f(dev, D, &tgt[i]), 0);
@@ -114,8 +120,12 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
     }
     for (int r = 0; r < ROUNDS; r++) {
         full_downloads = 0;
-        /* The local step, x += 0.1 (target_i - x), where x lives: the same floats anywhere. */
+        /* begin (x_r), then the local step, x += 0.1 (target_i - x), where x lives: the same
+         * floats anywhere. */
         for (int i = 0; i < N; i++) {
+            hs_simnet_set_clock(sim, i, (double)r + 0.5);
+            if (hs_algo_begin(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
+                fail_msg("begin of peer %d, round %d: %s", i, r, hs_error_message());
             if (x[i] != xh[i])
                 assert_int_equal(dev->ops->gossip->acc_diff(dev, x[i], tgt[i], x[i], D, 0.1f), 0);
             else
@@ -131,7 +141,7 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
                 fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
         /* A steady round (no loss, past the first) moves only messages across. */
         if (o->mixed && r > 0 && o->loss == 0 && strcmp(o->spec, "none") &&
-            o->kind == HS_ALGO_CHOCO && strncmp(o->spec, "ef:", 3) && full_downloads)
+            has_device_path(o->kind) && strncmp(o->spec, "ef:", 3) && full_downloads)
             fail_msg("%s: round %d brought %d vectors of %d floats to the host", o->spec, r,
                      full_downloads, D);
         for (int i = 0; i < N; i++) {
@@ -216,9 +226,31 @@ static void test_choco_mixed_job(void **state) {
     }
 }
 
+/* BEER, DCD and SGP with every compressor of specs they take (hs_algo_check_compressor). */
+static void test_other_algos_mixed_job(void **state) {
+    (void)state;
+    const hs_algo_kind kinds[] = {HS_ALGO_BEER, HS_ALGO_DCD, HS_ALGO_SGP};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        int ran = 0;
+        for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]) + 1; s++) {
+            /* DCD takes unbiased compressors: rescaled random-k besides specs' ones. */
+            const char *spec = s < sizeof(specs) / sizeof(specs[0]) ? specs[s] : "randk:0.5";
+            hs_compressor *c;
+            assert_int_equal(hs_compressor_new(&c, spec, D, 3), 0);
+            int ok = hs_algo_check_compressor(kinds[k], c) == 0;
+            hs_compressor_free(c);
+            if (!ok) continue;
+            job_opts o = {spec, kinds[k], 1, 0, 0};
+            check(&o);
+            ran++;
+        }
+        assert_true(ran >= 3);
+    }
+}
+
 /* Peers that start apart exchange full replicas first (the host rebuilds m and uploads it);
  * lost messages make replicas be asked for again in full. */
-static void test_choco_full_replicas(void **state) {
+static void test_full_replicas(void **state) {
     (void)state;
     job_opts apart = {"topk:0.1", HS_ALGO_CHOCO, 0, 0, 0};
     check(&apart);
@@ -226,6 +258,13 @@ static void test_choco_full_replicas(void **state) {
     check(&lossy);
     job_opts lossy_q = {"qsgd:16:128", HS_ALGO_CHOCO, 0, 0.15, 0};
     check(&lossy_q);
+    /* The same for BEER's two parts, DCD's device replicas and SGP's lost shares. */
+    const job_opts more[] = {
+        {"topk:0.1", HS_ALGO_BEER, 0, 0, 0},      {"topk:0.1", HS_ALGO_BEER, 1, 0.15, 0},
+        {"qsgd:16:128", HS_ALGO_DCD, 0, 0, 0},    {"qsgd:16:128", HS_ALGO_DCD, 1, 0.15, 0},
+        {"qsgd:16:128", HS_ALGO_SGP, 0, 0.15, 0}, {"topk:0.1", HS_ALGO_SGP, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) check(&more[i]);
 }
 
 /* An algorithm without a device path keeps the host path (x of its peers stays on the
@@ -444,10 +483,12 @@ int main(int argc, char **argv) {
     counted_ops = *dev->ops;
     counted_ops.download = counted_download;
     dev->ops = &counted_ops;
-    printf("# CHOCO rounds with peers on %s and on the host\n", dev->description);
+    printf("# CHOCO, BEER, DCD and SGP rounds with peers on %s and on the host\n",
+           dev->description);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choco_mixed_job),
-        cmocka_unit_test(test_choco_full_replicas),
+        cmocka_unit_test(test_other_algos_mixed_job),
+        cmocka_unit_test(test_full_replicas),
         cmocka_unit_test(test_host_path_stays),
         cmocka_unit_test(test_sim_on_device),
         cmocka_unit_test(test_x_copy_fails),
