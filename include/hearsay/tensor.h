@@ -258,6 +258,11 @@ struct hs_backend {
     void *priv;      /* the backend's own state */
     void *module;    /* dlopen handle of a loaded backend module, or NULL */
     char description[128]; /* "cpu (OpenBLAS 0.3.21, 2 threads)", "cuda (NVIDIA H100, sm_90)" */
+    /* Host memory from ops->host_alloc (page-locked on CUDA; malloc without one) through which
+     * gossip messages cross (src/compress/device.c), grown on demand; hs_backend_close frees
+     * it. Used by the one thread that uses the backend. */
+    void *stage;
+    size_t stage_bytes;
 };
 
 /* The arithmetic of a backend's GEMMs (--precision; hs_backend_set_precision). Parameters,

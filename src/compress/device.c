@@ -20,8 +20,14 @@
  * acc + (-0.0 + alpha * v) equals acc + alpha * v in every case, so the floats are
  * hs_compress_decode_add's.
  *
+ * What crosses goes through the backend's staging memory (hs_backend.stage: page-locked on
+ * CUDA, so the copies are DMA straight from and to it, without the driver's bounce buffer):
+ * the primitives write their output there and the host packs it from there; a message's body,
+ * or its unpacked pairs, are put there before the device reads them.
+ *
  * Threading as hearsay/compress.h; the backend is used by one thread at a time. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "compress/compress_ew.h"
 #include "compress/codec.h"
@@ -41,20 +47,43 @@ static int be_status(const hs_compressor *c, const hs_backend *be, int err) {
     return err < 0 ? hs__err_prefix(err, "compressor %s on %s", c->name, be->ops->name) : err;
 }
 
+/* The staging area holds two arrays: the second starts at this alignment past the first. */
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* At least `bytes` of be's staging memory (see the top). Grown to twice what it was, so the
+ * sizes a compressor asks for settle after a round or two; never shrunk. */
+static int stage(const hs_compressor *c, hs_backend *be, size_t bytes, void **out) {
+    if (bytes > be->stage_bytes) {
+        size_t want = bytes > 2 * be->stage_bytes ? bytes : 2 * be->stage_bytes;
+        const hs_backend_ops *o = be->ops;
+        if (o->host_alloc) o->host_free(be, be->stage);
+        else free(be->stage);
+        be->stage = NULL;
+        be->stage_bytes = 0;
+        void *p = NULL;
+        int err = 0;
+        if (o->host_alloc) err = be_status(c, be, o->host_alloc(be, want, &p));
+        else if (!(p = malloc(want)))
+            err = hs__err(HS_ENOMEM, "compressor %s: %zu bytes of staging: out of memory",
+                          c->name, want);
+        if (err < 0) return err;
+        be->stage = p;
+        be->stage_bytes = want;
+    }
+    *out = be->stage;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- encode */
 
 /* hs_compress_encode on a host copy of x. */
 static int host_encode(hs_compressor *c, hs_backend *be, const float *x, uint32_t peer,
                        uint64_t round, hs_buf *out) {
     size_t d = c->d;
-    float *xh = malloc(d * sizeof(float));
-    if (!xh)
-        return hs__err(HS_ENOMEM, "compressor %s: host copy of %zu floats: out of memory",
-                       c->name, d);
-    int err = be_status(c, be, be->ops->download(be, xh, x, d * sizeof(float)));
-    if (err >= 0) err = hs_compress_encode(c, xh, d, peer, round, out);
-    free(xh);
-    return err;
+    float *xh;
+    int err = stage(c, be, d * sizeof(float), (void **)&xh);
+    if (err >= 0) err = be_status(c, be, be->ops->download(be, xh, x, d * sizeof(float)));
+    return err < 0 ? err : hs_compress_encode(c, xh, d, peer, round, out);
 }
 
 static int has_device_encode(const hs_compressor *c, const hs_gossip_ops *o) {
@@ -81,20 +110,22 @@ static int enc_dense(hs_compressor *c, hs_backend *be, const float *x, uint8_t *
     const hs_backend_ops *o = be->ops;
     const hs_gossip_ops *go = o->gossip;
     size_t d = c->d;
-    uint8_t *v = dst + HS__CHDR;
-    int err;
-    if (c->ops->id == HS_CODEC_NONE) {
+    size_t w = c->ops->id == HS_CODEC_NONE ? 4 : 2;
+    uint8_t *v;
+    int err = stage(c, be, w * d, (void **)&v);
+    if (err < 0) return err;
+    if (w == 4) {
         if ((err = be_status(c, be, o->download(be, v, x, d * 4))) < 0) return err;
         if (hs__cf32_max_key(v, d) >= HS_CW_KEY_INF) return HOST_PATH;
-        *n = HS__CHDR + 4 * d;
     } else {
         int bf16 = c->ops->id == HS_CODEC_BF16;
         if ((err = be_status(c, be, go->half(be, x, d, bf16, v))) < 0) return err;
         /* A half is infinite or NaN exactly when x_i is at or above the format's overflow
          * limit or not finite: the inputs dense.c refuses. */
         if (hs__c16_max_mag(v, d) >= (bf16 ? 0x7F80u : 0x7C00u)) return HOST_PATH;
-        *n = HS__CHDR + 2 * d;
     }
+    memcpy(dst + HS__CHDR, v, w * d);
+    *n = HS__CHDR + w * d;
     hs__chdr_put(dst, c->ops->id, 0, 0, (uint32_t)d, (uint32_t)d);
     return 0;
 }
@@ -103,22 +134,22 @@ static int enc_sparse(hs_compressor *c, hs_backend *be, const float *x, uint32_t
                       uint64_t round, uint8_t *dst, size_t *n) {
     const hs_gossip_ops *o = be->ops->gossip;
     size_t d = c->d, k = c->k;
-    float *val = malloc(k * sizeof(float));
-    if (!val) return hs__err(HS_ENOMEM, "compressor %s: out of memory", c->name);
-    int err;
+    uint8_t *st;
+    int err = stage(c, be, align256(k * sizeof(uint32_t)) + k * sizeof(float), (void **)&st);
+    if (err < 0) return err;
+    uint32_t *idx = (uint32_t *)(void *)st;
+    float *val = (float *)(void *)(st + align256(k * sizeof(uint32_t)));
     if (c->ops->id == HS_CODEC_TOPK) {
         uint32_t max_key = 0;
-        err = be_status(c, be, o->topk(be, x, d, k, c->idx, val, &max_key));
+        err = be_status(c, be, o->topk(be, x, d, k, idx, val, &max_key));
         if (err == 0) {
             /* hs__topk_select refuses any non-finite x_i, selected or not. */
-            err = max_key >= HS_CW_KEY_INF ? HOST_PATH
-                                           : hs__topk_pack(c, c->idx, val, 0, dst, n);
+            err = max_key >= HS_CW_KEY_INF ? HOST_PATH : hs__topk_pack(c, idx, val, 0, dst, n);
         }
     } else {
-        err = be_status(c, be, o->randk(be, x, d, k, c->seed, peer, round, c->idx, val));
-        if (err == 0) err = hs__randk_pack(c, peer, round, c->idx, val, 0, dst, n);
+        err = be_status(c, be, o->randk(be, x, d, k, c->seed, peer, round, idx, val));
+        if (err == 0) err = hs__randk_pack(c, peer, round, idx, val, 0, dst, n);
     }
-    free(val);
     return err;
 }
 
@@ -126,13 +157,16 @@ static int enc_qsgd(hs_compressor *c, hs_backend *be, const float *x, uint32_t p
                     uint64_t round, uint8_t *dst, size_t *n) {
     size_t d = c->d, nb = div_up(d, c->bucket);
     size_t fbytes = div_up(d * hs_cw_qsgd_bits(c->s), 8);
-    uint8_t *norms = dst + HS__CHDR, *fields = norms + 4 * nb;
-    int err = be_status(c, be, be->ops->gossip->qsgd(be, x, d, c->bucket, c->s, c->seed, peer,
-                                                      round, norms, fields));
+    uint8_t *norms;
+    int err = stage(c, be, 4 * nb + fbytes, (void **)&norms);
+    if (err < 0) return err;
+    err = be_status(c, be, be->ops->gossip->qsgd(be, x, d, c->bucket, c->s, c->seed, peer,
+                                                  round, norms, norms + 4 * nb));
     if (err < 0) return err;
     /* qsgd.c's bucket_norm test: also catches NaN and Inf, which any non-finite x_i gives. */
     for (size_t j = 0; j < nb; j++)
         if (!(hs__ldf(norms + 4 * j) <= HS_CW_QSGD_MAX_NORM)) return HOST_PATH;
+    memcpy(dst + HS__CHDR, norms, 4 * nb + fbytes);
     hs__chdr_put(dst, HS_CODEC_QSGD, 0, c->s, (uint32_t)d, c->bucket);
     *n = HS__CHDR + 4 * nb + fbytes;
     return 0;
@@ -140,14 +174,17 @@ static int enc_qsgd(hs_compressor *c, hs_backend *be, const float *x, uint32_t p
 
 static int enc_sign(hs_compressor *c, hs_backend *be, const float *x, uint8_t *dst, size_t *n) {
     size_t d = c->d, bl = c->bucket == 0 || c->bucket > d ? d : c->bucket, nb = div_up(d, bl);
-    uint8_t *scales = dst + HS__CHDR, *bits = scales + 4 * nb;
-    int err = be_status(c, be, be->ops->gossip->sign(be, x, d, bl, scales, bits));
+    uint8_t *scales;
+    int err = stage(c, be, 4 * nb + div_up(d, 8), (void **)&scales);
+    if (err < 0) return err;
+    err = be_status(c, be, be->ops->gossip->sign(be, x, d, bl, scales, scales + 4 * nb));
     if (err < 0) return err;
     /* sign.c refuses a bucket whose double sum of |x_i| is not finite; a finite sum of floats
      * over at most 2^28 elements divided by their count rounds to a finite float, so that is
      * exactly a non-finite scale. */
     for (size_t j = 0; j < nb; j++)
         if (hs__ld32(scales + 4 * j) >= HS_CW_KEY_INF) return HOST_PATH;
+    memcpy(dst + HS__CHDR, scales, 4 * nb + div_up(d, 8));
     hs__chdr_put(dst, HS_CODEC_SIGN, 0, 0, (uint32_t)d, c->bucket);
     *n = HS__CHDR + 4 * nb + div_up(d, 8);
     return 0;
@@ -218,21 +255,18 @@ static int staged_decode(const hs_compressor *c, hs_backend *be, const uint8_t *
                          uint32_t peer, uint64_t round, float *acc, float alpha) {
     const hs_gossip_ops *o = be->ops->gossip;
     size_t d = c->d, nnz = 0;
-    float *t = malloc(d * sizeof(float));
-    uint32_t *ix = NULL;
-    int err = 0;
-    if (!t) return hs__err(HS_ENOMEM, "compressor %s: decode scratch: out of memory", c->name);
+    uint8_t *st;
+    int err = stage(c, be, align256(d * sizeof(float)) + d * sizeof(uint32_t), (void **)&st);
+    if (err < 0) return err;
+    float *t = (float *)(void *)st;
+    uint32_t *ix = (uint32_t *)(void *)(st + align256(d * sizeof(float)));
     float nz = hs_cw_float(NEG_ZERO_BITS);
     for (size_t i = 0; i < d; i++) t[i] = nz;
-    if ((err = hs_compress_decode_add(c, p, len, peer, round, t, d, alpha)) < 0) goto out;
+    if ((err = hs_compress_decode_add(c, p, len, peer, round, t, d, alpha)) < 0) return err;
     for (size_t i = 0; i < d; i++) nnz += hs_cw_bits(t[i]) != NEG_ZERO_BITS;
-    if (nnz == 0) goto out;
+    if (nnz == 0) return 0;
     if (nnz <= d / 2 || !HS__LE) {
         /* 8 bytes an entry beat 4 an element. Compacting in place reads ahead of writing. */
-        if (!(ix = malloc(nnz * sizeof(uint32_t)))) {
-            err = hs__err(HS_ENOMEM, "compressor %s: decode scratch: out of memory", c->name);
-            goto out;
-        }
         size_t j = 0;
         for (size_t i = 0; i < d; i++) {
             if (hs_cw_bits(t[i]) == NEG_ZERO_BITS) continue;
@@ -244,9 +278,6 @@ static int staged_decode(const hs_compressor *c, hs_backend *be, const uint8_t *
         /* 1.0f * t_i == t_i exactly. */
         err = be_status(c, be, o->add_dense(be, acc, t, d, 0, 1.0f));
     }
-out:
-    free(ix);
-    free(t);
     return err;
 }
 
@@ -257,15 +288,13 @@ static int sparse_decode(const hs_compressor *c, hs_backend *be, const uint8_t *
     size_t k = c->k;
     int err = hs__ccheck_codec(c, p, len);
     if (err < 0) return err;
-    uint32_t *ix = malloc(k * sizeof(uint32_t));
-    float *v = malloc(k * sizeof(float));
-    if (!ix || !v)
-        err = hs__err(HS_ENOMEM, "compressor %s: decode scratch: out of memory", c->name);
-    if (err == 0) err = hs__topk_unpack(c, p, len, alpha, ix, v);
-    if (err == 0) err = be_status(c, be, be->ops->gossip->add_sparse(be, acc, ix, v, k));
-    free(ix);
-    free(v);
-    return err;
+    uint8_t *st;
+    if ((err = stage(c, be, align256(k * sizeof(uint32_t)) + k * sizeof(float), (void **)&st)) < 0)
+        return err;
+    uint32_t *ix = (uint32_t *)(void *)st;
+    float *v = (float *)(void *)(st + align256(k * sizeof(uint32_t)));
+    if ((err = hs__topk_unpack(c, p, len, alpha, ix, v)) < 0) return err;
+    return be_status(c, be, be->ops->gossip->add_sparse(be, acc, ix, v, k));
 }
 
 /* QSGD and sign: the message is checked on the host by its codec, then its body (norms or
@@ -274,30 +303,27 @@ static int body_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p,
                        float *acc, float alpha) {
     const hs_gossip_ops *o = be->ops->gossip;
     size_t d = c->d;
+    int qsgd = c->ops->id == HS_CODEC_QSGD;
     int err = hs__ccheck_codec(c, p, len);
-    if (err < 0) return err;
-    if (c->ops->id == HS_CODEC_QSGD) {
-        if ((err = hs__qsgd_check(c, p, len)) < 0) return err;
-        return be_status(c, be, o->qsgd_add(be, acc, p + HS__CHDR, d, c->bucket, c->s, alpha));
-    }
-    if ((err = hs__sign_check(c, p, len)) < 0) return err;
+    if (err == 0) err = qsgd ? hs__qsgd_check(c, p, len) : hs__sign_check(c, p, len);
+    uint8_t *body;
+    /* The checks fixed len: the header, then exactly the body. */
+    if (err < 0 || (err = stage(c, be, len - HS__CHDR, (void **)&body)) < 0) return err;
+    memcpy(body, p + HS__CHDR, len - HS__CHDR);
+    if (qsgd) return be_status(c, be, o->qsgd_add(be, acc, body, d, c->bucket, c->s, alpha));
     size_t bl = c->bucket == 0 || c->bucket > d ? d : c->bucket;
-    return be_status(c, be, o->sign_add(be, acc, p + HS__CHDR, d, bl, alpha));
+    return be_status(c, be, o->sign_add(be, acc, body, d, bl, alpha));
 }
 
 /* hs_compress_decode_add on a host copy of acc. */
 static int host_decode(const hs_compressor *c, hs_backend *be, const uint8_t *p, size_t len,
                        uint32_t peer, uint64_t round, float *acc, float alpha) {
     size_t d = c->d;
-    float *ah = malloc(d * sizeof(float));
-    if (!ah)
-        return hs__err(HS_ENOMEM, "compressor %s: host copy of %zu floats: out of memory",
-                       c->name, d);
-    int err = be_status(c, be, be->ops->download(be, ah, acc, d * sizeof(float)));
+    float *ah;
+    int err = stage(c, be, d * sizeof(float), (void **)&ah);
+    if (err >= 0) err = be_status(c, be, be->ops->download(be, ah, acc, d * sizeof(float)));
     if (err >= 0) err = hs_compress_decode_add(c, p, len, peer, round, ah, d, alpha);
-    if (err >= 0) err = be_status(c, be, be->ops->upload(be, acc, ah, d * sizeof(float)));
-    free(ah);
-    return err;
+    return err < 0 ? err : be_status(c, be, be->ops->upload(be, acc, ah, d * sizeof(float)));
 }
 
 int hs__compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uint8_t *p,
@@ -316,7 +342,10 @@ int hs__compress_decode_add_be(const hs_compressor *c, hs_backend *be, const uin
         if (err == 0) err = dense_check(c, p, len, w);
         if (err < 0) return err;
         int fmt = id == HS_CODEC_NONE ? 0 : id == HS_CODEC_FP16 ? 1 : 2;
-        return be_status(c, be, o->add_dense(be, acc, p + HS__CHDR, d, fmt, alpha));
+        void *v;
+        if ((err = stage(c, be, w * d, &v)) < 0) return err;
+        memcpy(v, p + HS__CHDR, w * d);
+        return be_status(c, be, o->add_dense(be, acc, v, d, fmt, alpha));
     }
     if (o && o->add_sparse && id == HS_CODEC_TOPK)
         return sparse_decode(c, be, p, len, acc, alpha);

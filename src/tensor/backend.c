@@ -197,6 +197,8 @@ int hs_backend_set_precision(hs_backend *be, hs_precision p) {
 
 void hs_backend_close(hs_backend *be) {
     if (!be) return;
+    if (be->stage && be->ops && be->ops->host_alloc) be->ops->host_free(be, be->stage);
+    else free(be->stage);
     if (be->ops && be->ops->destroy) be->ops->destroy(be);
     /* be->module is never dlclosed: see load_cuda_module. */
     free(be);

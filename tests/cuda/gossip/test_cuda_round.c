@@ -52,6 +52,94 @@ static int counted_download(hs_backend *be, void *dst, const void *src, size_t b
     return real_ops->download(be, dst, src, bytes);
 }
 
+/* Pinned staging (hs_backend.stage): every host buffer of a message that the gossip primitives
+ * fill or read must come from the backend's host_alloc (page-locked on CUDA). The reference
+ * device has none: the test's stands in (calloc), and hs_backend_close frees it with free. */
+static hs_gossip_ops counted_gossip;
+static const hs_gossip_ops *real_gossip;
+static struct {
+    const char *p;
+    size_t n;
+} pinned[16];
+static int staged, unstaged; /* primitive calls with their buffers staged, and not */
+
+static int counted_host_alloc(hs_backend *be, size_t bytes, void **out) {
+    int err = real_ops->host_alloc ? real_ops->host_alloc(be, bytes, out)
+                                   : (*out = calloc(1, bytes)) ? 0 : HS_ENOMEM;
+    for (int i = 0; err == 0 && i < 16; i++)
+        if (!pinned[i].p) {
+            pinned[i].p = *out;
+            pinned[i].n = bytes;
+            break;
+        }
+    return err;
+}
+
+static void counted_host_free(hs_backend *be, void *p) {
+    for (int i = 0; i < 16; i++)
+        if (p && pinned[i].p == p) pinned[i].p = NULL;
+    if (real_ops->host_alloc) real_ops->host_free(be, p);
+    else free(p);
+}
+
+/* Counts a call whose host buffers are a and b (n bytes each at most; b may be NULL). */
+static void need_pinned(const void *a, const void *b, size_t n) {
+    int in = 0;
+    for (int i = 0; i < 16; i++) {
+        const char *p = pinned[i].p;
+        if (p && (const char *)a >= p && (const char *)a + n <= p + pinned[i].n &&
+            (!b || ((const char *)b >= p && (const char *)b + n <= p + pinned[i].n)))
+            in = 1;
+    }
+    if (in) staged++;
+    else unstaged++;
+}
+
+static int c_topk(hs_backend *be, const float *x, size_t d, size_t k, uint32_t *idx, float *val,
+                  uint32_t *max_key) {
+    need_pinned(idx, val, 4 * k);
+    return real_gossip->topk(be, x, d, k, idx, val, max_key);
+}
+static int c_randk(hs_backend *be, const float *x, size_t d, size_t k, uint64_t seed,
+                   uint32_t peer, uint64_t round, uint32_t *idx, float *val) {
+    need_pinned(idx, val, 4 * k);
+    return real_gossip->randk(be, x, d, k, seed, peer, round, idx, val);
+}
+static int c_qsgd(hs_backend *be, const float *x, size_t d, size_t bucket, uint32_t s,
+                  uint64_t seed, uint32_t peer, uint64_t round, void *norms, void *fields) {
+    need_pinned(norms, fields, 1);
+    return real_gossip->qsgd(be, x, d, bucket, s, seed, peer, round, norms, fields);
+}
+static int c_sign(hs_backend *be, const float *x, size_t d, size_t bucket, void *scales,
+                  void *bits) {
+    need_pinned(scales, bits, 1);
+    return real_gossip->sign(be, x, d, bucket, scales, bits);
+}
+static int c_half(hs_backend *be, const float *x, size_t d, int bf16, void *out) {
+    need_pinned(out, NULL, 2 * d);
+    return real_gossip->half(be, x, d, bf16, out);
+}
+static int c_add_dense(hs_backend *be, float *acc, const void *p, size_t n, int fmt,
+                       float alpha) {
+    need_pinned(p, NULL, (fmt ? 2 : 4) * n);
+    return real_gossip->add_dense(be, acc, p, n, fmt, alpha);
+}
+static int c_add_sparse(hs_backend *be, float *acc, const uint32_t *idx, const float *val,
+                        size_t n) {
+    need_pinned(idx, val, 4 * n);
+    return real_gossip->add_sparse(be, acc, idx, val, n);
+}
+static int c_qsgd_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                      uint32_t s, float alpha) {
+    need_pinned(body, NULL, 1);
+    return real_gossip->qsgd_add(be, acc, body, d, bucket, s, alpha);
+}
+static int c_sign_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
+                      float alpha) {
+    need_pinned(body, NULL, 1);
+    return real_gossip->sign_add(be, acc, body, d, bucket, alpha);
+}
+
 static int on_device(int i) { return i == 1 || i == 2; }
 
 /* The algorithms with a device path (hs__algo_ops.to_device). */
@@ -197,7 +285,12 @@ static void check(const job_opts *o) {
     c.mixed = 0;
     run_job(&c, cpu, hc);
     c.mixed = 1;
+    staged = unstaged = 0;
     run_job(&c, mixed, hm);
+    /* Messages cross through the pinned staging only (D-PSGD and ef: stay on the host). */
+    if (unstaged || (has_device_path(o->kind) && strncmp(o->spec, "ef:", 3) && !staged))
+        fail_msg("%s: %d primitive calls on staged buffers, %d on others", o->spec, staged,
+                 unstaged);
     for (int i = 0; i < N; i++)
         if (hc[i] != hm[i])
             fail_msg("%s: peer %d's saved state differs from the host run's", o->spec, i);
@@ -482,6 +575,20 @@ int main(int argc, char **argv) {
     real_ops = dev->ops;
     counted_ops = *dev->ops;
     counted_ops.download = counted_download;
+    counted_ops.host_alloc = counted_host_alloc;
+    counted_ops.host_free = counted_host_free;
+    real_gossip = real_ops->gossip;
+    counted_gossip = *real_gossip;
+    counted_gossip.topk = c_topk;
+    counted_gossip.randk = c_randk;
+    counted_gossip.qsgd = c_qsgd;
+    counted_gossip.sign = c_sign;
+    counted_gossip.half = c_half;
+    counted_gossip.add_dense = c_add_dense;
+    counted_gossip.add_sparse = c_add_sparse;
+    counted_gossip.qsgd_add = c_qsgd_add;
+    counted_gossip.sign_add = c_sign_add;
+    counted_ops.gossip = &counted_gossip;
     dev->ops = &counted_ops;
     printf("# CHOCO, BEER, DCD and SGP rounds with peers on %s and on the host\n",
            dev->description);
