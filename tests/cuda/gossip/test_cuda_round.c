@@ -379,7 +379,11 @@ static void test_host_path_stays(void **state) {
     hs_algo_free(a);
 }
 
-/* The simulator on backend be: 4 peers training an MLP with CHOCO. */
+/* The simulator's algorithm and compressor (new_sim). */
+static hs_algo_kind sim_kind = HS_ALGO_CHOCO;
+static const char *sim_compress = "topk:0.1";
+
+/* The simulator on backend be: 4 peers training an MLP with sim_kind. */
 static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
                        hs_momentum_kind mk) {
     hs_sim_cfg sc;
@@ -390,7 +394,8 @@ static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_data
     sc.seed = 3;
     assert_int_equal(hs_partition_parse("iid", &sc.partition), 0);
     hs_algo_cfg_default(&sc.algo);
-    sc.algo.compress = "topk:0.1";
+    sc.algo.kind = sim_kind;
+    sc.algo.compress = sim_compress;
     sc.algo.seed = 3;
     hs_mlp_cfg mc;
     assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "32", ds->classes), 0);
@@ -427,8 +432,8 @@ static float *run_sim(hs_backend *be, hs_backend *const *peer_be, const hs_datas
     int xd = x_downloads;
     x_bytes = 0;
     if (be == dev && !peer_be) {
-        printf("# sim on the device, momentum %s: %d downloads of x in 6 rounds of 4 peers\n",
-               mk == HS_MOMENTUM_QG ? "qg" : "local", xd);
+        printf("# sim on the device, %s, momentum %s: %d downloads of x in 6 rounds of 4 peers\n",
+               hs_algo_kind_name(sim_kind), mk == HS_MOMENTUM_QG ? "qg" : "local", xd);
         assert_int_equal(xd, mk == HS_MOMENTUM_QG ? 4 * 6 : 0);
     }
     assert_int_equal(hs_sim_consensus(s, cons, NULL), 0);
@@ -471,8 +476,9 @@ static void sim_case(const hs_dataset *ds, hs_momentum_kind mk) {
             if (hs_cw_bits(xc[j]) != hs_cw_bits(xd[j]))
                 fail_msg("momentum %d: peer %zu, element %zu: CPU backend %a, reference device %a",
                          (int)mk, j / d, j % d, (double)xc[j], (double)xd[j]);
-        printf("# sim (momentum %s): 4 peers' x on the reference device are the CPU backend's "
-               "bits\n", mk == HS_MOMENTUM_QG ? "qg" : "local");
+        printf("# sim (%s, momentum %s): 4 peers' x on the reference device are the CPU "
+               "backend's bits\n",
+               hs_algo_kind_name(sim_kind), mk == HS_MOMENTUM_QG ? "qg" : "local");
         free(xc);
         hs_backend_close(cpu);
     }
@@ -486,6 +492,15 @@ static void test_sim_on_device(void **state) {
     assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_case(ds, HS_MOMENTUM_QG);
+    /* The trainers hand BEER and DCD the parameters too (SGP evaluates at x / w, apart from
+     * x, and keeps the host path there). */
+    sim_kind = HS_ALGO_BEER;
+    sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_kind = HS_ALGO_DCD;
+    sim_compress = "qsgd:16:128";
+    sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_kind = HS_ALGO_CHOCO;
+    sim_compress = "topk:0.1";
     hs_dataset_free(ds);
 }
 
