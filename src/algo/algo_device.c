@@ -1,6 +1,7 @@
-/* Algorithms on a compute backend's memory (hs__algo_to_device): which algorithms switch, and
- * the decode of a neighbour's delta into its host replica and a device accumulator. The
- * algorithm's own device work is in its file (choco.c). */
+/* Algorithms on a compute backend's memory (hs__algo_to_device): which algorithms switch, the
+ * decode of a neighbour's delta into its host replica and a device accumulator, and the
+ * evaluation point on the device. The algorithm's own device work is in its file (choco.c,
+ * beer.c, dcd.c, sgp.c). */
 #include "algo/algo_internal.h"
 #include "compress/device.h"
 #include "core/error_internal.h"
@@ -29,4 +30,14 @@ int hs__algo_decode_dev(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, 
                                          n->w_in);
     if (err < 0) return err;
     return hs_compress_decode_add(a->comp, p, len, n->id, key, n->rep + at, a->d, 1.0f);
+}
+
+int hs__algo_eval_point_be(hs_algo *a, float *z, const float *x) {
+    if (!a->ops->eval_point_be) return hs_be_copy_f(a->be, z, x, a->d);
+    return a->ops->eval_point_be(a, z, x);
+}
+
+int hs__algo_from_eval_point_be(hs_algo *a, float *x, const float *z) {
+    if (!a->ops->from_eval_point_be) return hs_be_copy_f(a->be, x, z, a->d);
+    return a->ops->from_eval_point_be(a, x, z);
 }

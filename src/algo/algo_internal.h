@@ -94,6 +94,10 @@ typedef struct hs__algo_ops {
     /* Moves the per-round vector work onto backend be (hs__algo_to_device): allocates the
      * device state; NULL: the algorithm has no device path. */
     int (*to_device)(hs_algo *a, hs_backend *be);
+    /* eval_point and from_eval_point on vectors in the device's memory, in device mode (z
+     * and x distinct): the same floats. NULL with eval_point NULL. */
+    int (*eval_point_be)(hs_algo *a, float *z, const float *x);
+    int (*from_eval_point_be)(hs_algo *a, float *x, const float *z);
 } hs__algo_ops;
 
 struct hs_algo {
@@ -133,8 +137,8 @@ extern const hs__algo_ops hs__algo_dpsgd, hs__algo_dcd, hs__algo_choco, hs__algo
  * be and does its per-round vector work there, with the backend's gossip ops
  * (src/tensor/gossip_ops.h) and compress/device.h, so that only messages cross to the host.
  * Returns 1 in device mode, 0 when the host path stays (x stays host memory: be is host
- * memory or has no gossip ops, the algorithm has no device path (all but CHOCO), or its
- * compressor keeps an ef: residual), or a negative error. The host keeps the replicas and its
+ * memory or has no gossip ops, the algorithm has no device path (D-PSGD), or its compressor
+ * keeps an ef: residual), or a negative error. The host keeps the replicas and its
  * own replica (a->own), updated from the same bytes, so checkpoints, full replicas and
  * neighbourhood changes work as on the host. Implemented in algo_device.c. */
 int hs__algo_to_device(hs_algo *a, hs_backend *be);
@@ -142,6 +146,11 @@ int hs__algo_to_device(hs_algo *a, hs_backend *be);
  * device accumulator (at `at`, weighted by W_ij), in device mode. */
 int hs__algo_decode_dev(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
                         size_t at, float *acc);
+/* In device mode, z (device) = the evaluation point of x (device), and the reverse, x = the
+ * point whose evaluation point is z, as hs_algo_eval_point and hs_algo_from_eval_point do on
+ * the host (same floats); z = x where the algorithm evaluates at x. */
+int hs__algo_eval_point_be(hs_algo *a, float *z, const float *x);
+int hs__algo_from_eval_point_be(hs_algo *a, float *x, const float *z);
 
 /* The algorithm of kind k, or NULL. */
 const hs__algo_ops *hs__algo_ops_of(hs_algo_kind k);

@@ -55,8 +55,8 @@ typedef struct sgp_state {
     int cap_msgs;
     int lossless; /* the compressor reproduces its input exactly */
     /* Device mode (a->be): the kept part, a share and a decoded share in the backend's
-     * memory; z and res stay the host's: eval_point and from_eval_point take a host x (the
-     * trainer keeps SGP on the host path). */
+     * memory; z and res stay the host's: eval_point and from_eval_point take a host x, their
+     * _be forms a device one. */
     float *dkeep, *dshare, *dres;
 } sgp_state;
 
@@ -178,6 +178,17 @@ static void sgp_from_eval_point(hs_algo *a, float *z) {
     const sgp_state *s = a->priv;
     float w = (float)s->w;
     for (size_t k = 0; k < a->d; k++) z[k] = z[k] * w;
+}
+
+/* The two above on the device, in their operations: z = x (1 / w) and x = z w. */
+static int sgp_eval_point_be(hs_algo *a, float *z, const float *x) {
+    const sgp_state *s = a->priv;
+    return a->be->ops->gossip->scale_to(a->be, z, x, a->d, (float)(1.0 / s->w));
+}
+
+static int sgp_from_eval_point_be(hs_algo *a, float *x, const float *z) {
+    const sgp_state *s = a->priv;
+    return a->be->ops->gossip->scale_to(a->be, x, z, a->d, (float)s->w);
 }
 
 static void sgp_metrics(const hs_algo *a, hs_algo_metric_fn emit, void *ctx) {
@@ -420,4 +431,6 @@ const hs__algo_ops hs__algo_sgp = {
     .save = sgp_save,
     .load = sgp_load,
     .to_device = sgp_to_device,
+    .eval_point_be = sgp_eval_point_be,
+    .from_eval_point_be = sgp_from_eval_point_be,
 };

@@ -1,10 +1,11 @@
 /* One peer's training loop (see hearsay/trainer.h). Keeps the algorithm's host vector x and
  * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
  * unless the algorithm evaluates elsewhere than x, the model's own parameters). On CUDA an
- * algorithm with a device path (CHOCO, hs__algo_to_device) gossips the parameters where they
- * are, so only its messages cross, and the host copy of x is brought over when something reads
- * it; the others have x uploaded after each mixing step and downloaded after the local steps,
- * through page-locked memory where the backend has it. The shard stays on the device
+ * algorithm with a device path (CHOCO, BEER, DCD, SGP: hs__algo_to_device) gossips the
+ * parameters where they are (SGP, which evaluates at x / w, an x beside them), so only its
+ * messages cross, and the host copy of x is brought over when something reads it; the others
+ * (D-PSGD, and every algorithm under an outer step) have x uploaded after each mixing step and
+ * downloaded after the local steps, through page-locked memory where the backend has it. The shard stays on the device
  * (model/devshard.h) so that the local steps copy nothing else; their losses are summed there
  * too and read once, at the round's end. One thread. */
 #include <errno.h>
@@ -44,9 +45,11 @@ struct hs_trainer {
     float *x_host; /* the algorithm's x: the parameters themselves on a host backend without
                       split_eval, else a copy synchronised at the round's phase boundaries */
     int own_host; /* 1: x_host is malloc'd; 2: the backend's host_alloc */
-    /* The algorithm gossips the parameters in backend memory (hs__algo_to_device): they are x,
-     * and x_host a copy brought over when read, stale once x was handed out for a change. */
+    /* The algorithm gossips the parameters in backend memory (hs__algo_to_device): they are x
+     * (with split_eval x_dev is, and the parameters its evaluation point), and x_host a copy
+     * brought over when read, stale once x was handed out for a change. */
     int dev_gossip, x_stale;
+    float *x_dev;
     long steps;
 };
 
@@ -54,6 +57,7 @@ void hs_trainer_free(hs_trainer *t) {
     if (!t) return;
     if (t->own_host == 2) t->be->ops->host_free(t->be, t->x_host);
     else if (t->own_host) free(t->x_host);
+    if (t->x_dev) hs_be_free(t->be, t->x_dev);
     hs_algo_free(t->algo);
     hs__outer_free(t->outer);
     hs__devshard_free(t->dev);
@@ -119,9 +123,14 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
         goto fail;
     /* The outer step changes x on the host at every round's close: with it x stays on the
      * host path. (Quasi-global momentum only reads x there: one copy per round.) */
-    if (t->algo && !be->host_memory && !t->split_eval && !cfg->outer.on) {
+    if (t->algo && !be->host_memory && !cfg->outer.on) {
         if ((err = hs__algo_to_device(t->algo, be)) < 0) goto fail;
         t->dev_gossip = err;
+        /* x apart from its evaluation point (the parameters, which hold x0 = z0 as w = 1). */
+        if (err && t->split_eval &&
+            ((err = hs_be_alloc_f(be, t->d, &t->x_dev)) < 0 ||
+             (err = hs_be_copy_f(be, t->x_dev, params, t->d)) < 0))
+            goto fail;
         err = 0;
     }
     *out = t;
@@ -139,9 +148,11 @@ static const float *eval_point(hs_trainer *t, const float *x) {
 /* Brings x to its host copy when the gossip or the local steps changed it on the device. A
  * failed copy is the caller's error: the host copy is then an older x, and a checkpoint,
  * snapshot or momentum step taken from it would pass for a current one. */
+static float *dev_x(hs_trainer *t) { return t->x_dev ? t->x_dev : hs_model_params(t->model); }
+
 static int fetch_x(hs_trainer *t) {
     if (!t->x_stale) return 0;
-    int err = hs_be_download(t->be, t->x_host, hs_model_params(t->model), sizeof(float) * t->d);
+    int err = hs_be_download(t->be, t->x_host, dev_x(t), sizeof(float) * t->d);
     if (err < 0) return err;
     t->x_stale = 0;
     return 0;
@@ -150,6 +161,7 @@ static int fetch_x(hs_trainer *t) {
 /* Puts the evaluation point of x into the model's parameters, when they are not x itself. */
 static int stage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
+    if (t->x_dev) return hs__algo_eval_point_be(t->algo, params, t->x_dev);
     if (params == t->x_host || t->dev_gossip) return 0;
     const float *p = eval_point(t, t->x_host);
     return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
@@ -159,6 +171,7 @@ static int stage_params(hs_trainer *t) {
 static int unstage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
     t->x_stale = t->dev_gossip;
+    if (t->x_dev) return hs__algo_from_eval_point_be(t->algo, t->x_dev, params);
     if (params == t->x_host || t->dev_gossip) return 0;
     int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
     if (err < 0) return err;
@@ -171,7 +184,8 @@ int hs_trainer_set_x(hs_trainer *t, const float *x) {
     if (t->algo) hs_algo_reset_x(t->algo, t->x_host);
     if (!t->dev_gossip) return stage_params(t);
     t->x_stale = 0;
-    return hs_be_upload(t->be, hs_model_params(t->model), t->x_host, sizeof(float) * t->d);
+    int err = hs_be_upload(t->be, dev_x(t), t->x_host, sizeof(float) * t->d);
+    return err < 0 ? err : stage_params(t);
 }
 
 /* The outer step's anchor is the model at the round's open, whatever set it (the last
@@ -196,7 +210,7 @@ int hs_trainer_round_close(hs_trainer *t) {
 float *hs_trainer_gossip_x(hs_trainer *t) {
     if (!t->dev_gossip) return t->x_host;
     t->x_stale = 1; /* handed out for the gossip to change */
-    return hs_model_params(t->model);
+    return dev_x(t);
 }
 
 static double now_s(void) {

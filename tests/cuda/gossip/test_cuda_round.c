@@ -492,9 +492,11 @@ static void test_sim_on_device(void **state) {
     assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_case(ds, HS_MOMENTUM_QG);
-    /* The trainers hand BEER and DCD the parameters too (SGP evaluates at x / w, apart from
-     * x, and keeps the host path there). */
+    /* The trainers hand BEER and DCD the parameters too, and SGP an x beside them (its
+     * parameters are x / w). */
     sim_kind = HS_ALGO_BEER;
+    sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_kind = HS_ALGO_SGP;
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_kind = HS_ALGO_DCD;
     sim_compress = "qsgd:16:128";
