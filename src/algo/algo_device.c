@@ -1,7 +1,7 @@
 /* Algorithms on a compute backend's memory (hs__algo_to_device): which algorithms switch, the
  * decode of a neighbour's delta into its host replica and a device accumulator, and the
  * evaluation point on the device. The algorithm's own device work is in its file (choco.c,
- * beer.c, dcd.c, sgp.c). */
+ * beer.c, dcd.c, sgp.c, dpsgd_dev.c). */
 #include "algo/algo_internal.h"
 #include "compress/device.h"
 #include "core/error_internal.h"

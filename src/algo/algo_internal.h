@@ -137,8 +137,8 @@ extern const hs__algo_ops hs__algo_dpsgd, hs__algo_dcd, hs__algo_choco, hs__algo
  * be and does its per-round vector work there, with the backend's gossip ops
  * (src/tensor/gossip_ops.h) and compress/device.h, so that only messages cross to the host.
  * Returns 1 in device mode, 0 when the host path stays (x stays host memory: be is host
- * memory or has no gossip ops, the algorithm has no device path (D-PSGD), or its compressor
- * keeps an ef: residual), or a negative error. The host keeps the replicas and its
+ * memory or has no gossip ops, the algorithm has no device path (every one has one now), or
+ * its compressor keeps an ef: residual), or a negative error. The host keeps the replicas and its
  * own replica (a->own), updated from the same bytes, so checkpoints, full replicas and
  * neighbourhood changes work as on the host. Implemented in algo_device.c. */
 int hs__algo_to_device(hs_algo *a, hs_backend *be);
@@ -146,6 +146,13 @@ int hs__algo_to_device(hs_algo *a, hs_backend *be);
  * device accumulator (at `at`, weighted by W_ij), in device mode. */
 int hs__algo_decode_dev(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
                         size_t at, float *acc);
+/* D-PSGD's device round (dpsgd_dev.c), which dpsgd.c hands begin and pull in device mode. */
+typedef struct hs__dpsgd_dev hs__dpsgd_dev;
+int hs__dpsgd_dev_new(hs_algo *a, hs_backend *be, hs__dpsgd_dev **out);
+void hs__dpsgd_dev_free(hs_algo *a, hs__dpsgd_dev *s);
+int hs__dpsgd_dev_begin(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t r,
+                        const float *x);
+int hs__dpsgd_dev_pull(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t r, float *x);
 /* In device mode, z (device) = the evaluation point of x (device), and the reverse, x = the
  * point whose evaluation point is z, as hs_algo_eval_point and hs_algo_from_eval_point do on
  * the host (same floats); z = x where the algorithm evaluates at x. */

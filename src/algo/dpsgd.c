@@ -16,11 +16,17 @@
 typedef struct dpsgd_state {
     hs_buf *sent;         /* this round's message, while x_r is read from it */
     const uint8_t *sent_x; /* x_r inside sent, checked once when it was sent */
+    hs__dpsgd_dev *dev;    /* device mode (a->be): the round there (dpsgd_dev.c) */
 } dpsgd_state;
 
 static void dpsgd_fini(hs_algo *a) {
     dpsgd_state *s = a->priv;
     if (s) hs_buf_unref(s->sent);
+    if (s) hs__dpsgd_dev_free(a, s->dev);
+}
+
+static int dpsgd_to_device(hs_algo *a, hs_backend *be) {
+    return hs__dpsgd_dev_new(a, be, &((dpsgd_state *)a->priv)->dev);
 }
 
 /* D-PSGD mixes C(x_j) itself: a compressor whose error is a rounding (the casts: delta >= 1 -
@@ -43,6 +49,7 @@ static int dpsgd_check_compressor(const hs_compressor *c) {
 }
 
 static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
+    if (a->be) return hs__dpsgd_dev_begin(a, ((dpsgd_state *)a->priv)->dev, ex, r, x);
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
@@ -172,6 +179,7 @@ static int pull_one(hs_algo *a, hs_exchange *ex, uint64_t r, const hs_nbr *nb, f
 }
 
 static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
+    if (a->be) return hs__dpsgd_dev_pull(a, ((dpsgd_state *)a->priv)->dev, ex, r, x);
     hs_peer_view v;
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0) return err;
@@ -224,4 +232,5 @@ const hs__algo_ops hs__algo_dpsgd = {
     .fini = dpsgd_fini,
     .begin = dpsgd_begin,
     .pull = dpsgd_pull,
+    .to_device = dpsgd_to_device,
 };

@@ -1,10 +1,10 @@
 /* One peer's training loop (see hearsay/trainer.h). Keeps the algorithm's host vector x and
  * the optimizer's backend vector in step: on a host-memory backend they are one buffer (and,
  * unless the algorithm evaluates elsewhere than x, the model's own parameters). On CUDA an
- * algorithm with a device path (CHOCO, BEER, DCD, SGP: hs__algo_to_device) gossips the
- * parameters where they are (SGP, which evaluates at x / w, an x beside them), so only its
- * messages cross, and the host copy of x is brought over when something reads it; the others
- * (D-PSGD, and every algorithm under an outer step) have x uploaded after each mixing step and
+ * algorithm with a device path (every one, hs__algo_to_device, bar an ef: compressor) gossips
+ * the parameters where they are (SGP, which evaluates at x / w, an x beside them), so only
+ * its messages cross, and the host copy of x is brought over when something reads it; the
+ * others (and every algorithm under an outer step) have x uploaded after each mixing step and
  * downloaded after the local steps, through page-locked memory where the backend has it. The shard stays on the device
  * (model/devshard.h) so that the local steps copy nothing else; their losses are summed there
  * too and read once, at the round's end. One thread. */

@@ -1,12 +1,14 @@
 /* The algorithms' real rounds with some peers on the device (hs__algo_to_device): real hs_algo
- * objects over hs_simnet, a ring of five, two neighbouring peers keeping x and their algorithm's
- * state in the backend's memory and the others on the host. CHOCO, BEER, DCD and SGP: every
- * peer's x after every round must be the bits of the all-host run, for each compressor the
- * algorithm takes, with peers that start apart (the first round carries full replicas) and with
- * lost messages (replicas asked for again in full), and a steady device round must not bring x
- * (or any d-float vector) to the host, bar the one compressor whose message is x itself. The
- * saved states (replicas, own replica, BEER's tracker, SGP's weight) are equal too. D-PSGD and
- * ef: compressors stay on the host. *
+ * objects over hs_simnet, a ring of five (or a path), two peers keeping x and their algorithm's
+ * state in the backend's memory and the others on the host. CHOCO, BEER, DCD, SGP and D-PSGD:
+ * every peer's x after every round must be the bits of the all-host run, for each compressor
+ * the algorithm takes, with peers that start apart (the first round carries full replicas) and
+ * with lost messages (replicas asked for again in full), and a steady device round must not
+ * bring x (or any d-float vector) to the host, bar the one compressor whose message is x
+ * itself. The saved states (replicas, own replica, BEER's tracker, SGP's weight) are equal
+ * too, and every message crosses through the backend's staging memory. ef: compressors (their
+ * residual is host memory) stay on the host.
+ *
  * Exit codes as tests/cuda (../cuda_open.h): 77 without a CUDA build or a GPU, a failure where
  * a GPU cannot be opened or with HEARSAY_REQUIRE_CUDA=1; runs under ../shared/tools/cuda-emu.
  * `--reference` runs it on gossip_ref.h's reference device (the host side on every machine). */
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -144,7 +147,8 @@ static int on_device(int i) { return i == 1 || i == 2; }
 
 /* The algorithms with a device path (hs__algo_ops.to_device). */
 static int has_device_path(hs_algo_kind k) {
-    return k == HS_ALGO_CHOCO || k == HS_ALGO_BEER || k == HS_ALGO_DCD || k == HS_ALGO_SGP;
+    return k == HS_ALGO_CHOCO || k == HS_ALGO_BEER || k == HS_ALGO_DCD || k == HS_ALGO_SGP ||
+           k == HS_ALGO_DPSGD;
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -165,12 +169,14 @@ typedef struct job_opts {
     int same_start;
     double loss;
     int mixed;
+    const char *topo; /* hs_topo_new's spec; NULL: a ring */
 } job_opts;
 
 static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
     hs_topo *topo;
     hs_simnet *sim;
-    assert_int_equal(hs_topo_new(&topo, "ring", N, 5), 0);
+    if (hs_topo_new(&topo, o->topo ? o->topo : "ring", N, 5) < 0)
+        fail_msg("topology: %s", hs_error_message());
     assert_int_equal(hs_simnet_new(&sim, topo), 0);
     if (o->loss > 0) hs_simnet_set_loss(sim, o->loss, 11);
     hs_algo_cfg cfg;
@@ -287,7 +293,7 @@ static void check(const job_opts *o) {
     c.mixed = 1;
     staged = unstaged = 0;
     run_job(&c, mixed, hm);
-    /* Messages cross through the pinned staging only (D-PSGD and ef: stay on the host). */
+    /* Messages cross through the pinned staging only (ef: compressors stay on the host). */
     if (unstaged || (has_device_path(o->kind) && strncmp(o->spec, "ef:", 3) && !staged))
         fail_msg("%s: %d primitive calls on staged buffers, %d on others", o->spec, staged,
                  unstaged);
@@ -314,15 +320,16 @@ static const char *const specs[] = {"topk:0.03:fp16", "topk:0.1", "randk:0.1:uns
 static void test_choco_mixed_job(void **state) {
     (void)state;
     for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
-        job_opts o = {specs[s], HS_ALGO_CHOCO, 1, 0, 0};
+        job_opts o = {specs[s], HS_ALGO_CHOCO, 1, 0, 0, NULL};
         check(&o);
     }
 }
 
-/* BEER, DCD and SGP with every compressor of specs they take (hs_algo_check_compressor). */
+/* BEER, DCD, SGP and D-PSGD with every compressor of specs they take
+ * (hs_algo_check_compressor). */
 static void test_other_algos_mixed_job(void **state) {
     (void)state;
-    const hs_algo_kind kinds[] = {HS_ALGO_BEER, HS_ALGO_DCD, HS_ALGO_SGP};
+    const hs_algo_kind kinds[] = {HS_ALGO_BEER, HS_ALGO_DCD, HS_ALGO_SGP, HS_ALGO_DPSGD};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         int ran = 0;
         for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]) + 1; s++) {
@@ -333,7 +340,7 @@ static void test_other_algos_mixed_job(void **state) {
             int ok = hs_algo_check_compressor(kinds[k], c) == 0;
             hs_compressor_free(c);
             if (!ok) continue;
-            job_opts o = {spec, kinds[k], 1, 0, 0};
+            job_opts o = {spec, kinds[k], 1, 0, 0, NULL};
             check(&o);
             ran++;
         }
@@ -341,30 +348,56 @@ static void test_other_algos_mixed_job(void **state) {
     }
 }
 
+/* D-PSGD's peers with one neighbour mix on their own paths (in place, or from the messages'
+ * values with fp32): the device peers 1 and 2 end the path 1 - 0 - 3 - 4 - 2. */
+static void test_dpsgd_one_neighbour(void **state) {
+    (void)state;
+    char path[] = "/tmp/hs-round-path-XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"peers\": 5, \"directed\": false, \"self_weight\": \"auto\", "
+               "\"edges\": [[1, 0], [0, 3], [3, 4], [4, 2]]}\n");
+    assert_int_equal(fclose(f), 0);
+    const char *specs1[] = {"none", "fp16", "qsgd:16:128"};
+    for (size_t i = 0; i < 3; i++) {
+        job_opts o = {specs1[i], HS_ALGO_DPSGD, 1, 0, 0, path};
+        check(&o);
+    }
+    job_opts lossy = {"fp16", HS_ALGO_DPSGD, 1, 0.15, 0, path};
+    check(&lossy);
+    unlink(path);
+}
+
 /* Peers that start apart exchange full replicas first (the host rebuilds m and uploads it);
  * lost messages make replicas be asked for again in full. */
 static void test_full_replicas(void **state) {
     (void)state;
-    job_opts apart = {"topk:0.1", HS_ALGO_CHOCO, 0, 0, 0};
+    job_opts apart = {"topk:0.1", HS_ALGO_CHOCO, 0, 0, 0, NULL};
     check(&apart);
-    job_opts lossy = {"topk:0.1", HS_ALGO_CHOCO, 1, 0.15, 0};
+    job_opts lossy = {"topk:0.1", HS_ALGO_CHOCO, 1, 0.15, 0, NULL};
     check(&lossy);
-    job_opts lossy_q = {"qsgd:16:128", HS_ALGO_CHOCO, 0, 0.15, 0};
+    job_opts lossy_q = {"qsgd:16:128", HS_ALGO_CHOCO, 0, 0.15, 0, NULL};
     check(&lossy_q);
     /* The same for BEER's two parts, DCD's device replicas and SGP's lost shares. */
     const job_opts more[] = {
-        {"topk:0.1", HS_ALGO_BEER, 0, 0, 0},      {"topk:0.1", HS_ALGO_BEER, 1, 0.15, 0},
-        {"qsgd:16:128", HS_ALGO_DCD, 0, 0, 0},    {"qsgd:16:128", HS_ALGO_DCD, 1, 0.15, 0},
-        {"qsgd:16:128", HS_ALGO_SGP, 0, 0.15, 0}, {"topk:0.1", HS_ALGO_SGP, 0, 0, 0},
+        {"topk:0.1", HS_ALGO_BEER, 0, 0, 0, NULL},
+        {"topk:0.1", HS_ALGO_BEER, 1, 0.15, 0, NULL},
+        {"qsgd:16:128", HS_ALGO_DCD, 0, 0, 0, NULL},
+        {"qsgd:16:128", HS_ALGO_DCD, 1, 0.15, 0, NULL},
+        {"qsgd:16:128", HS_ALGO_SGP, 0, 0.15, 0, NULL},
+        {"topk:0.1", HS_ALGO_SGP, 0, 0, 0, NULL},
+        {"fp16", HS_ALGO_DPSGD, 0, 0.15, 0, NULL},
     };
     for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) check(&more[i]);
 }
 
-/* An algorithm without a device path keeps the host path (x of its peers stays on the
- * host), and a backend whose memory is host memory has nothing to move. */
+/* A compressor with an ef: residual (host memory) keeps the host path (x of its peers stays on
+ * the host), and a backend whose memory is host memory has nothing to move. */
 static void test_host_path_stays(void **state) {
     (void)state;
-    job_opts dpsgd = {"ef:topk:0.1", HS_ALGO_DPSGD, 1, 0, 0};
+    job_opts dpsgd = {"ef:topk:0.1", HS_ALGO_DPSGD, 1, 0, 0, NULL};
     check(&dpsgd);
     hs_algo_cfg cfg;
     hs_algo_cfg_default(&cfg);
@@ -492,8 +525,8 @@ static void test_sim_on_device(void **state) {
     assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_case(ds, HS_MOMENTUM_QG);
-    /* The trainers hand BEER and DCD the parameters too, and SGP an x beside them (its
-     * parameters are x / w). */
+    /* The trainers hand BEER, DCD and D-PSGD the parameters too, and SGP an x beside them
+     * (its parameters are x / w). */
     sim_kind = HS_ALGO_BEER;
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_kind = HS_ALGO_SGP;
@@ -501,6 +534,10 @@ static void test_sim_on_device(void **state) {
     sim_kind = HS_ALGO_DCD;
     sim_compress = "qsgd:16:128";
     sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_kind = HS_ALGO_DPSGD;
+    sim_compress = "fp16"; /* with none the message is x itself: one download a round */
+    sim_case(ds, HS_MOMENTUM_LOCAL);
+    sim_case(ds, HS_MOMENTUM_QG);
     sim_kind = HS_ALGO_CHOCO;
     sim_compress = "topk:0.1";
     hs_dataset_free(ds);
@@ -612,6 +649,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choco_mixed_job),
         cmocka_unit_test(test_other_algos_mixed_job),
+        cmocka_unit_test(test_dpsgd_one_neighbour),
         cmocka_unit_test(test_full_replicas),
         cmocka_unit_test(test_host_path_stays),
         cmocka_unit_test(test_sim_on_device),
