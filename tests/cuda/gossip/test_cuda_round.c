@@ -644,7 +644,7 @@ int main(int argc, char **argv) {
     counted_gossip.sign_add = c_sign_add;
     counted_ops.gossip = &counted_gossip;
     dev->ops = &counted_ops;
-    printf("# CHOCO, BEER, DCD and SGP rounds with peers on %s and on the host\n",
+    printf("# CHOCO, BEER, DCD, SGP and D-PSGD rounds with peers on %s and on the host\n",
            dev->description);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choco_mixed_job),
