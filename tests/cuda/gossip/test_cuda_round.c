@@ -172,6 +172,28 @@ typedef struct job_opts {
     const char *topo; /* hs_topo_new's spec; NULL: a ring */
 } job_opts;
 
+/* After round reload_at (0: never), peers 1 and 2 restart from their saved state, as a trainer
+ * resuming from a checkpoint does: a new hs_algo (moved to the device in a mixed job), then
+ * loaded. In the mixed job, what the device held (BEER's tracker, the mixes, DCD's device
+ * replicas, x_r) must come back from the host's state: the same bits as the host's restart. */
+static int reload_at;
+
+static void reload_peers(hs_algo **a, const hs_algo_cfg *cfg, float *const *x0) {
+    for (int i = 0; i < N; i++) {
+        if (!on_device(i)) continue;
+        int was_dev = a[i]->be != NULL;
+        hs_buf *b;
+        assert_int_equal(hs_buf_new(&b, 64), 0);
+        if (hs_algo_save(a[i], b) < 0) fail_msg("save of peer %d: %s", i, hs_error_message());
+        hs_algo_free(a[i]);
+        if (hs_algo_new(&a[i], cfg, (uint32_t)i, D, x0[i]) < 0 ||
+            hs__algo_to_device(a[i], was_dev ? dev : NULL) != was_dev ||
+            hs_algo_load(a[i], b->data, b->len) < 0)
+            fail_msg("reload of peer %d: %s", i, hs_error_message());
+        hs_buf_unref(b);
+    }
+}
+
 static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
     hs_topo *topo;
     hs_simnet *sim;
@@ -245,6 +267,7 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
             else
                 memcpy(out, x[i], sizeof(float) * D);
         }
+        if (reload_at && r == reload_at) reload_peers(a, &cfg, xh);
     }
     for (int i = 0; i < N; i++) {
         hs_buf *b;
@@ -346,6 +369,22 @@ static void test_other_algos_mixed_job(void **state) {
         }
         assert_true(ran >= 3);
     }
+}
+
+/* Peers that restart from their saved state mid-job (reload_peers) go on with the bits of the
+ * same restart on the host, for every algorithm. */
+static void test_reload_mid_job(void **state) {
+    (void)state;
+    const job_opts jobs[] = {
+        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, NULL},  {"topk:0.1", HS_ALGO_BEER, 0, 0, 0, NULL},
+        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 0, NULL},
+        {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        reload_at = 4;
+        check(&jobs[i]);
+    }
+    reload_at = 0;
 }
 
 /* D-PSGD's peers with one neighbour mix on their own paths (in place, or from the messages'
@@ -623,6 +662,13 @@ static void test_sim_mixed_peers(void **state) {
     hs_dataset_free(ds);
 }
 
+/* Each test starts without a restart: a failed one may have left reload_at set. */
+static int fresh(void **state) {
+    (void)state;
+    reload_at = 0;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int rc = gossip_test_open(argc, argv, &dev, &reference);
     if (rc != 0) return rc;
@@ -647,14 +693,15 @@ int main(int argc, char **argv) {
     printf("# CHOCO, BEER, DCD, SGP and D-PSGD rounds with peers on %s and on the host\n",
            dev->description);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_choco_mixed_job),
-        cmocka_unit_test(test_other_algos_mixed_job),
-        cmocka_unit_test(test_dpsgd_one_neighbour),
-        cmocka_unit_test(test_full_replicas),
-        cmocka_unit_test(test_host_path_stays),
-        cmocka_unit_test(test_sim_on_device),
-        cmocka_unit_test(test_x_copy_fails),
-        cmocka_unit_test(test_sim_mixed_peers),
+        cmocka_unit_test_setup(test_choco_mixed_job, fresh),
+        cmocka_unit_test_setup(test_other_algos_mixed_job, fresh),
+        cmocka_unit_test_setup(test_dpsgd_one_neighbour, fresh),
+        cmocka_unit_test_setup(test_reload_mid_job, fresh),
+        cmocka_unit_test_setup(test_full_replicas, fresh),
+        cmocka_unit_test_setup(test_host_path_stays, fresh),
+        cmocka_unit_test_setup(test_sim_on_device, fresh),
+        cmocka_unit_test_setup(test_x_copy_fails, fresh),
+        cmocka_unit_test_setup(test_sim_mixed_peers, fresh),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
     dev->ops = real_ops;
