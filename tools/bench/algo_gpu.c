@@ -15,8 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#define BENCH_NAME "algo_gpu_bench"
+#include "gpu_bench.h"
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "hearsay/error.h"
@@ -27,36 +28,6 @@
 
 #define PEERS 3
 #define WARM 2
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int e_ = (call);                                                                           \
-        if (e_ < 0) {                                                                              \
-            fprintf(stderr, "algo_gpu_bench: %s: %s\n", #call, hs_error_message());               \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void fill(float *x, size_t d, uint64_t seed) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < d; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) * 0x1p-53 - 0.5);
-    }
-}
 
 /* The median seconds of peer 0's round, on the device (dev) or through a host copy. */
 static double run(hs_backend *be, const hs_algo_cfg *cfg, size_t d, int rounds, int dev) {
@@ -113,8 +84,7 @@ static double run(hs_backend *be, const hs_algo_cfg *cfg, size_t d, int rounds, 
             }
         if (r >= WARM) t[r - WARM] = spent;
     }
-    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-    double med = rounds % 2 ? t[rounds / 2] : 0.5 * (t[rounds / 2 - 1] + t[rounds / 2]);
+    double med = median(t, rounds);
     free(t);
     for (int i = 0; i < PEERS; i++) {
         hs_algo_free(a[i]);

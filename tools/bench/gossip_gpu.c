@@ -15,8 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#define BENCH_NAME "gossip_gpu_bench"
+#include "gpu_bench.h"
 #include "algo/algo_internal.h"
 #include "compress/device.h"
 #include "hearsay/buf.h"
@@ -24,41 +25,6 @@
 #include "hearsay/error.h"
 #include "hearsay/tensor.h"
 #include "tensor/gossip_ops.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        int e_ = (call);                                                                           \
-        if (e_ < 0) {                                                                              \
-            fprintf(stderr, "gossip_gpu_bench: %s: %s\n", #call, hs_error_message());             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static void fill(float *x, size_t d, uint64_t seed) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < d; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) * 0x1p-53 - 0.5);
-    }
-}
 
 int main(int argc, char **argv) {
     size_t d = 25000000;
