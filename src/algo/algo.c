@@ -258,6 +258,12 @@ void hs_algo_from_eval_point(hs_algo *a, float *z) {
     if (a->ops->from_eval_point) a->ops->from_eval_point(a, z);
 }
 
+int hs__algo_lends_round_x(const hs_algo *a) { return a && a->ops->round_x != NULL; }
+
+const void *hs__algo_round_x(const hs_algo *a) {
+    return a && a->ops->round_x ? a->ops->round_x(a) : NULL;
+}
+
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return a->ops->begin ? a->ops->begin(a, ex, r, x) : 0;
 }

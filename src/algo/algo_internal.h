@@ -91,6 +91,9 @@ typedef struct hs__algo_ops {
      * fields are installed, so an error leaves the algorithm as it was. */
     int (*save)(const hs_algo *a, hs_buf *out);
     int (*load)(hs_algo *a, const uint8_t **p, const uint8_t *end);
+    /* x as it was at the round's begin (d little-endian fp32, possibly unaligned), while the
+     * algorithm holds it between begin and pull; NULL otherwise (hs__algo_round_x). */
+    const void *(*round_x)(const hs_algo *a);
     /* Moves the per-round vector work onto backend be (hs__algo_to_device): allocates the
      * device state; NULL: the algorithm has no device path. */
     int (*to_device)(hs_algo *a, hs_backend *be);
@@ -235,5 +238,12 @@ int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v);
 int hs__skip_floats(const uint8_t **p, const uint8_t *end, size_t n, const uint8_t **at);
 /* Reads n floats, all finite, into dst (unchanged on error). */
 int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n);
+
+/* The vector hs_algo_begin was given, as the algorithm holds it until the round's pull (D-PSGD
+ * keeps it to mix against); NULL when it holds none. Lets the owner of x lend its vector for
+ * the round instead of keeping a copy of its own (node/vec.c). */
+const void *hs__algo_round_x(const hs_algo *a);
+/* Whether a's kind holds the round's x that way (ops->round_x). */
+int hs__algo_lends_round_x(const hs_algo *a);
 
 #endif

@@ -16,6 +16,7 @@
 typedef struct dpsgd_state {
     hs_buf *sent;         /* this round's message, while x_r is read from it */
     const uint8_t *sent_x; /* x_r inside sent, checked once when it was sent */
+    int own_x;            /* a->own holds x_r (from begin to pull) */
 } dpsgd_state;
 
 static void dpsgd_fini(hs_algo *a) {
@@ -50,9 +51,11 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     hs_buf_unref(s->sent);
     s->sent = NULL;
     s->sent_x = NULL;
+    s->own_x = 0;
     const uint8_t *vals;
     if (v.n_out == 0) {
         memcpy(a->own, x, sizeof(float) * a->d);
+        s->own_x = 1;
         return 0;
     }
     hs_buf *msg;
@@ -65,11 +68,17 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
         s->sent_x = vals;
     } else {
         memcpy(a->own, x, sizeof(float) * a->d);
+        s->own_x = 1;
     }
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
 out:
     hs_buf_unref(msg);
     return err < 0 ? err : 0;
+}
+
+static const void *dpsgd_round_x(const hs_algo *a) {
+    const dpsgd_state *s = a->priv;
+    return s->sent ? (const void *)s->sent_x : s->own_x ? (const void *)a->own : NULL;
 }
 
 /* x_r: where the round's message holds it, or a->own. */
@@ -178,6 +187,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t d = a->d;
     double wsum = 0, sq = 0;
     a->stats.missing = 0;
+    ((dpsgd_state *)a->priv)->own_x = 0; /* own becomes the mix's scratch below */
     if (v.n_in == 1) {
         int got = pull_one(a, ex, r, &v.in[0], x, &sq);
         if (got < 0) return got;
@@ -209,6 +219,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_buf_unref(s->sent); /* sent or not, the round is mixed */
     s->sent = NULL;
     s->sent_x = NULL;
+    s->own_x = 0;
     return 0;
 }
 
@@ -224,4 +235,5 @@ const hs__algo_ops hs__algo_dpsgd = {
     .fini = dpsgd_fini,
     .begin = dpsgd_begin,
     .pull = dpsgd_pull,
+    .round_x = dpsgd_round_x,
 };

@@ -197,12 +197,16 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
 
 /* Joiners get the terms and timeline, then (MODEL) the model's snapshot; with the terms alone
  * they keep their own model. DROP: once no WELCOME holds it (refs: the node's, the runtime's)
- * and joiners' wait is over, it goes, not to stay a copy of the model (WELCOMEs wait for one). */
+ * and joiners' wait is over (at once for a large one), it goes, not to stay a copy of the model
+ * (WELCOMEs wait for one). */
 enum { TERMS, MODEL, DROP };
 static int publish(hs_node *n, uint64_t round, int what) {
     if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
-                         hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms))
+                         (n->snap->len < HS__NODE_SNAP_KEEP_MAX &&
+                          hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms)))
         return 0;
+    /* A caller's vector at step 0 is kept by its joiners (vec.c): no model to carry. */
+    if (what == MODEL && n->vec && n->m.steps(n->m.ctx) == 0) what = TERMS;
     uint8_t t[JOB_TERMS_BYTES];
     memcpy(t, &n->jt, 24); /* end, rounds, wait */
     hs__node_timeline_put(&n->tl, t + 24);
@@ -355,16 +359,6 @@ int hs__node_connect(hs_node *n) {
     return 0;
 }
 
-/* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
- * command line (srun, mpirun) and still write its own files. */
-int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
-    const char *at = strstr(in, "{id}");
-    int len = at ? snprintf(out, cap, "%.*s%u%s", (int)(at - in), in, id, at + 4)
-                 : snprintf(out, cap, "%s", in);
-    if (len < 0 || (size_t)len >= cap) return hs__err(HS_EINVAL, "path too long: %s", in);
-    return 0;
-}
-
 static int round_top(hs_node *n);
 static hs__round_model engine_model(hs_node *n);
 
@@ -461,6 +455,10 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
             if ((err = publish(n, r, MODEL)) < 0) return err;
         }
     }
+    /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
+     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
+    if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
+        hs__node_await_unheld(n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&

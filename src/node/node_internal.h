@@ -24,6 +24,10 @@
 #define HS__NODE_RESUME_REQUIRE 2
 #define HS__NODE_STR_(x) #x
 #define HS__NODE_STR(x) HS__NODE_STR_(x)
+/* A snapshot of this many bytes or more is withdrawn as soon as no WELCOME holds it (a smaller
+ * one stays for the snapshot timeout, for joiners on their way): a standing copy of a large
+ * model would cost a vector of memory every round (issue 21). Joiners wait for the next. */
+#define HS__NODE_SNAP_KEEP_MAX ((size_t)64 << 20)
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 
@@ -179,6 +183,9 @@ int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
                     atomic_int *stop);
 double hs__node_now(void);
+/* Waits (at most timeout_ms, or until *stop) until no more than `holders` references to b are
+ * left, as a WELCOME that sends it drops its own once written: 1, or 0 when they stayed. */
+int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
  * defaults filled, combinations checked, CHOCO's automatic step computed. */
