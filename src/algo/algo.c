@@ -484,7 +484,7 @@ int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, ui
 
 /* A neighbour's replica can no longer follow its deltas (one was lost or malformed): drop it
  * from the gossip step and ask the neighbour for its full replica. */
-static void replica_lost(hs_algo *a, hs__nbr *n) {
+void hs__algo_nbr_lost(hs_algo *a, hs__nbr *n) {
     if (!n->rep) return;
     if (n->synced) HS_LOGW("lost the replica of peer %u: asking it for a full one", n->id);
     if (!n->want_full) a->stats.resyncs++;
@@ -504,7 +504,7 @@ static void replica_lost(hs_algo *a, hs__nbr *n) {
  * weights on both sides, so the mix among them stays symmetric and keeps their average; the
  * leaver's side of its edges no longer exists. One declared dead by mistake that is heard from
  * again comes back through a full replica, asked for then. */
-static void neighbour_gone(hs_algo *a, hs__nbr *n, uint64_t r) {
+void hs__algo_nbr_gone(hs_algo *a, hs__nbr *n, uint64_t r) {
     if (n->gone) return;
     n->gone = 1;
     a->stats.gone++;
@@ -523,14 +523,14 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
             /* It will never come: a replica that missed a delta must be replaced. */
             HS_LOGD("round %llu: the message of round %llu from peer %u was lost",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id);
-            replica_lost(a, n);
+            hs__algo_nbr_lost(a, n);
             n->next_round++;
             continue;
         }
         if (err == HS_ETIMEDOUT || err == HS_ECONNRESET) {
             HS_LOGD("round %llu: no message of round %llu from peer %u (%s)",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id, hs_strerror(err));
-            if (err == HS_ECONNRESET) neighbour_gone(a, n, r);
+            if (err == HS_ECONNRESET) hs__algo_nbr_gone(a, n, r);
             return 0;
         }
         if (err < 0) return err;
@@ -551,7 +551,7 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
             /* A payload that fails validation is dropped as a lost one would be. */
             HS_LOGW("round %llu: dropped the message of peer %u: %s", (unsigned long long)r, n->id,
                     hs_error_message());
-            replica_lost(a, n);
+            hs__algo_nbr_lost(a, n);
         }
         n->next_round++;
     }

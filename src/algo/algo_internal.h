@@ -181,6 +181,23 @@ typedef int (*hs__apply_fn)(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_
                             void *ctx);
 int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                       hs__apply_fn apply, void *ctx);
+/* Neighbour n's message was lost (its replica must be replaced), or n left or was declared
+ * dead at round r (out of the mix until heard from again): the bookkeeping of catch_up. */
+void hs__algo_nbr_lost(hs_algo *a, hs__nbr *n);
+void hs__algo_nbr_gone(hs_algo *a, hs__nbr *n, uint64_t r);
+
+/* stream.c: neighbour n's message of round r as it arrives, in pieces (the exchange's
+ * recv_piece, which must be there): each piece goes in order to fn (bytes [off, off + len) of
+ * a message of total bytes; the WANT_FULL flag is taken off the first byte, as catch_up
+ * does), with catch_up's bookkeeping; older rounds of n are dropped by the exchange.
+ * Returns 1 when all of it came and fn took it; 0 when it did not come in timeout_ms (nor all
+ * of it), the neighbour is gone, or fn refused a piece (< 0 from fn: the message is dropped,
+ * said at warning level); *taken is then how many of its bytes fn took. < 0: an error of the
+ * run. n->next_round is r + 1 after it either way. */
+typedef int (*hs__piece_fn)(hs_algo *a, const uint8_t *p, size_t len, uint64_t off,
+                            uint64_t total, void *ctx);
+int hs__algo_recv_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
+                         hs__piece_fn fn, void *ctx, uint64_t *taken);
 
 /* Replica algorithms (choco, dcd): send `delta` to out-neighbours that hold this peer's
  * replica (a->own) and the full replica to new ones; bring in-neighbours' replicas up to round

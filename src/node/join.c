@@ -325,3 +325,9 @@ int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *st
     }
     return 1;
 }
+
+void hs__node_set_tag(uint32_t self) {
+    char tag[32];
+    snprintf(tag, sizeof(tag), "peer %u", self);
+    hs__log_set_tag(tag);
+}
