@@ -202,13 +202,15 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
     }
     if ((err = hs_algo_check_compressor(cfg->kind, a->comp)) < 0) goto fail;
     a->dpub = d * (size_t)(ops->pub_vectors > 1 ? ops->pub_vectors : 1);
-    if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = malloc(sizeof(float) * d)) ||
-        !(a->tmp2 = malloc(sizeof(float) * d))) {
+    if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = calloc(d, sizeof(float))) ||
+        !(a->tmp2 = calloc(d, sizeof(float)))) {
         err = hs__err(HS_ENOMEM, "algorithm: out of memory for %zu parameters", d);
         goto fail;
     }
     /* Without replicas own is the algorithm's scratch, written before it is read (D-PSGD: x
-     * at a round's start): left untouched, a large one takes no memory until then. */
+     * at a round's start): left untouched, a large one takes no memory until then; so do the
+     * scratch vectors of an algorithm that does not use them (D-PSGD with one neighbour),
+     * zeroed by calloc, not written (malloc's debug fill, MALLOC_PERTURB_, would touch them). */
     if (ops->needs_replicas) memcpy(a->own, x0, sizeof(float) * d);
     if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
         double delta = hs_compressor_delta(a->comp), dp = 0;
