@@ -16,7 +16,7 @@ port=$((7600 + RANDOM % 300))
 head -c 48 /dev/urandom | base64 >"$tmp/secret"
 chmod 600 "$tmp/secret"
 # Peak memory per peer, in vectors of d floats (docs/RESULTS.md, "Memory at 100M (mem2
-# branch)": D-PSGD 2.15-2.16, resuming 3.04-3.13, CHOCO 8.04). What a D-PSGD peer holds: the
+# branch)": D-PSGD 2.15-2.17, resuming 3.04-3.13, CHOCO 8.04). What a D-PSGD peer holds: the
 # caller's vector, which is the node's x during each call (1: the node keeps no copy); in a
 # round the message it sends, which is also x at the round's start (1); the neighbour's message
 # only as the pieces waiting to be mixed (at most max_buffered / 4, 32 MiB, and the part being
