@@ -48,6 +48,15 @@ typedef struct hs_msg {
     hs_buf *payload; /* owned by the receiver of the hs_msg */
 } hs_msg;
 
+/* Bytes of a payload as the transport hands them up (recv_piece): p[0..len) are the payload's
+ * bytes [off, off + len) of total; buf holds them (owned by the receiver of the hs_piece). */
+typedef struct hs_piece {
+    hs_buf *buf;
+    const uint8_t *p;
+    size_t len;
+    uint64_t off, total;
+} hs_piece;
+
 typedef struct hs_exchange_stats {
     uint64_t bytes_sent, bytes_recv; /* payload bytes plus framing */
     uint64_t msgs_sent, msgs_recv;
@@ -70,6 +79,16 @@ typedef struct hs_exchange_ops {
      * algorithms). Returns the number written to out (at most max). */
     int (*drain)(hs_exchange *ex, hs_msg *out, int max);
     void (*stats)(hs_exchange *ex, hs_exchange_stats *out);
+    /* Optional (NULL: the exchange has only recv). The payload of `round` from `from` as it
+     * arrives, without waiting for the rest: the piece that holds byte `at` (a reader that has
+     * taken bytes [0, at) asks for at), *out->off == at. Waits and fails as recv does. Every
+     * older payload of that sender still waiting is dropped (a piece reader keeps nothing
+     * across rounds: D-PSGD). Once called, large payloads of this exchange arrive in pieces
+     * of a few MiB (recv still returns them whole, gathered; drain is not for such an
+     * exchange); a small one, or one begun before, is one piece. A reader that stops before
+     * the total leaves the rest to be dropped by its next call. */
+    int (*recv_piece)(hs_exchange *ex, uint32_t from, uint64_t round, uint64_t at,
+                      int timeout_ms, hs_piece *out);
 } hs_exchange_ops;
 
 struct hs_exchange {

@@ -140,6 +140,12 @@ typedef struct hs_net_config {
      * round past the job's end is no checkpoint of this job); one beyond is not counted, and
      * said. 0: no bound. */
     uint64_t resume_round_max;
+    /* 1: a DATA payload that travels in parts (over 4 MiB) is handed up part by part as it
+     * arrives, for a reader that takes it with the exchange's recv_piece (D-PSGD mixes a large
+     * model that way, through a few MiB); recv() still returns payloads whole, drain() does not
+     * see them (leave it 0 for a reader that drains). 0 (default): whole payloads only, until
+     * recv_piece is first called. */
+    int data_in_pieces;
 } hs_net_config;
 
 /* Fills the defaults above (listen "127.0.0.1:0", secret mode, ...). */

@@ -202,13 +202,15 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
     }
     if ((err = hs_algo_check_compressor(cfg->kind, a->comp)) < 0) goto fail;
     a->dpub = d * (size_t)(ops->pub_vectors > 1 ? ops->pub_vectors : 1);
-    if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = malloc(sizeof(float) * d)) ||
-        !(a->tmp2 = malloc(sizeof(float) * d))) {
+    if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = calloc(d, sizeof(float))) ||
+        !(a->tmp2 = calloc(d, sizeof(float)))) {
         err = hs__err(HS_ENOMEM, "algorithm: out of memory for %zu parameters", d);
         goto fail;
     }
     /* Without replicas own is the algorithm's scratch, written before it is read (D-PSGD: x
-     * at a round's start): left untouched, a large one takes no memory until then. */
+     * at a round's start): left untouched, a large one takes no memory until then; so do the
+     * scratch vectors of an algorithm that does not use them (D-PSGD with one neighbour),
+     * zeroed by calloc, not written (malloc's debug fill, MALLOC_PERTURB_, would touch them). */
     if (ops->needs_replicas) memcpy(a->own, x0, sizeof(float) * d);
     if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
         double delta = hs_compressor_delta(a->comp), dp = 0;
@@ -256,6 +258,12 @@ void hs_algo_reset_x(hs_algo *a, const float *x) {
 
 void hs_algo_from_eval_point(hs_algo *a, float *z) {
     if (a->ops->from_eval_point) a->ops->from_eval_point(a, z);
+}
+
+int hs__algo_lends_round_x(const hs_algo *a) { return a && a->ops->round_x != NULL; }
+
+const void *hs__algo_round_x(const hs_algo *a) {
+    return a && a->ops->round_x ? a->ops->round_x(a) : NULL;
 }
 
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
@@ -478,7 +486,7 @@ int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, ui
 
 /* A neighbour's replica can no longer follow its deltas (one was lost or malformed): drop it
  * from the gossip step and ask the neighbour for its full replica. */
-static void replica_lost(hs_algo *a, hs__nbr *n) {
+void hs__algo_nbr_lost(hs_algo *a, hs__nbr *n) {
     if (!n->rep) return;
     if (n->synced) HS_LOGW("lost the replica of peer %u: asking it for a full one", n->id);
     if (!n->want_full) a->stats.resyncs++;
@@ -498,7 +506,7 @@ static void replica_lost(hs_algo *a, hs__nbr *n) {
  * weights on both sides, so the mix among them stays symmetric and keeps their average; the
  * leaver's side of its edges no longer exists. One declared dead by mistake that is heard from
  * again comes back through a full replica, asked for then. */
-static void neighbour_gone(hs_algo *a, hs__nbr *n, uint64_t r) {
+void hs__algo_nbr_gone(hs_algo *a, hs__nbr *n, uint64_t r) {
     if (n->gone) return;
     n->gone = 1;
     a->stats.gone++;
@@ -517,14 +525,14 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
             /* It will never come: a replica that missed a delta must be replaced. */
             HS_LOGD("round %llu: the message of round %llu from peer %u was lost",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id);
-            replica_lost(a, n);
+            hs__algo_nbr_lost(a, n);
             n->next_round++;
             continue;
         }
         if (err == HS_ETIMEDOUT || err == HS_ECONNRESET) {
             HS_LOGD("round %llu: no message of round %llu from peer %u (%s)",
                     (unsigned long long)r, (unsigned long long)n->next_round, n->id, hs_strerror(err));
-            if (err == HS_ECONNRESET) neighbour_gone(a, n, r);
+            if (err == HS_ECONNRESET) hs__algo_nbr_gone(a, n, r);
             return 0;
         }
         if (err < 0) return err;
@@ -545,7 +553,7 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
             /* A payload that fails validation is dropped as a lost one would be. */
             HS_LOGW("round %llu: dropped the message of peer %u: %s", (unsigned long long)r, n->id,
                     hs_error_message());
-            replica_lost(a, n);
+            hs__algo_nbr_lost(a, n);
         }
         n->next_round++;
     }

@@ -91,6 +91,9 @@ typedef struct hs__algo_ops {
      * fields are installed, so an error leaves the algorithm as it was. */
     int (*save)(const hs_algo *a, hs_buf *out);
     int (*load)(hs_algo *a, const uint8_t **p, const uint8_t *end);
+    /* x as it was at the round's begin (d little-endian fp32, possibly unaligned), while the
+     * algorithm holds it between begin and pull; NULL otherwise (hs__algo_round_x). */
+    const void *(*round_x)(const hs_algo *a);
     /* Moves the per-round vector work onto backend be (hs__algo_to_device): allocates the
      * device state; NULL: the algorithm has no device path. */
     int (*to_device)(hs_algo *a, hs_backend *be);
@@ -194,6 +197,23 @@ typedef int (*hs__apply_fn)(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_
                             void *ctx);
 int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                       hs__apply_fn apply, void *ctx);
+/* Neighbour n's message was lost (its replica must be replaced), or n left or was declared
+ * dead at round r (out of the mix until heard from again): the bookkeeping of catch_up. */
+void hs__algo_nbr_lost(hs_algo *a, hs__nbr *n);
+void hs__algo_nbr_gone(hs_algo *a, hs__nbr *n, uint64_t r);
+
+/* stream.c: neighbour n's message of round r as it arrives, in pieces (the exchange's
+ * recv_piece, which must be there): each piece goes in order to fn (bytes [off, off + len) of
+ * a message of total bytes; the WANT_FULL flag is taken off the first byte, as catch_up
+ * does), with catch_up's bookkeeping; older rounds of n are dropped by the exchange.
+ * Returns 1 when all of it came and fn took it; 0 when it did not come in timeout_ms (nor all
+ * of it), the neighbour is gone, or fn refused a piece (< 0 from fn: the message is dropped,
+ * said at warning level); *taken is then how many of its bytes fn took. < 0: an error of the
+ * run. n->next_round is r + 1 after it either way. */
+typedef int (*hs__piece_fn)(hs_algo *a, const uint8_t *p, size_t len, uint64_t off,
+                            uint64_t total, void *ctx);
+int hs__algo_recv_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
+                         hs__piece_fn fn, void *ctx, uint64_t *taken);
 
 /* Replica algorithms (choco, dcd): send `delta` to out-neighbours that hold this peer's
  * replica (a->own) and the full replica to new ones; bring in-neighbours' replicas up to round
@@ -251,5 +271,12 @@ int hs__get_f64(const uint8_t **p, const uint8_t *end, double *v);
 int hs__skip_floats(const uint8_t **p, const uint8_t *end, size_t n, const uint8_t **at);
 /* Reads n floats, all finite, into dst (unchanged on error). */
 int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n);
+
+/* The vector hs_algo_begin was given, as the algorithm holds it until the round's pull (D-PSGD
+ * keeps it to mix against); NULL when it holds none. Lets the owner of x lend its vector for
+ * the round instead of keeping a copy of its own (node/vec.c). */
+const void *hs__algo_round_x(const hs_algo *a);
+/* Whether a's kind holds the round's x that way (ops->round_x). */
+int hs__algo_lends_round_x(const hs_algo *a);
 
 #endif

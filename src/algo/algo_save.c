@@ -9,8 +9,10 @@
 #include "core/error_internal.h"
 
 #define SAVE_MAGIC 0x4C415348u /* "HSAL" */
-/* 2: the push-sum weight moved from the common fields to SGP's own. */
-#define SAVE_VERSION 2u
+/* 2: the push-sum weight moved from the common fields to SGP's own. 3: an algorithm without
+ * replicas saves no own vector (it is scratch; version 2 wrote it as d zeros, which a
+ * checkpoint of a large model had to hold in memory while it was written). Both are read. */
+#define SAVE_VERSION 3u
 
 int hs__put_u32(hs_buf *b, uint32_t v) { return hs_buf_append(b, &v, 4); }
 int hs__put_u64(hs_buf *b, uint64_t v) { return hs_buf_append(b, &v, 8); }
@@ -71,20 +73,13 @@ int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n) 
     return err;
 }
 
-/* own, or zeros where it is scratch (no replicas: algo.c), which a load checks and drops; so
- * a loaded state saves to the same bytes. */
+/* own where it is state (replicas); nothing where it is scratch (algo.c). */
 static int put_own(const hs_algo *a, hs_buf *out) {
-    if (a->ops->needs_replicas) return hs__put_floats(out, a->own, a->dpub);
-    size_t n = sizeof(float) * a->dpub;
-    int err = hs_buf_reserve(out, out->len + n);
-    if (err < 0) return err;
-    memset(out->data + out->len, 0, n);
-    out->len += n;
-    return 0;
+    return a->ops->needs_replicas ? hs__put_floats(out, a->own, a->dpub) : 0;
 }
 
 /* Layout: magic, version, kind, d (u64), compressor name (u32 length + bytes), epoch (u64),
- * have_view, own vector (d floats), neighbour count, then per neighbour: id, flags
+ * have_view, own vector (d floats; only with replicas since version 3), neighbour count, then per neighbour: id, flags
  * (is_in | is_out << 1 | synced << 2 | sent_full << 3), next_round (u64), replica (d floats)
  * when it has one; then the algorithm's own fields (ops->save). */
 int hs_algo_save(const hs_algo *a, hs_buf *out) {
@@ -118,9 +113,9 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
     if (magic != SAVE_MAGIC) return hs__err(HS_EFORMAT, "algorithm state: bad magic 0x%08x", magic);
     if ((err = hs__get_u32(&p, end, &version)) < 0) return err;
-    if (version != SAVE_VERSION)
-        return hs__err(HS_EFORMAT, "algorithm state: version %u (this build reads %u)", version,
-                       SAVE_VERSION);
+    if (version != SAVE_VERSION && version != 2)
+        return hs__err(HS_EFORMAT, "algorithm state: version %u (this build reads 2 and %u)",
+                       version, SAVE_VERSION);
     if ((err = hs__get_u32(&p, end, &kind)) < 0 || (err = hs__get_u64(&p, end, &d)) < 0 ||
         (err = hs__get_u32(&p, end, &cl)) < 0)
         return err;
@@ -145,8 +140,9 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     uint32_t got = 0;
     if (a->ops->needs_replicas && !(own = malloc(sizeof(float) * a->dpub)))
         return hs__err(HS_ENOMEM, "algorithm state: out of memory");
-    if ((err = own ? hs__get_floats(&p, end, own, a->dpub)
-                   : hs__skip_floats(&p, end, a->dpub, NULL)) < 0 ||
+    if ((err = own                ? hs__get_floats(&p, end, own, a->dpub)
+               : version == 2 ? hs__skip_floats(&p, end, a->dpub, NULL)
+                              : 0) < 0 ||
         (err = hs__get_u32(&p, end, &nn)) < 0)
         goto fail;
     if (nn > 1u << 16) {

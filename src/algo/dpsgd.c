@@ -10,6 +10,7 @@
 #include "algo/algo_internal.h"
 #include "compress/codec.h"
 #include "core/error_internal.h"
+#include "core/log.h"
 
 /* With a compressor whose message is x itself (none), the round's message is x_r: it is kept
  * from begin to pull instead of a copy in a->own, and a neighbour's is read where it arrived. */
@@ -17,6 +18,8 @@ typedef struct dpsgd_state {
     hs_buf *sent;         /* this round's message, while x_r is read from it */
     const uint8_t *sent_x; /* x_r inside sent, checked once when it was sent */
     hs__dpsgd_dev *dev;    /* device mode (a->be): the round there (dpsgd_dev.c) */
+
+    int own_x;            /* a->own holds x_r (from begin to pull) */
 } dpsgd_state;
 
 static void dpsgd_fini(hs_algo *a) {
@@ -57,9 +60,11 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     hs_buf_unref(s->sent);
     s->sent = NULL;
     s->sent_x = NULL;
+    s->own_x = 0;
     const uint8_t *vals;
     if (v.n_out == 0) {
         memcpy(a->own, x, sizeof(float) * a->d);
+        s->own_x = 1;
         return 0;
     }
     hs_buf *msg;
@@ -72,11 +77,17 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
         s->sent_x = vals;
     } else {
         memcpy(a->own, x, sizeof(float) * a->d);
+        s->own_x = 1;
     }
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
 out:
     hs_buf_unref(msg);
     return err < 0 ? err : 0;
+}
+
+static const void *dpsgd_round_x(const hs_algo *a) {
+    const dpsgd_state *s = a->priv;
+    return s->sent ? (const void *)s->sent_x : s->own_x ? (const void *)a->own : NULL;
 }
 
 /* x_r: where the round's message holds it, or a->own. */
@@ -99,6 +110,64 @@ static double mix_values(float *x, const uint8_t *xj, const uint8_t *xr, float w
         sq += hs__step_sq(x + k, t, 1.0f, n);
     }
     return sq;
+}
+
+/* x += w (x_j - x_r) as x_j's message arrives in pieces (hs__algo_recv_pieces): its head (the
+ * payload type and the codec header) checked against the message's total before any value is
+ * read, then each block of 1024 values checked finite before it is mixed, in the blocks and the
+ * operations of mix_values, so the result is the same to the bit. Of a message that stops
+ * (timeout, the neighbour gone, a bad value), the blocks mixed stay mixed and the rest keep
+ * x_r's weight, as a message that does not come does: each coordinate's update is D-PSGD's own
+ * (with or without that neighbour), none is half done. */
+typedef struct mix_stream {
+    float *x;
+    const uint8_t *xr;
+    float w;
+    uint8_t head[1 + HS__CHDR];
+    size_t head_have;
+    uint8_t blk[4096]; /* the values of the block being filled, as they came */
+    size_t blk_have;
+    size_t k; /* values mixed */
+    double sq;
+} mix_stream;
+
+static int mix_block(hs_algo *a, mix_stream *m) {
+    size_t n = m->blk_have / 4;
+    int err = hs__compress_f32_check(a->comp, m->blk, n, m->k);
+    if (err < 0) return err;
+    float t[1024], b[1024];
+    memcpy(t, m->blk, sizeof(float) * n);
+    memcpy(b, m->xr + 4 * m->k, sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) t[i] = m->w * (t[i] - b[i]);
+    m->sq += hs__step_sq(m->x + m->k, t, 1.0f, n);
+    m->k += n;
+    m->blk_have = 0;
+    return 0;
+}
+
+static int mix_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uint64_t total,
+                     void *ctx) {
+    (void)off;
+    mix_stream *m = ctx;
+    while (len && m->head_have < sizeof(m->head)) {
+        m->head[m->head_have++] = *p++;
+        len--;
+        if (m->head_have < sizeof(m->head)) continue;
+        if (m->head[0] != HS_PAYLOAD_DELTA)
+            return hs__err(HS_EPROTO, "a payload of type %d to dpsgd", m->head[0]);
+        int err = hs__compress_f32_head(a->comp, m->head + 1, (size_t)(total - 1));
+        if (err < 0) return err;
+    }
+    while (len) {
+        size_t k = sizeof(m->blk) - m->blk_have;
+        if (k > len) k = len;
+        memcpy(m->blk + m->blk_have, p, k);
+        m->blk_have += k, p += k, len -= k;
+        int err = 0;
+        if (m->blk_have == sizeof(m->blk) || m->k + m->blk_have / 4 == a->d) err = mix_block(a, m);
+        if (err < 0) return err;
+    }
+    return 0;
 }
 
 enum { MIX_BUF, MIX_IN_PLACE, MIX_VALUES };
@@ -161,6 +230,20 @@ static int pull_one(hs_algo *a, hs_exchange *ex, uint64_t r, const hs_nbr *nb, f
                     double *sq) {
     size_t d = a->d;
     const uint8_t *xr = sent_values(a);
+    if (xr && ex->ops->recv_piece) {
+        mix_stream m = {x, xr, (float)nb->w, {0}, 0, {0}, 0, 0, 0};
+        uint64_t taken = 0;
+        int got = hs__algo_recv_pieces(a, ex, hs__algo_nbr(a, nb->id), r, a->cfg.recv_timeout_ms,
+                                       mix_piece, &m, &taken);
+        if (got < 0) return got;
+        if (!got && m.k)
+            HS_LOGW("round %llu: the model of peer %u stopped after %zu of %zu values: those are "
+                    "mixed, the others keep this peer's own, as for a model that does not come",
+                    (unsigned long long)r, nb->id, m.k, d);
+        if (!got) a->stats.missing++;
+        *sq = m.sq;
+        return got;
+    }
     if (xr) {
         mix_ctx c = {NULL, 0, MIX_VALUES, x, xr, (float)nb->w, 0};
         int got = recv_model(a, ex, r, nb->id, &c);
@@ -186,6 +269,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     size_t d = a->d;
     double wsum = 0, sq = 0;
     a->stats.missing = 0;
+    ((dpsgd_state *)a->priv)->own_x = 0; /* own becomes the mix's scratch below */
     if (v.n_in == 1) {
         int got = pull_one(a, ex, r, &v.in[0], x, &sq);
         if (got < 0) return got;
@@ -217,6 +301,7 @@ static int dpsgd_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_buf_unref(s->sent); /* sent or not, the round is mixed */
     s->sent = NULL;
     s->sent_x = NULL;
+    s->own_x = 0;
     return 0;
 }
 
@@ -233,4 +318,6 @@ const hs__algo_ops hs__algo_dpsgd = {
     .begin = dpsgd_begin,
     .pull = dpsgd_pull,
     .to_device = dpsgd_to_device,
+
+    .round_x = dpsgd_round_x,
 };

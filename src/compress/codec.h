@@ -111,6 +111,12 @@ int hs__cdecode_args(const hs_compressor *c, size_t d, float alpha);
 /* Checks a dense (none, fp16, bf16) message of c completely: header, length, every value
  * finite (dense.c). */
 int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len);
+/* Its two halves, for a reader that takes a message's values as they arrive: the header
+ * (p: the first HS__CHDR bytes of a message of len bytes in all; nothing past them is read),
+ * and n fp32 values at v, the first being value `first` (HS_EFORMAT naming the first value
+ * that is not finite). */
+int hs__dense_check_head(const hs_compressor *c, const uint8_t *p, size_t len);
+int hs__dense_check_f32(const hs_compressor *c, const uint8_t *v, size_t n, size_t first);
 /* The d little-endian fp32 values inside a message of c, checked as a decode checks them,
  * for a compressor whose message is x itself (none, no error feedback): a reader may take
  * them where they are instead of decoding into a vector of its own. HS_EINVAL for others. */
@@ -119,6 +125,11 @@ int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len
 /* 1 when c's messages are x itself (hs__compress_f32_values applies), else 0: asked first, a
  * caller of every round leaves the thread's last error alone for the other compressors. */
 int hs__compress_values_raw(const hs_compressor *c);
+/* The same in pieces: the header (its first HS__CHDR bytes) of a message of len bytes of a
+ * compressor whose messages are x itself, checked as hs__compress_f32_values checks it; then
+ * each run of n values, the first being value `first`, checked before it is used. */
+int hs__compress_f32_head(const hs_compressor *c, const uint8_t *hdr, size_t len);
+int hs__compress_f32_check(const hs_compressor *c, const uint8_t *v, size_t n, size_t first);
 
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;

@@ -211,6 +211,18 @@ int hs__compress_f32_values(const hs_compressor *c, const uint8_t *p, size_t len
     return err;
 }
 
+int hs__compress_f32_head(const hs_compressor *c, const uint8_t *hdr, size_t len) {
+    if (!hs__compress_values_raw(c))
+        return hs__err(HS_EINVAL, "compressor %s: its messages are not the values themselves",
+                       c->name);
+    int err = hs__ccheck_codec(c, hdr, len);
+    return err < 0 ? err : hs__dense_check_head(c, hdr, len);
+}
+
+int hs__compress_f32_check(const hs_compressor *c, const uint8_t *v, size_t n, size_t first) {
+    return hs__dense_check_f32(c, v, n, first);
+}
+
 int hs_compress_decode_add(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                            uint64_t round, float *acc, size_t d, float alpha) {
     int err = hs__cdecode_args(c, d, alpha);

@@ -62,13 +62,24 @@ static int dense_encode(hs_compressor *c, const float *x, uint32_t peer, uint64_
     return 0;
 }
 
-int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
-    const dense_fmt *f = fmt_of(c);
+int hs__dense_check_head(const hs_compressor *c, const uint8_t *p, size_t len) {
     uint32_t d = (uint32_t)c->d, flags;
     hs__chdr_want want = {0, 0, 0, 0, 0, d, d, d, "parameter", "count"};
     int err = hs__chdr_check(c, p, len, &want, &flags);
+    return err < 0 ? err : hs__clen_check(c, len, dense_max_bytes(c), "header and values");
+}
+
+int hs__dense_check_f32(const hs_compressor *c, const uint8_t *v, size_t n, size_t first) {
+    if (hs__cf32_max_key(v, n) < HS_CW_KEY_INF) return 0;
+    size_t i = 0;
+    while (i < n && hs_cw_key(hs__ldf(v + 4 * i)) < HS_CW_KEY_INF) i++;
+    return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name, first + i);
+}
+
+int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
+    const dense_fmt *f = fmt_of(c);
+    int err = hs__dense_check_head(c, p, len);
     if (err < 0) return err;
-    if ((err = hs__clen_check(c, len, dense_max_bytes(c), "header and values")) < 0) return err;
     const uint8_t *v = p + HS__CHDR;
     int bad = f->width == 4 ? hs__cf32_max_key(v, c->d) >= HS_CW_KEY_INF
                             : hs__c16_max_mag(v, c->d) >= f->inf_mag;

@@ -277,6 +277,7 @@ static void handle_frame(hs__conn *c, const hs__hdr *h, hs_buf *pay) {
 
 /* Feeds plaintext to the frame reader, handling every frame it completes. */
 void hs__conn_feed(hs__conn *c, const uint8_t *p, size_t n) {
+    c->rd.stream = __atomic_load_n(&c->tr->stream_data, __ATOMIC_RELAXED);
     while (n && c->state != HS__C_CLOSING) {
         size_t used = 0;
         hs__hdr h;
@@ -359,11 +360,15 @@ void hs__conn_read_pause(hs__conn *c, int pause) {
         return;
     c->reading_paused = pause;
     if (pause) {
+        c->paused_us = hs__now_us();
         uv_read_stop((uv_stream_t *)&c->tcp);
         HS_LOGD("%s: mailbox full, not reading", c->remote);
         return;
     }
-    c->last_recv_us = hs__now_us();
+    /* Silence and stalled writes count from now: while this side held its reads, the other's
+     * heartbeats (and its HOLD, when it holds too) waited in the socket. */
+    c->hold_sent_us = 0;
+    c->last_recv_us = c->last_progress_us = hs__now_us();
     int err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (err < 0)
         hs__conn_close(c, err, 0, HS_LOG_WARN, "read: %s", uv_strerror(err));

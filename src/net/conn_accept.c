@@ -283,14 +283,22 @@ void hs__conn_tick(hs__transport *tr, uint64_t now) {
                            (unsigned long long)((now - c->last_recv_us) / 1000));
             continue;
         }
-        if (c->inflight > 0 && now - c->last_progress_us > peer_to) {
+        /* Bytes the other side does not read for peer_to are a slow peer, unless it said it
+         * holds its reads on purpose within that time (its application is busy: HOLD), or this
+         * side holds its own reads of it (both busy: neither HOLD can pass the other's full
+         * socket; this side's own application ends the hold, and the count starts again). */
+        if (c->inflight > 0 && !hs__conn_holding(c, now) && now - c->last_progress_us > peer_to &&
+            now - c->held_us > peer_to) {
             hs__conn_close(c, HS_ETIMEDOUT, 0, HS_LOG_WARN,
                            "slow: %zu bytes not written for %llu ms (the peer does not read)",
                            c->inflight, (unsigned long long)((now - c->last_progress_us) / 1000));
             continue;
         }
-        if (now - c->last_send_us >= (uint64_t)tr->cfg->heartbeat_ms * 1000 && !c->ctlq.head) {
-            hs__heartbeat hb = {HS__HB_BEAT, 0, 0, 0, 0};
+        uint64_t hb_us = (uint64_t)tr->cfg->heartbeat_ms * 1000;
+        int hold = hs__conn_holding(c, now) && now - c->hold_sent_us >= hb_us;
+        if ((hold || now - c->last_send_us >= hb_us) && !c->ctlq.head) {
+            hs__heartbeat hb = {hold ? HS__HB_HOLD : HS__HB_BEAT, 0, 0, 0, 0};
+            if (hold) c->hold_sent_us = now;
             tr->ev->make_heartbeat(tr->owner, &hb);
             hs_buf *b;
             if (hs_buf_new(&b, HS__HB_LEN) == 0) {

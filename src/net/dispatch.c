@@ -260,6 +260,8 @@ static int on_heartbeat(hs_net *net, hs__conn *c, hs_buf *pay) {
         hs__q_on_status(&net->mb, c->peer ? &c->peer->m : NULL, c->peer_id, &hb);
         return 0;
     }
+    if (hb.kind == HS__HB_HOLD)
+        c->held_us = hs__now_us();
     if (c->peer)
         hs__mb_on_heartbeat(&net->mb, &c->peer->m, &hb);
     return 0;
@@ -280,8 +282,7 @@ static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         uv_mutex_lock(&net->mu);
         /* A resent copy of a round that came after all (it was only late) is no replay. */
         int resent = (h->flags & HS__F_RESENT) != 0;
-        int dup = !p->m.dead && resent && p->have_data_round && h->round <= p->last_data_round &&
-                  !hs__rs_gap_has(p->gap_mask, p->last_data_round, h->round);
+        int dup = hs__net_mail_dup(p, h->round, resent);
         net->st.resend_dup += (uint64_t)dup;
         int drop = p->m.dead || dup;
         err = drop ? 0 : hs__net_mail_put(net, p, h->round, pay, resent);
@@ -294,6 +295,23 @@ static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
             return 0; /* the mailbox has the reference */
         }
         break;
+    case HS__T_PART: { /* a piece of a DATA message, handed up as it came (net/pieces.h) */
+        if (!p) {
+            err = hs__err(HS_EPROTO, "DATA on a connection that is not a member's");
+            break;
+        }
+        uv_mutex_lock(&net->mu);
+        err = hs__net_mail_put_piece(net, p, h->round, pay);
+        int hold = p->rx_paused;
+        uv_mutex_unlock(&net->mu);
+        if (hold)
+            net->tr.ops->read_pause(c, 2);
+        if (err == 1) {
+            hs__rs_withdraw(p, h->round);
+            return 0; /* the mailbox has the reference */
+        }
+        break;
+    }
     case HS__T_HEARTBEAT:
         err = on_heartbeat(net, c, pay);
         break;

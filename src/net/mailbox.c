@@ -1,7 +1,8 @@
 /* The training thread's side of the runtime: the commands it posts to the loop (which runs them
- * in net.c), the mailbox where DATA payloads wait, keyed by (sender, round), until its recv()
- * or drain() takes them, and the hs_exchange the algorithms use (view() reads the member-list
- * version in force; send() hands payloads to the loop as commands).
+ * in net.c), the mailbox where DATA payloads (or their pieces, net/pieces.h) wait, keyed by
+ * (sender, round), until its recv(), recv_piece() or drain() takes them, and the hs_exchange
+ * the algorithms use (view() reads the member-list version in force; send() hands payloads to
+ * the loop as commands).
  * Backpressure: a sender over its share of the mailbox stops being read until it is taken.
  *
  * Threading: the exchange ops run on the training thread; hs__net_mail_put on the loop thread;
@@ -43,12 +44,12 @@ static void mail_remove(hs_net *net, int i) {
 }
 
 /* The application took messages: connections held back read again once their sender's share
- * fell to half the cap. mu held; either thread. */
+ * fell to half the cap that held them. mu held; either thread. */
 static void mail_taken(hs_net *net) {
     int kick = 0;
     for (int i = 0; i < net->mb.n_peers; i++) {
         hs__peer *p = hs__peer_of(net->mb.peers[i]);
-        if (p->rx_paused && p->mailbox_bytes <= net->cfg.max_buffered / 2) {
+        if (p->rx_paused && p->mailbox_bytes <= p->rx_cap / 2) {
             p->rx_paused = 0;
             kick = 1;
         }
@@ -57,8 +58,14 @@ static void mail_taken(hs_net *net) {
         hs__net_post(net, HS__CMD_KICK, 0, 0, NULL, 1);
 }
 
-/* Stores a DATA payload (reference taken over). Caller holds mu. */
-int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int resent) {
+int hs__net_mail_dup(hs__peer *p, uint64_t round, int resent) {
+    return !p->m.dead && resent && p->have_data_round && round <= p->last_data_round &&
+           !hs__rs_gap_has(p->gap_mask, p->last_data_round, round);
+}
+
+/* A new DATA round from p (a whole payload, or the first piece of one): replays are refused,
+ * a resent copy fills its gap. */
+static int round_check(hs__peer *p, uint64_t round, int resent) {
     int gap =
         resent && p->have_data_round && hs__rs_gap_has(p->gap_mask, p->last_data_round, round);
     if (gap) {
@@ -72,25 +79,32 @@ int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int 
         p->have_data_round = 1;
         p->last_data_round = round;
     }
+    return 0;
+}
+
+static int mail_add(hs_net *net, hs__peer *p, hs__mail m, size_t cap) {
     /* Nothing is dropped for being old: push-sum adds shares whenever they arrive (a
      * straggler's are many rounds behind), and losing one would lose its mass. The
      * synchronous algorithms take every round they are sent, in order; the per-sender cap
      * below bounds what waits. */
     if (net->n_mail == net->cap_mail) {
-        int cap = net->cap_mail ? 2 * net->cap_mail : 64;
-        hs__mail *m = realloc(net->mail, (size_t)cap * sizeof(*m));
-        if (!m)
+        int slots = net->cap_mail ? 2 * net->cap_mail : 64;
+        hs__mail *grown = realloc(net->mail, (size_t)slots * sizeof(*grown));
+        if (!grown)
             return hs__err(HS_ENOMEM, "mailbox: out of memory");
-        net->mail = m;
-        net->cap_mail = cap;
+        net->mail = grown;
+        net->cap_mail = slots;
     }
-    net->mail[net->n_mail++] = (hs__mail){p->m.id, round, buf};
-    p->mailbox_bytes += buf->len;
+    net->mail[net->n_mail++] = m;
+    p->mailbox_bytes += m.buf->len;
     /* Backpressure, not loss: over its cap, the sender's connection stops reading until the
-     * application has taken enough (its queue then fills, and a sender that cannot write for
-     * the peer timeout declares this peer slow). */
-    if (p->mailbox_bytes > net->cfg.max_buffered)
+     * application has taken enough (its queue then fills; the transport says HOLD, so that the
+     * sender does not take it for a peer that stopped reading). */
+    if (p->mailbox_bytes > cap) {
         p->rx_paused = 1;
+        p->rx_cap = cap;
+    }
+    uint64_t round = m.round;
     /* Wake the training thread only for what it waits for: with k neighbours, waking it for
      * every arrival would cost up to k - 1 useless context switches per round (a later round
      * from the same sender wakes it too: it means the awaited one is lost). drain() users
@@ -98,6 +112,42 @@ int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int 
     if (net->recv_waiting && net->recv_from == p->m.id && round >= net->recv_round)
         uv_cond_signal(&net->cv);
     return 0;
+}
+
+/* Stores a DATA payload (reference taken over). Caller holds mu. */
+int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int resent) {
+    int err = round_check(p, round, resent);
+    hs__mail m = {p->m.id, round, buf, 0, buf->len, 0};
+    return err < 0 ? err : mail_add(net, p, m, net->cfg.max_buffered);
+}
+
+int hs__net_mail_put_piece(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf) {
+    hs__part part;
+    int err = hs__wire_part_decode(buf->data, &part); /* the reader checked the rest */
+    if (err < 0)
+        return err;
+    if (part.type != HS__T_DATA)
+        return hs__err(HS_EPROTO, "PART: a %s message handed up in pieces",
+                       hs__wire_type_name(part.type));
+    int resent = (part.flags & HS__F_RESENT) != 0;
+    uint64_t n = buf->len - HS__PART_HDR_LEN, from = 0;
+    int k = hs__pstream_accept(&p->pstream, round, part.off, n, part.total, resent, &from);
+    if (k < 0 || k == HS__PIECE_DUP)
+        return k < 0 ? k : 0;
+    if (k == HS__PIECE_NEW) {
+        /* The message's round is checked at its first piece, as a whole message's. */
+        int dup = hs__net_mail_dup(p, round, resent);
+        net->st.resend_dup += (uint64_t)dup;
+        if (p->m.dead || dup) {
+            hs__pstream_drop(&p->pstream);
+            return 0;
+        }
+        if ((err = round_check(p, round, resent)) < 0)
+            return err;
+    }
+    size_t skip = HS__PART_HDR_LEN + (size_t)(from - part.off);
+    hs__mail m = {p->m.id, round, buf, from, part.total, skip};
+    return (err = mail_add(net, p, m, HS__PIECES_CAP(net))) < 0 ? err : 1;
 }
 
 /* ------------------------------------------------------------------ the exchange */
@@ -201,8 +251,12 @@ static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload
     return err;
 }
 
-static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_ms, hs_buf **out) {
-    hs_net *net = ex->impl;
+/* What a waiting reader looks for, under mu: 1 found and taken, 0 not (yet), < 0 an error. */
+typedef int (*take_fn)(hs_net *net, uint32_t from, uint64_t round, void *ctx);
+
+/* Waits for what take finds of (from, round), or for the reason it will not come. */
+static int mail_wait(hs_net *net, uint32_t from, uint64_t round, int timeout_ms, take_fn take,
+                     void *ctx) {
     if (timeout_ms < 0)
         timeout_ms = net->cfg.peer_timeout_ms; /* never wait without a limit */
     uint64_t start = hs__now_us(), deadline = start + (uint64_t)timeout_ms * 1000, ask = 0;
@@ -210,14 +264,12 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
     uv_mutex_lock(&net->mu);
     bump_round(net, round);
     for (;;) {
-        for (int i = 0; i < net->n_mail; i++)
-            if (net->mail[i].from == from && net->mail[i].round == round) {
-                *out = net->mail[i].buf;
-                mail_remove(net, i);
-                mail_taken(net);
-                uv_mutex_unlock(&net->mu);
-                return 0;
-            }
+        int got = take(net, from, round, ctx);
+        mail_taken(net);
+        if (got != 0) {
+            err = got < 0 ? got : 0;
+            break;
+        }
         hs__peer *p = hs__peer_find(net, from);
         uint64_t now = hs__now_us();
         if (!p) {
@@ -254,10 +306,12 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
                           (unsigned long long)round, timeout_ms);
             break;
         }
-        /* A frame lost on the way costs a round trip: ask the sender again, backing off. */
+        /* A frame lost on the way costs a round trip: ask the sender again, backing off (not
+         * while its pieces are arriving). */
+        int arriving = p->pstream.active && p->pstream.round == round;
         if (!ask || (gap && !asked))
             ask = gap ? now : start + hs__rs_interval_us(p->rtt_us, p->emu_oneway_ms, 0);
-        if (now >= ask && !p->rx_paused &&
+        if (now >= ask && !p->rx_paused && !arriving &&
             hs__net_post(net, HS__CMD_RESEND, from, round, NULL, 1) == 0)
             ask = now + hs__rs_interval_us(p->rtt_us, p->emu_oneway_ms, ++asked);
         uint64_t until = ask > now && ask < deadline ? ask : deadline;
@@ -271,22 +325,120 @@ static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_m
     return err;
 }
 
+static int is_whole(const hs__mail *m) {
+    return m->skip == 0 && m->off == 0 && m->buf->len == m->total;
+}
+
+/* Drops mail i (its reference too). */
+static void mail_drop(hs_net *net, int i) {
+    hs_buf *b = net->mail[i].buf;
+    mail_remove(net, i);
+    hs_buf_unref(b);
+}
+
+/* recv(): the payload whole, or its pieces gathered in order into one buffer (an exchange that
+ * hands up pieces: net/pieces.h); pieces of older rounds of that sender are dropped, as the
+ * piece reader's next call would. */
+typedef struct whole_ctx {
+    hs_buf *gather, *out;
+    uint64_t have;
+} whole_ctx;
+
+static int take_whole(hs_net *net, uint32_t from, uint64_t round, void *vc) {
+    whole_ctx *c = vc;
+    for (int i = 0; i < net->n_mail; i++) {
+        hs__mail *m = &net->mail[i];
+        if (m->from != from || m->round > round || (m->round < round && is_whole(m)))
+            continue;
+        if (!c->gather && m->round == round && is_whole(m)) {
+            c->out = m->buf;
+            mail_remove(net, i);
+            return 1;
+        }
+        uint64_t len = m->buf->len - m->skip, skip = 0;
+        int fit = m->round < round ? -1 : hs__piece_fits(m->off, len, c->have, &skip);
+        if (fit == 0)
+            continue;
+        if (fit > 0) {
+            if (!c->gather && hs_buf_new(&c->gather, (size_t)m->total) < 0)
+                return HS_ENOMEM;
+            memcpy(c->gather->data + c->have, m->buf->data + m->skip + skip, (size_t)(len - skip));
+            c->have += len - skip;
+        }
+        uint64_t total = m->total;
+        mail_drop(net, i);
+        i = -1; /* from the start: the piece that follows may have come before */
+        if (c->gather && c->have == total) {
+            c->gather->len = (size_t)total;
+            c->out = c->gather;
+            c->gather = NULL;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int ex_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_ms, hs_buf **out) {
+    whole_ctx c = {NULL, NULL, 0};
+    int err = mail_wait(ex->impl, from, round, timeout_ms, take_whole, &c);
+    hs_buf_unref(c.gather); /* pieces of a payload that did not complete: lost with it */
+    if (err == 0)
+        *out = c.out;
+    return err;
+}
+
+typedef struct piece_ctx {
+    uint64_t at;
+    hs_piece *out;
+} piece_ctx;
+
+static int take_piece(hs_net *net, uint32_t from, uint64_t round, void *vc) {
+    piece_ctx *c = vc;
+    for (int i = 0; i < net->n_mail; i++) {
+        hs__mail *m = &net->mail[i];
+        if (m->from != from || m->round > round)
+            continue;
+        uint64_t len = m->buf->len - m->skip, skip = 0;
+        int fit = m->round < round ? -1 : hs__piece_fits(m->off, len, c->at, &skip);
+        if (fit < 0)
+            mail_drop(net, i--);
+        if (fit <= 0)
+            continue;
+        *c->out = (hs_piece){m->buf, m->buf->data + m->skip + skip, (size_t)(len - skip), c->at,
+                             m->total};
+        mail_remove(net, i);
+        return 1;
+    }
+    return 0;
+}
+
+static int ex_recv_piece(hs_exchange *ex, uint32_t from, uint64_t round, uint64_t at,
+                         int timeout_ms, hs_piece *out) {
+    hs_net *net = ex->impl;
+    /* From the next message begun on, large ones come up in pieces. */
+    __atomic_store_n(&net->tr.stream_data, 1, __ATOMIC_RELAXED);
+    piece_ctx c = {at, out};
+    return mail_wait(net, from, round, timeout_ms, take_piece, &c);
+}
+
+/* Whole payloads only: an exchange read by drain() never hands up pieces (recv_piece turns
+ * them on). */
 static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
     hs_net *net = ex->impl;
     uv_mutex_lock(&net->mu);
-    int n = net->n_mail < max ? net->n_mail : max;
-    for (int i = 0; i < n; i++) {
-        out[i].from = net->mail[i].from;
-        out[i].round = net->mail[i].round;
-        out[i].payload = net->mail[i].buf;
-        hs__peer *p = hs__peer_find(net, net->mail[i].from);
-        if (p)
-            p->mailbox_bytes -= net->mail[i].buf->len;
+    int n = 0, kept = 0;
+    for (int i = 0; i < net->n_mail; i++) {
+        hs__mail *m = &net->mail[i];
+        if (n < max && is_whole(m)) {
+            out[n++] = (hs_msg){m->from, m->round, m->buf};
+            hs__peer *p = hs__peer_find(net, m->from);
+            if (p)
+                p->mailbox_bytes -= m->buf->len;
+        } else {
+            net->mail[kept++] = *m;
+        }
     }
-    /* (an empty mailbox may not be allocated yet: memmove of NULL is undefined even for 0) */
-    if (net->n_mail > n)
-        memmove(net->mail, net->mail + n, (size_t)(net->n_mail - n) * sizeof(*net->mail));
-    net->n_mail -= n;
+    net->n_mail = kept;
     mail_taken(net);
     uv_mutex_unlock(&net->mu);
     return n;
@@ -300,5 +452,6 @@ static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     out->bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
 }
 
-const hs_exchange_ops hs__net_exchange_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats};
+const hs_exchange_ops hs__net_exchange_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats,
+                                              ex_recv_piece};
 

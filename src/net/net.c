@@ -201,15 +201,18 @@ static void on_async(uv_async_t *a) {
             break;
         case HS__CMD_KICK:
             hs__bs_try_welcomes(net);
-            for (int i = 0; i < net->mb.n_peers; i++) {
-                hs__peer *q = hs__peer_of(net->mb.peers[i]);
-                if (!q->m.conn || !q->m.conn->reading_paused)
+            /* Every connection of the peer: the one held may not be the one in use for it
+             * now (both sides dialled; a joiner's connection), and would stay held. */
+            for (hs__conn *c = net->tr.conns, *next; c; c = next) {
+                next = c->next;
+                hs__peer *q = c->peer;
+                if (!q || !c->reading_paused)
                     continue;
                 uv_mutex_lock(&net->mu);
                 int still = q->rx_paused;
                 uv_mutex_unlock(&net->mu);
                 if (!still)
-                    net->tr.ops->read_pause(q->m.conn, 0);
+                    net->tr.ops->read_pause(c, 0);
             }
             break;
         }
@@ -276,6 +279,7 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     net->tr.st = &net->st;
     net->tr.mu = &net->mu;
     net->tr.self = &net->self;
+    net->tr.stream_data = net->cfg.data_in_pieces != 0;
     net->tr.listen_addr = net->s_listen;
     net->mb.env = &hs__net_mb_env;
     net->mb.ctx = net;

@@ -15,6 +15,7 @@ void hs__reader_free(hs__reader *r) {
     hs_buf_unref(r->msg.buf);
     r->pay = NULL;
     r->msg.buf = NULL;
+    r->msg.streamed = 0;
     r->in_payload = 0;
     r->in_part = 0;
     r->hb_have = 0;
@@ -24,7 +25,7 @@ void hs__reader_free(hs__reader *r) {
 
 size_t hs__reader_partial(const hs__reader *r) {
     size_t n = r->in_payload ? HS__HDR_LEN + r->pay_have + r->ph_have : r->hb_have;
-    return n + (r->msg.buf ? (size_t)r->msg.p.off + 1 : 0);
+    return n + (r->msg.buf || r->msg.streamed ? (size_t)r->msg.p.off + 1 : 0);
 }
 
 /* The header is complete: check it against the limits and allocate the payload (a PART's part
@@ -67,7 +68,7 @@ static int part_header_done(hs__reader *r) {
     uint64_t n = r->hdr.len - HS__PART_HDR_LEN;
     hs__rmsg *m = &r->msg;
     if (p.off == 0) {
-        if (m->buf)
+        if (m->buf || m->streamed)
             return hs__err(HS_EPROTO, "PART: message %u begun before message %u was complete",
                            p.id, m->p.id);
         if (p.id != r->last_id + 1)
@@ -90,13 +91,15 @@ static int part_header_done(hs__reader *r) {
             return hs__err(HS_EPROTO, "PART: %llu bytes of a %s message of %llu",
                            (unsigned long long)n, tn, (unsigned long long)p.total);
         /* Untouched pages cost nothing until the parts fill them. */
-        if ((err = hs_buf_new(&m->buf, (size_t)p.total)) < 0)
+        if (r->stream && p.type == HS__T_DATA)
+            m->streamed = 1;
+        else if ((err = hs_buf_new(&m->buf, (size_t)p.total)) < 0)
             return err;
         r->last_id = p.id;
         m->p = p;
         m->round = r->hdr.round;
     } else {
-        if (!m->buf)
+        if (!m->buf && !m->streamed)
             return hs__err(HS_EPROTO, "PART: part at %llu of message %u, which was not begun",
                            (unsigned long long)p.off, p.id);
         if (p.id != m->p.id || p.type != m->p.type || p.flags != m->p.flags ||
@@ -113,6 +116,14 @@ static int part_header_done(hs__reader *r) {
     }
     m->end = m->p.off + n;
     r->in_part = 2;
+    if (!m->streamed)
+        return 0;
+    /* The part goes up on its own: its header (as checked) and its bytes. */
+    if ((err = hs_buf_new(&r->pay, (size_t)r->hdr.len)) < 0)
+        return err;
+    memcpy(r->pay->data, r->ph, HS__PART_HDR_LEN);
+    r->pay_have = HS__PART_HDR_LEN;
+    r->in_part = 3;
     return 0;
 }
 
@@ -199,6 +210,10 @@ int hs__reader_feed(hs__reader *r, const uint8_t *p, size_t n, size_t *used, hs_
 }
 
 size_t hs__reader_direct(hs__reader *r, uint8_t **dst) {
+    if (r->in_part == 3) {
+        *dst = r->pay->data + r->pay_have;
+        return r->hdr.len - r->pay_have;
+    }
     if (r->in_part == 2) {
         *dst = r->msg.buf->data + r->msg.p.off;
         return (size_t)(r->msg.end - r->msg.p.off);
@@ -210,6 +225,15 @@ size_t hs__reader_direct(hs__reader *r, uint8_t **dst) {
 }
 
 int hs__reader_direct_done(hs__reader *r, size_t n, hs__hdr *hdr, hs_buf **payload) {
+    if (r->in_part == 3) {
+        r->msg.p.off += n;
+        r->pay_have += n;
+        if (r->pay_have < r->hdr.len)
+            return 0;
+        if (r->msg.p.off == r->msg.p.total)
+            r->msg.streamed = 0;
+        return take_frame(r, hdr, payload);
+    }
     if (r->in_part == 2) {
         r->msg.p.off += n;
         return r->msg.p.off == r->msg.end ? part_done(r, hdr, payload) : 0;

@@ -26,6 +26,7 @@
 #include "hearsay/topo.h"
 #include "net/bootstrap.h"
 #include "net/membership.h"
+#include "net/pieces.h"
 #include "net/resend.h"
 #include "net/transport.h"
 
@@ -44,7 +45,9 @@ struct hs__peer {
     uint64_t last_sent_round; /* newest DATA round sent */
     size_t queued_bytes;      /* DATA bytes accepted by send() and not yet written */
     size_t mailbox_bytes;     /* bytes from it waiting in the mailbox */
-    int rx_paused;            /* (mu) over max_buffered: its connection stops reading */
+    int rx_paused;            /* (mu) over rx_cap: its connection stops reading */
+    size_t rx_cap;            /* (mu) what paused it: max_buffered, or HS__PIECES_CAP (pieces) */
+    hs__pstream pstream;      /* (mu) its DATA message arriving in pieces (net/pieces.h) */
     hs__rstore rs;            /* (loop) payloads last sent to it, for RESEND */
     int have_gone;            /* (mu) it answered GONE: rounds up to gone_round never come */
     uint64_t gone_round;
@@ -75,11 +78,21 @@ typedef struct hs__cmd {
     hs_buf *buf;
 } hs__cmd;
 
+/* A DATA payload, or a piece of one (net/pieces.h): bytes [off, off + buf->len - skip) of a
+ * payload of total bytes, from buf->data + skip (a PART frame's payload: its part header, and
+ * bytes that a copy sent again repeated, are skipped). */
 typedef struct hs__mail {
     uint32_t from;
     uint64_t round;
     hs_buf *buf;
+    uint64_t off, total;
+    size_t skip;
 } hs__mail;
+
+/* Pieces of a sender's message waiting in the mailbox, in bytes, beyond which its connection
+ * stops reading until the application takes them: a message of several GB arrives through
+ * this much memory (the sender's writes wait meanwhile). */
+#define HS__PIECES_CAP(net) ((net)->cfg.max_buffered / 4)
 
 
 struct hs_net {
@@ -198,6 +211,11 @@ void hs__net_attach(hs_net *net, hs__conn *c);
 int hs__net_post(hs_net *net, int type, uint32_t to, uint64_t round, hs_buf *buf, int locked);
 /* Stores a DATA payload (reference taken over); mu held. */
 int hs__net_mail_put(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf, int resent);
+/* Whether a DATA of `round` from p is a copy sent again of one that came (dropped); mu held. */
+int hs__net_mail_dup(hs__peer *p, uint64_t round, int resent);
+/* Stores a piece of a DATA message (a PART frame handed up by the reader, reference taken
+ * over when it returns 1; 0: a duplicate, dropped, the caller keeps its reference); mu held. */
+int hs__net_mail_put_piece(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf);
 extern const hs_exchange_ops hs__net_exchange_ops;
 
 /* ------------------------------------------------------------------ dispatch.c */

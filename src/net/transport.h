@@ -164,13 +164,24 @@ struct hs__conn {
     int got_bye;        /* BYE received: 1 close, 2 leave */
     int timer_armed;
     int connected;                /* TCP established */
-    int reading_paused;           /* mailbox backpressure (read_pause) */
+    int reading_paused;           /* mailbox backpressure (read_pause): 1, or 2 for pieces */
+    uint64_t paused_us;    /* when reading_paused began */
+    uint64_t held_us;      /* when the other side last said it holds its reads (HEARTBEAT HOLD) */
+    uint64_t hold_sent_us; /* when this side last said so */
     int state_before_close;       /* the state close found */
     int refused_retry;            /* the other side said REFUSE with "try again" */
     char why[HS__REASON_MAX + 1]; /* why it is closing */
     hs__conn_io io;
     hs__conn *next, *prev;
 };
+
+/* How long a connection held for pieces (read_pause 2) says HOLD, and is not itself judged
+ * slow for its stalled writes: an application's local update between two rounds may take
+ * this long while a neighbour's large message waits in the socket; past it, the usual rules. */
+#define HS__HOLD_MAX_US (300ull * 1000000)
+static inline int hs__conn_holding(const struct hs__conn *c, uint64_t now) {
+    return c->reading_paused == 2 && now - c->paused_us < HS__HOLD_MAX_US;
+}
 
 /* What the transport tells the layer above (owner is hs__transport.owner). */
 typedef struct hs__transport_events {
@@ -221,6 +232,9 @@ struct hs__transport {
     uint64_t refuse_log_us; /* when a refusal was last logged */
     uint64_t refuse_quiet;  /* refusals not logged since */
     uint64_t last_tick_us;  /* the previous hs__conn_tick: a long gap means this process slept */
+    /* Set by the owner (__atomic_store_n, any thread): DATA messages in parts go up part by
+     * part (hs__reader.stream), from the next message begun. */
+    int stream_data;
 };
 
 /* The transport's operations: what the layers above call. */
@@ -245,7 +259,9 @@ struct hs__transport_ops {
     /* 1 once only its close callbacks remain. */
     int (*closed)(hs__conn *c);
     int (*flushed)(hs__conn *c);
-    /* Stops (1) or resumes (0) reading: backpressure. Resuming forgives the silence. */
+    /* Stops (1) or resumes (0) reading: backpressure. Resuming forgives the silence. 2 stops
+     * for pieces of a message the application takes as they come: the other side is told
+     * HOLD (for at most HS__HOLD_MAX_US), so that it waits instead of judging this side slow. */
     void (*read_pause)(hs__conn *c, int pause);
     /* Sets which frame types (and sizes) the reader accepts, from the state and role. */
     void (*set_limits)(hs__conn *c);

@@ -462,7 +462,7 @@ int hs__wire_heartbeat_decode(const uint8_t *p, size_t n, hs__heartbeat *out) {
     rcur c = {p, p + n, "HEARTBEAT"};
     memset(out, 0, sizeof(*out));
     TRY(rd8(&c, &out->kind, "kind"));
-    if (out->kind > HS__HB_QUORUM)
+    if (out->kind > HS__HB_HOLD)
         return hs__err(HS_EPROTO, "HEARTBEAT: unknown kind %u", out->kind);
     TRY(rd64(&c, &out->token, "token"));
     TRY(rd64(&c, &out->round, "round"));

@@ -101,9 +101,13 @@ int hs__wire_part_decode(const uint8_t in[HS__PART_HDR_LEN], hs__part *out);
  * part, once its total passed max_msg[type], and each part's bytes are checked (the message's
  * id, type, flags, round and total unchanged, the offset where the last part ended, nothing
  * past the total) before they are read into it. Other frames may come between parts; one
- * message at a time is reassembled. */
+ * message at a time is reassembled. With `stream` set when its first part comes, a DATA
+ * message is not reassembled: each part, checked the same way, comes out on its own as a PART
+ * frame whose payload is its part header and its bytes (the receiver's runtime hands them up
+ * as they come, net/pieces.h), so no buffer of the message's size is ever allocated. */
 typedef struct hs__rmsg {
-    hs_buf *buf; /* owned; NULL: no message in progress */
+    hs_buf *buf; /* owned; NULL: no message reassembled */
+    int streamed; /* a DATA message in progress whose parts go out one by one */
     hs__part p;  /* its first part's header (off: where the next part must start) */
     uint64_t round;
     uint64_t end; /* where the part being read ends */
@@ -118,7 +122,9 @@ typedef struct hs__reader {
     hs_buf *pay; /* payload being filled, owned */
     size_t pay_have;
     int in_payload; /* in a frame's payload (or a PART's part header or bytes) */
-    int in_part;    /* 1: reading a part header, 2: reading a part's bytes */
+    int in_part;    /* 1: reading a part header, 2: a part's bytes into the message, 3: a
+                       streamed part's bytes into pay (after its part header) */
+    int stream;     /* set by the owner: DATA messages in parts go out part by part */
     uint8_t ph[HS__PART_HDR_LEN];
     size_t ph_have;
     hs__rmsg msg;
@@ -249,7 +255,10 @@ int hs__wire_welcome_decode(const uint8_t *p, size_t n, hs__welcome *out);
 
 /* HEARTBEAT: liveness, round and membership version (anti-entropy), ping/pong, and QUORUM
  * (token 1: the sender is the sequencer and reaches a majority; 0: not). */
-enum { HS__HB_BEAT = 0, HS__HB_PING = 1, HS__HB_PONG = 2, HS__HB_QUORUM = 3 };
+/* HOLD: a BEAT from a side that does not read this connection for now (its application has not
+ * taken what arrived: backpressure), so that the other side does not take its unwritten bytes
+ * for a peer that stopped reading. */
+enum { HS__HB_BEAT = 0, HS__HB_PING = 1, HS__HB_PONG = 2, HS__HB_QUORUM = 3, HS__HB_HOLD = 4 };
 #define HS__HB_LEN 29
 typedef struct hs__heartbeat {
     uint8_t kind;

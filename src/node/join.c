@@ -307,3 +307,27 @@ int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, i
                    err < 0 ? hs_error_message() : "no member it knew");
 }
 
+/* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
+ * command line (srun, mpirun) and still write its own files. */
+int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
+    const char *at = strstr(in, "{id}");
+    int len = at ? snprintf(out, cap, "%.*s%u%s", (int)(at - in), in, id, at + 4)
+                 : snprintf(out, cap, "%s", in);
+    if (len < 0 || (size_t)len >= cap) return hs__err(HS_EINVAL, "path too long: %s", in);
+    return 0;
+}
+
+int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop) {
+    double end = hs__node_now() + 1e-3 * timeout_ms;
+    while (b && __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > holders && !*stop) {
+        if (hs__node_now() >= end) return 0;
+        sleep_s(stop, 0.01);
+    }
+    return 1;
+}
+
+void hs__node_set_tag(uint32_t self) {
+    char tag[32];
+    snprintf(tag, sizeof(tag), "peer %u", self);
+    hs__log_set_tag(tag);
+}

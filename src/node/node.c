@@ -18,18 +18,6 @@
 #include "node/node_internal.h"
 #include "train/round.h"
 
-/* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
- * while the job waits for its members and has not decided it), and the rule the first peers
- * follow until then: how many members they wait for and how many rounds they train from the
- * round at which those are in. A restarted job waiting for its members says -N members: its
- * end is known, its first round and timeline are agreed once they are in (resume.c). */
-typedef struct job_terms {
-    uint64_t end;
-    int64_t rounds, wait;
-} job_terms;
-_Static_assert(sizeof(job_terms) == 24, "job terms are 24 bytes on the wire");
-/* The terms, then the job's timeline (resume.c). */
-#define JOB_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
 
 enum { ST_NEW, ST_CONNECTED, ST_RUNNING, ST_ENDED };
 
@@ -50,7 +38,7 @@ struct hs_node {
     hs_timeline tl; /* the job's, which this peer's checkpoints are written on */
     uint32_t self;
     int rank;
-    job_terms jt;
+    hs__node_terms jt;
     hs__node_model m;
     hs__round eng; /* runs each round's phases on m (train/round.h) */
     hs_guard *guard;
@@ -197,13 +185,17 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
 
 /* Joiners get the terms and timeline, then (MODEL) the model's snapshot; with the terms alone
  * they keep their own model. DROP: once no WELCOME holds it (refs: the node's, the runtime's)
- * and joiners' wait is over, it goes, not to stay a copy of the model (WELCOMEs wait for one). */
+ * and joiners' wait is over (at once for a large one), it goes, not to stay a copy of the model
+ * (WELCOMEs wait for one). */
 enum { TERMS, MODEL, DROP };
 static int publish(hs_node *n, uint64_t round, int what) {
     if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
-                         hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms))
+                         (n->snap->len < HS__NODE_SNAP_KEEP_MAX &&
+                          hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms)))
         return 0;
-    uint8_t t[JOB_TERMS_BYTES];
+    /* A caller's vector at step 0 is kept by its joiners (vec.c): no model to carry. */
+    if (what == MODEL && n->vec && n->m.steps(n->m.ctx) == 0) what = TERMS;
+    uint8_t t[HS__NODE_TERMS_BYTES];
     memcpy(t, &n->jt, 24); /* end, rounds, wait */
     hs__node_timeline_put(&n->tl, t + 24);
     hs_buf *b = NULL;
@@ -221,22 +213,11 @@ static int publish(hs_node *n, uint64_t round, int what) {
     return err;
 }
 
-/* Reads the job's terms at the head of a welcome snapshot, validated. */
-static int read_job_terms(const hs_net_welcome *w, job_terms *jt) {
-    if (w->snapshot->len < JOB_TERMS_BYTES)
-        return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
-    memcpy(jt, w->snapshot->data, 24);
-    if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
-        return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
-                       (long long)jt->rounds, (long long)jt->wait);
-    return 0;
-}
-
 /* Adopts the job's state from a welcome snapshot (whose terms were read), as every joiner does:
  * the model, the optimizer and the step; its neighbours send it full replicas (same_start off). */
 static int adopt_welcome(hs_node *n) {
-    int err = n->m.adopt(n->m.ctx, n->w.snapshot->data + JOB_TERMS_BYTES,
-                         n->w.snapshot->len - JOB_TERMS_BYTES);
+    int err = n->m.adopt(n->m.ctx, n->w.snapshot->data + HS__NODE_TERMS_BYTES,
+                         n->w.snapshot->len - HS__NODE_TERMS_BYTES);
     if (err < 0) return hs__err_prefix(err, "welcome snapshot");
     HS_LOGI("joined at round %llu with the model of round %llu (local step %ld)",
             (unsigned long long)n->w.join_round, (unsigned long long)n->w.snapshot_round,
@@ -245,12 +226,6 @@ static int adopt_welcome(hs_node *n) {
     hs_buf_unref(n->w.snapshot);
     n->w.snapshot = NULL;
     return 0;
-}
-
-static void set_tag(uint32_t self) {
-    char tag[32];
-    snprintf(tag, sizeof(tag), "peer %u", self);
-    hs__log_set_tag(tag);
 }
 
 /* ---------------------------------------------------------------- start */
@@ -271,6 +246,7 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
+    nc->data_in_pieces = cfg->algo.kind == HS_ALGO_DPSGD; /* it reads with recv_piece */
     if (n->have_ck) nc->resume_round = n->ck.round, nc->resume_round_max = n->ck.end_round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
@@ -315,7 +291,7 @@ int hs__node_connect(hs_node *n) {
         HS_LOGI("wrote %s to %s", addr, cfg->rendezvous);
     }
     n->self = hs_net_self(n->net);
-    set_tag(n->self);
+    hs__node_set_tag(n->self);
     int world = cfg->world > 0 ? cfg->world : 1;
     /* A resumed peer keeps the shard it trained on (named in its checkpoint). */
     n->rank = cfg->rank >= 0 ? cfg->rank % world
@@ -326,22 +302,23 @@ int hs__node_connect(hs_node *n) {
     if (cfg->checkpoint_dir) hs_checkpoint_clean_tmp(cfg->checkpoint_dir, n->rank);
     /* The job's timeline: a joiner's from the welcome; a new job's is new, and a job restarted
      * from this peer's checkpoint branches from that checkpoint's. */
-    const uint8_t *wtl = n->w.snapshot && n->w.snapshot->len >= JOB_TERMS_BYTES
+    const uint8_t *wtl = n->w.snapshot && n->w.snapshot->len >= HS__NODE_TERMS_BYTES
                              ? n->w.snapshot->data + 24 : NULL;
-    job_terms wj = {0, 1, 0};
-    if (wtl && (err = read_job_terms(&n->w, &wj)) < 0) return err;
+    hs__node_terms wj = {0, 1, 0};
+    if (wtl && (err = hs__node_terms_read(&n->w, &wj)) < 0) return err;
     if (wj.wait < 0) n->restart = 1;
     if ((err = hs__node_resume_timeline(cfg, n->rank, n->sig, wtl, n->w.join_round,
-                                        wtl && n->w.snapshot->len > JOB_TERMS_BYTES, n->restart,
-                                        &n->have_ck, &n->ck, &n->tl)) < 0)
+                                        wtl && n->w.snapshot->len > HS__NODE_TERMS_BYTES,
+                                        n->restart, &n->have_ck, &n->ck, &n->tl)) < 0)
         return err;
     /* This peer's own terms hold until it learns the job's. */
-    n->jt = (job_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
+    n->jt = (hs__node_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
     if (n->restart)
-        n->jt = n->have_ck ? (job_terms){n->ck.end_round, n->jt.rounds, wtl ? wj.wait : -n->jt.wait}
+        n->jt = n->have_ck ? (hs__node_terms){n->ck.end_round, n->jt.rounds,
+                                              wtl ? wj.wait : -n->jt.wait}
                            : wj;
     else if (!n->have_ck && n->w.snapshot) {
-        if ((err = read_job_terms(&n->w, &n->jt)) < 0) return err;
+        if ((err = hs__node_terms_read(&n->w, &n->jt)) < 0) return err;
         if (n->jt.rounds != (cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END))
             HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
                     "it); this peer follows the job's count and ends with it",
@@ -352,16 +329,6 @@ int hs__node_connect(hs_node *n) {
     if (!n->w.snapshot && (err = publish(n, n->have_ck ? n->ck.round : 0, TERMS)) < 0)
         return err;
     n->state = ST_CONNECTED;
-    return 0;
-}
-
-/* Expands "{id}" in a path to the peer's id, so every peer of a job can be given the same
- * command line (srun, mpirun) and still write its own files. */
-int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
-    const char *at = strstr(in, "{id}");
-    int len = at ? snprintf(out, cap, "%.*s%u%s", (int)(at - in), in, id, at + 4)
-                 : snprintf(out, cap, "%s", in);
-    if (len < 0 || (size_t)len >= cap) return hs__err(HS_EINVAL, "path too long: %s", in);
     return 0;
 }
 
@@ -390,15 +357,18 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
-    } else if (n->w.snapshot && n->w.snapshot->len > JOB_TERMS_BYTES &&
+    } else if (n->w.snapshot && n->w.snapshot->len > HS__NODE_TERMS_BYTES &&
                (err = adopt_welcome(n)) < 0) {
         return err;
-    } else if (n->w.snapshot && n->w.snapshot->len == JOB_TERMS_BYTES && n->w.join_round > 0) {
+    } else if (n->w.snapshot && n->w.snapshot->len == HS__NODE_TERMS_BYTES && n->jt.end &&
+               n->w.join_round + (uint64_t)n->jt.rounds > n->jt.end) {
         /* The job's snapshot was withdrawn and none came within the runtime's timeout: said,
          * since this peer then starts from its own vector, not the job's model. */
         HS_LOGW("joined at round %llu without the job's model (no snapshot in time): starting "
                 "from this peer's own vector", (unsigned long long)n->w.join_round);
     }
+    hs_buf_unref(n->w.snapshot); /* not adopted (a checkpoint was): no copy of a model to keep */
+    n->w.snapshot = NULL;
     /* A joiner of a running job (even one without the job's model), a restarted or resumed
      * peer makes its neighbours send it full replicas, and sends its own. */
     hs_algo_set_same_start(m->algo(m->ctx),
@@ -461,6 +431,10 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
             if ((err = publish(n, r, MODEL)) < 0) return err;
         }
     }
+    /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
+     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
+    if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
+        hs__node_await_unheld(n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&
@@ -505,9 +479,9 @@ static int recover(hs_node *n, int err) {
     if (hs_net_in_job(n->net, 0) != HS_ECANCELED) return err;
     if ((err = hs__node_rejoin(&n->net, &n->nc, &n->w, n->join_ms, &n->stop)) < 0) return err;
     n->self = hs_net_self(n->net);
-    set_tag(n->self);
+    hs__node_set_tag(n->self);
     hs__log_set_peer(n->rank, n->self);
-    if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = read_job_terms(&n->w, &n->jt)) < 0 ||
+    if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = hs__node_terms_read(&n->w, &n->jt)) < 0 ||
         (err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0 ||
         (err = adopt_welcome(n)) < 0)
         return err;

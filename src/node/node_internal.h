@@ -24,6 +24,10 @@
 #define HS__NODE_RESUME_REQUIRE 2
 #define HS__NODE_STR_(x) #x
 #define HS__NODE_STR(x) HS__NODE_STR_(x)
+/* A snapshot of this many bytes or more is withdrawn as soon as no WELCOME holds it (a smaller
+ * one stays for the snapshot timeout, for joiners on their way): a standing copy of a large
+ * model would cost a vector of memory every round (issue 21). Joiners wait for the next. */
+#define HS__NODE_SNAP_KEEP_MAX ((size_t)64 << 20)
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 
@@ -153,6 +157,21 @@ int hs__node_resume_timeline(const hs__node_cfg *cfg, int rank, const char *sig,
 int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, hs_timeline *tl,
                            uint64_t round, hs_checkpoint *ck, int have_ck, int members);
 
+/* What a joiner must know to end with the job, at the head of every snapshot: the end round (0
+ * while the job waits for its members and has not decided it), and the rule the first peers
+ * follow until then: how many members they wait for and how many rounds they train from the
+ * round at which those are in. A restarted job waiting for its members says -N members: its
+ * end is known, its first round and timeline are agreed once they are in (resume.c). */
+typedef struct hs__node_terms {
+    uint64_t end;
+    int64_t rounds, wait;
+} hs__node_terms;
+_Static_assert(sizeof(hs__node_terms) == 24, "job terms are 24 bytes on the wire");
+/* The terms, then the job's timeline (hs__node_timeline_put). */
+#define HS__NODE_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
+/* Reads the job's terms at the head of a welcome snapshot, validated (resume.c). */
+int hs__node_terms_read(const hs_net_welcome *w, hs__node_terms *jt);
+
 /* Whether a peer's replicas of its neighbours may start at its own vector (same_start: the
  * configured wish): only for a peer that begins with a fresh job, before anyone trained: the
  * job's end not known yet (job_end 0), or this peer's first round (start_round) no later than
@@ -179,6 +198,11 @@ int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
                     atomic_int *stop);
 double hs__node_now(void);
+/* The log's tag of this thread's lines: "peer ID". */
+void hs__node_set_tag(uint32_t self);
+/* Waits (at most timeout_ms, or until *stop) until no more than `holders` references to b are
+ * left, as a WELCOME that sends it drops its own once written: 1, or 0 when they stayed. */
+int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
  * defaults filled, combinations checked, CHOCO's automatic step computed. */

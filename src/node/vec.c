@@ -1,7 +1,9 @@
-/* The public node entries over a caller-owned vector: the node keeps its own copy of x (the
- * algorithm's state refers to it between the caller's calls) and the algorithm, and exchanges
- * the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w:
- * the node keeps the numerator x and applies the caller's change of z to it. One thread. */
+/* The public node entries over a caller-owned vector. Where the algorithm holds the round's x
+ * itself from one call to the next (D-PSGD: the message it sent), the caller's vector is the
+ * algorithm's x during each call and the node keeps no copy (a model of several GB costs one
+ * vector less); otherwise the node keeps its own copy of x and exchanges the caller's vector
+ * at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w: the node keeps the
+ * numerator x and applies the caller's change of z to it. One thread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +18,13 @@ typedef struct caller_vec {
     hs_algo_cfg acfg;
     hs_algo *algo;
     size_t d;
-    float *x;  /* the algorithm's x */
+    float *x;  /* the algorithm's x: ours, or (lend) the caller's during a call, else NULL */
     float *z;  /* SGP: the z the caller was last given */
+    int lend;  /* the caller's vector is x during each call (no copy of ours) */
+    int in_call;
+    const void *between; /* lend, between calls: the vector the last call returned, as the
+                            algorithm holds it (the round's x_r) or in keep */
+    float *keep;          /* lend: that vector when no round holds it (the job ended) */
     hs__outer *outer; /* the outer step after the gossip, or NULL */
     long steps; /* rounds stepped, counting those of an adopted snapshot */
 } caller_vec;
@@ -27,7 +34,8 @@ static void vec_free(void *p) {
     if (!v) return;
     hs_algo_free(v->algo);
     hs__outer_free(v->outer);
-    free(v->x);
+    if (!v->lend) free(v->x);
+    free(v->keep);
     free(v->z);
     free(v);
 }
@@ -43,7 +51,8 @@ static long v_steps(void *c) { return ((caller_vec *)c)->steps; }
 /* The parts of the vector's state and snapshot (train/state.h): no optimizer (the caller's
  * own), so a snapshot is the trainer's layout without optimizer state. */
 static hs__state_parts parts(caller_vec *v) {
-    hs__state_parts s = {v->d, (uint64_t)v->steps, v_eval(v), NULL, NULL, v->outer, v->algo};
+    const void *model = v->lend && !v->in_call ? v->between : v_eval(v);
+    hs__state_parts s = {v->d, (uint64_t)v->steps, model, NULL, NULL, v->outer, v->algo};
     return s;
 }
 
@@ -155,8 +164,30 @@ static const hs__node_model vec_model_ops = {
     v_round_begin, v_round_end, v_renew,
 };
 
-/* The caller's vector from the node's: the model as evaluated (z for SGP). */
-static void give_back(caller_vec *v, float *x) { memcpy(x, v_eval(v), sizeof(float) * v->d); }
+/* The caller's vector from the node's: the model as evaluated (z for SGP). Lent, it is the
+ * caller's already: what the node reads of it until the next call is what the algorithm holds
+ * of the round (or, with no round open, a copy). */
+static int give_back(caller_vec *v, float *x, int err) {
+    if (!v->lend) {
+        memcpy(x, v_eval(v), sizeof(float) * v->d);
+        return err;
+    }
+    v->in_call = 0;
+    v->x = NULL;
+    if ((v->between = hs__algo_round_x(v->algo))) return err;
+    if (!v->keep && !(v->keep = malloc(sizeof(float) * v->d)))
+        return err < 0 ? err : hs__err(HS_ENOMEM, "node: out of memory for the final vector");
+    memcpy(v->keep, x, sizeof(float) * v->d);
+    v->between = v->keep;
+    return err;
+}
+
+/* Lent: x is the algorithm's for the call. */
+static void lend(caller_vec *v, float *x) {
+    if (!v->lend) return;
+    v->x = x;
+    v->in_call = 1;
+}
 
 static int check_call(hs_node *n, const float *x, size_t d, const char *what) {
     if (!n || !x) return hs__err(HS_EINVAL, "%s: no %s", what, n ? "vector" : "node");
@@ -178,18 +209,22 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
     v->acfg = hs__node_config(n)->algo;
     /* Replicas start equal to x only for a peer that begins with the job (hs__node_begin). */
     v->acfg.same_start = 0;
-    if (!(v->x = malloc(sizeof(float) * d)) ||
-        (hs_algo_kind_split_eval(v->acfg.kind) && !(v->z = malloc(sizeof(float) * d))))
+    if (hs_algo_kind_split_eval(v->acfg.kind) && !(v->z = malloc(sizeof(float) * d)))
         return hs__err(HS_ENOMEM, "node: out of memory");
-    memcpy(v->x, x, sizeof(float) * d);
-    if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, v->x)) < 0 ||
+    if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, x)) < 0 ||
         (err = hs__outer_new(&v->outer, &hs__node_config(n)->outer, d)) < 0)
         return err;
+    v->lend = !v->z && hs__algo_lends_round_x(v->algo);
+    if (v->lend) {
+        lend(v, x);
+    } else {
+        if (!(v->x = malloc(sizeof(float) * d))) return hs__err(HS_ENOMEM, "node: out of memory");
+        memcpy(v->x, x, sizeof(float) * d);
+    }
     hs__node_model m = vec_model_ops;
     m.ctx = v;
     err = hs__node_begin(n, &m);
-    give_back(v, x);
-    return err;
+    return give_back(v, x, err);
 }
 
 int hs_node_step(hs_node *n, float *x, size_t d) {
@@ -209,10 +244,11 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
         hs_algo_from_eval_point(v->algo, v->z);
         for (size_t k = 0; k < d; k++) v->x[k] += v->z[k];
         memcpy(v->z, v_eval(v), sizeof(float) * d);
+    } else if (v->lend) {
+        lend(v, x);
     } else {
         memcpy(v->x, x, sizeof(float) * d);
     }
     err = hs__node_step(n);
-    give_back(v, x);
-    return err;
+    return give_back(v, x, err);
 }

@@ -184,7 +184,8 @@ static int sim_drain(hs_exchange *ex, hs_msg *out, int max) {
 
 static void sim_stats(hs_exchange *ex, hs_exchange_stats *out) { *out = ep_of(ex)->st; }
 
-static const hs_exchange_ops sim_ops = {sim_view, sim_send, sim_recv, sim_drain, sim_stats};
+static const hs_exchange_ops sim_ops = {sim_view, sim_send, sim_recv, sim_drain, sim_stats,
+                                        NULL};
 
 void hs_simnet_free(hs_simnet *s) {
     if (!s) return;

@@ -10,7 +10,7 @@
 static int put_body(hs_buf *out, const hs__state_parts *s) {
     int err;
     if ((err = hs__put_u64(out, s->d)) < 0 || (err = hs__put_u64(out, s->steps)) < 0 ||
-        (err = hs__put_floats(out, s->model, s->d)) < 0)
+        (err = hs_buf_append(out, s->model, sizeof(float) * s->d)) < 0)
         return err;
     return s->put_optim ? s->put_optim(s->optim_ctx, out) : 0;
 }

@@ -29,7 +29,8 @@
 typedef struct hs__state_parts {
     size_t d;
     uint64_t steps;
-    const float *model; /* as evaluated: x, or x / w for SGP */
+    const void *model; /* as evaluated: x, or x / w for SGP; d floats in host order, which may
+                          be unaligned (the bytes of a message that holds them) */
     int (*put_optim)(void *ctx, hs_buf *out);
     void *optim_ctx;
     const hs__outer *outer; /* NULL: no outer step */

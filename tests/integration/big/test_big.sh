@@ -15,26 +15,26 @@ ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 port=$((7600 + RANDOM % 300))
 head -c 48 /dev/urandom | base64 >"$tmp/secret"
 chmod 600 "$tmp/secret"
-# Peak memory per peer, in vectors of d floats (docs/RESULTS.md, "Peak memory of a 100M-parameter
-# peer": D-PSGD 5.04, resuming 6.04-6.05 (7.04 once), CHOCO 9.04). What a D-PSGD peer holds:
-# the caller's vector and the node's x (2); in a round the message it sends, which is also x at
-# the round's start (1: with fp32 messages and one neighbour nothing else is, the neighbour's
-# model is mixed where it arrived, no scratch vectors), and the one it receives (1); the
-# snapshot for joiners while a WELCOME sends it and for snapshot_timeout_ms after (1, then
-# only the job's terms stay); at times the next round's message arriving early (1). A
-# checkpoint adds its state (2: the model and the algorithm's scratch as zeros) written to the
-# file from where it is; a resumed peer the checkpoint's bytes while it loads them (2). The
-# transport's own part is a constant (per connection: 4 MiB of ciphertext in flight, a 256 KiB
-# read buffer, TLS staging) and the process's code, the .04. The issue's target, under 2.5,
-# is not met: the node's own copy of the caller's vector, a received message that is not mixed
-# as its parts arrive, and the snapshot taken for joiners stand in the way. The D-PSGD phase's
-# bound goes red with one vector put back (x at the round's start copied, say); the resumed
-# phase has room for the early message. CHOCO holds its own state: x, its xhat, the
-# neighbour's replica, the running mix and a scratch difference (5), besides the caller's
-# vector, fp16 messages and a first full replica.
-dpsgd_max=${BIG_MAX_VECTORS:-5.75}
-resume_max=${BIG_RESUME_MAX_VECTORS:-7.25}
-choco_max=${BIG_CHOCO_MAX_VECTORS:-10.25}
+# Peak memory per peer, in vectors of d floats (docs/RESULTS.md, "Memory at 100M (mem2
+# branch)": D-PSGD 2.15-2.17, resuming 3.04-3.13, CHOCO 8.04). What a D-PSGD peer holds: the
+# caller's vector, which is the node's x during each call (1: the node keeps no copy); in a
+# round the message it sends, which is also x at the round's start (1); the neighbour's message
+# only as the pieces waiting to be mixed (at most max_buffered / 4, 32 MiB, and the part being
+# read), mixed into x as they arrive; no scratch vectors (one neighbour). A fresh job's WELCOME
+# carries the terms only. A checkpoint is written while no round is open: x and its state (1:
+# the model; an algorithm without replicas saves no scratch). The transport's own part is a
+# constant (per connection: 4 MiB of ciphertext in flight, a 256 KiB read buffer, TLS staging)
+# and the process's code, the .04-.16. The issue's target, under 2.5, is the D-PSGD phase's
+# bound; with the neighbour's message taken whole (the commit before the pieces) it measured
+# 3.04 and the test failed. Resuming is over it: rank 0 republishes its 400 MB snapshot once
+# the restart is agreed while the WELCOME still sends the first (x and two snapshots), and rank
+# 1 holds its checkpoint's bytes and the WELCOME's snapshot at once before it loads either (x,
+# checkpoint, snapshot). CHOCO holds its own state: x, its xhat, the neighbour's replica, the
+# running mix and a scratch difference (5), besides the caller's vector, fp16 messages and a
+# first full replica.
+dpsgd_max=${BIG_MAX_VECTORS:-2.5}
+resume_max=${BIG_RESUME_MAX_VECTORS:-3.5}
+choco_max=${BIG_CHOCO_MAX_VECTORS:-9.25}
 started=$(date +%s)
 
 # phase NAME STOP_AFTER WANT_STEPS MAX_VECTORS ARGS...: runs ranks 0 and 1 (rank 1 once rank 0 waits for
@@ -91,10 +91,11 @@ phase() {
 common=(world=2 secret-file="$tmp/secret" run-id="big-$$" seed=3 on-divergence=warn
     recv-timeout=120000 join-timeout=120000 peer-timeout=30000 checkpoint-every=1000)
 phase dpsgd 5 5 "$dpsgd_max" "${common[@]}" algo=dpsgd compress=none rounds=16
-# The model's 4d bytes and the snapshot's head (job terms, timeline, state header: under 4 KiB).
+# A fresh job's joiner keeps its own vector (the job has taken no step): its WELCOME carries
+# the job's terms and timeline only (under 4 KiB), not a copy of the model.
 snap=$(sed -n 's/.*welcomed peer 1 .*snapshot of \([0-9]*\) bytes.*/\1/p' "$tmp/dpsgd0.log" | tail -1)
-[[ -n $snap && $snap -ge $((4 * d)) && $snap -lt $((4 * d + 4096)) ]] ||
-    fail "dpsgd: peer 1 was not welcomed with the model: $(grep welcomed "$tmp/dpsgd0.log")"
+[[ -n $snap && $snap -lt 4096 ]] ||
+    fail "dpsgd: peer 1 was not welcomed with the terms alone: $(grep welcomed "$tmp/dpsgd0.log")"
 # The join's own peak, once hs_node_start returned (not asserted: it depends on whether the
 # WELCOME was still on its way when the first round began; 5.04-8.04 vectors at 100M).
 for r in 0 1; do
@@ -111,7 +112,8 @@ phase resume -1 log "$resume_max" "${common[@]}" algo=dpsgd compress=none rounds
 from=$(sed -n 's/.*resuming from .*(round \([0-9]*\)).*/\1/p' "$tmp/resume0.log" | tail -1)
 [[ $from == "${ck[0]}" ]] || fail "resume: peer 0 resumed from round '$from', not ${ck[0]}"
 snap=$(sed -n 's/.*joined as peer 1 .*snapshot of \([0-9]*\) bytes.*/\1/p' "$tmp/resume1.log" | tail -1)
-[[ -n $snap && $snap -ge $((4 * d)) ]] ||
+# The model's 4d bytes and the snapshot's head (job terms, timeline, state header: under 4 KiB).
+[[ -n $snap && $snap -ge $((4 * d)) && $snap -lt $((4 * d + 4096)) ]] ||
     fail "resume: peer 1 did not rejoin with the job's model: $(grep joined "$tmp/resume1.log")"
 rm -rf "$tmp"/ck0 "$tmp"/ck1
 phase choco -1 log "$choco_max" "${common[@]}" algo=choco compress=fp16 rounds=10 run-id="big-choco-$$"

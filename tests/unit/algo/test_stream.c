@@ -1,0 +1,174 @@
+/* D-PSGD with one neighbour taking the neighbour's model in pieces (algo/stream.c, dpsgd.c's
+ * mix_piece), through an exchange that hands the simulator's message up in pieces of odd sizes
+ * (1 byte, a value cut in two, several blocks): the mix is the whole message's to the bit; a
+ * value that is not finite, a message that stops, or a bad head leave the blocks mixed before
+ * them mixed and every other value at this peer's own (the neighbour counted missing). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "algo/algo_internal.h"
+#include "hearsay/algo.h"
+#include "hearsay/error.h"
+#include "hearsay/sim.h"
+#include "hearsay/topo.h"
+
+/* An exchange over the simulator's that hands a message up in pieces, optionally spoiled. */
+typedef struct pex {
+    hs_exchange ex, *inner;
+    hs_buf *cur; /* the message being handed up (a copy: the sender's stays as it was) */
+    uint64_t round;
+    size_t nan_at;  /* value index made NaN (SIZE_MAX: none) */
+    size_t stop_at; /* bytes handed up before the "timeout" */
+    int bad_type;   /* the payload's type byte changed */
+    int pieces;
+} pex;
+
+static int p_view(hs_exchange *ex, uint64_t r, hs_peer_view *v) {
+    hs_exchange *in = ((pex *)ex->impl)->inner;
+    return in->ops->view(in, r, v);
+}
+static int p_send(hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *b) {
+    hs_exchange *in = ((pex *)ex->impl)->inner;
+    return in->ops->send(in, to, r, b);
+}
+static int p_recv(hs_exchange *ex, uint32_t from, uint64_t r, int t, hs_buf **out) {
+    hs_exchange *in = ((pex *)ex->impl)->inner;
+    return in->ops->recv(in, from, r, t, out);
+}
+static int p_drain(hs_exchange *ex, hs_msg *out, int max) {
+    hs_exchange *in = ((pex *)ex->impl)->inner;
+    return in->ops->drain(in, out, max);
+}
+static void p_stats(hs_exchange *ex, hs_exchange_stats *out) {
+    hs_exchange *in = ((pex *)ex->impl)->inner;
+    in->ops->stats(in, out);
+}
+
+static const size_t sizes[] = {1, 7, 4097, 13, 3001, 2, 65536};
+
+static int p_recv_piece(hs_exchange *ex, uint32_t from, uint64_t r, uint64_t at, int t,
+                        hs_piece *out) {
+    pex *e = ex->impl;
+    if (!e->cur || e->round != r) {
+        hs_buf *b;
+        int err = e->inner->ops->recv(e->inner, from, r, t, &b);
+        if (err < 0) return err;
+        hs_buf_unref(e->cur);
+        assert_int_equal(hs_buf_new(&e->cur, b->len), 0);
+        memcpy(e->cur->data, b->data, b->len);
+        e->cur->len = b->len;
+        hs_buf_unref(b);
+        e->round = r;
+        if (e->nan_at != SIZE_MAX) {
+            float nan = NAN;
+            memcpy(e->cur->data + 1 + 12 + 4 * e->nan_at, &nan, 4);
+        }
+        if (e->bad_type) e->cur->data[0] = 2;
+    }
+    if (at >= e->stop_at) return HS_ETIMEDOUT;
+    size_t n = sizes[e->pieces++ % (sizeof(sizes) / sizeof(sizes[0]))];
+    if (n > e->cur->len - at) n = e->cur->len - (size_t)at;
+    if (n > e->stop_at - at) n = e->stop_at - (size_t)at;
+    *out = (hs_piece){hs_buf_ref(e->cur), e->cur->data + at, n, at, e->cur->len};
+    return 0;
+}
+
+static const hs_exchange_ops pex_ops = {p_view, p_send, p_recv, p_drain, p_stats, p_recv_piece};
+
+enum { D = 5003 };
+
+/* One round of a D-PSGD pair, peer 0 taking peer 1's model through e; checks peer 0's x: the
+ * values below `mixed` are the whole mix's to the bit, the others this peer's own. */
+static void run(pex *e, size_t mixed, int missing) {
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    assert_int_equal(hs_algo_kind_parse("dpsgd", &cfg.kind), 0);
+    cfg.compress = "none";
+    cfg.recv_timeout_ms = 0;
+    hs_topo *topo;
+    hs_simnet *sim;
+    assert_int_equal(hs_topo_new(&topo, "ring", 2, 5), 0);
+    assert_int_equal(hs_simnet_new(&sim, topo), 0);
+    double W[4];
+    assert_int_equal(hs_topo_matrix(topo, 0, W), 0);
+    hs_algo *a[2];
+    float *x[2], *xr[2], *want = malloc(sizeof(float) * D);
+    for (int i = 0; i < 2; i++) {
+        x[i] = malloc(sizeof(float) * D);
+        xr[i] = malloc(sizeof(float) * D);
+        for (size_t k = 0; k < D; k++) x[i][k] = (float)(k % 97) * 0.013f - (float)i * 0.7f;
+        assert_int_equal(hs_algo_new(&a[i], &cfg, (uint32_t)i, D, x[i]), 0);
+    }
+    e->inner = hs_simnet_exchange(sim, 0);
+    e->ex.ops = &pex_ops;
+    e->ex.impl = e;
+    for (int i = 0; i < 2; i++) {
+        memcpy(xr[i], x[i], sizeof(float) * D);
+        assert_int_equal(hs_algo_begin(a[i], hs_simnet_exchange(sim, i), 0, x[i]), 0);
+        for (size_t k = 0; k < D; k++) x[i][k] -= 0.01f * (x[i][k] - (float)i);
+    }
+    float w = (float)W[1];
+    for (size_t k = 0; k < D; k++) want[k] = k < mixed ? x[0][k] + w * (xr[1][k] - xr[0][k]) : x[0][k];
+    for (int i = 0; i < 2; i++) hs_simnet_set_clock(sim, i, 1.0);
+    assert_int_equal(hs_algo_pull(a[0], &e->ex, 0, x[0]), 0);
+    for (size_t k = 0; k < D; k++)
+        if (x[0][k] != want[k])
+            fail_msg("[%zu]: %.9g, want %.9g (mixed below %zu)", k, (double)x[0][k],
+                     (double)want[k], mixed);
+    hs_algo_stats st;
+    hs_algo_get_stats(a[0], &st);
+    assert_int_equal(st.missing, missing);
+    assert_true(e->pieces > 3 || e->bad_type);
+    hs_buf_unref(e->cur);
+    for (int i = 0; i < 2; i++) {
+        hs_algo_free(a[i]);
+        free(x[i]);
+        free(xr[i]);
+    }
+    free(want);
+    hs_simnet_free(sim);
+    hs_topo_free(topo);
+}
+
+static void test_pieces_mix_to_the_bit(void **state) {
+    (void)state;
+    pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX};
+    run(&e, D, 0);
+}
+
+/* Value 3000 (block 2: values 2048-3071) is NaN: blocks 0 and 1 are mixed, no other value. */
+static void test_bad_value_stops_at_its_block(void **state) {
+    (void)state;
+    pex e = {.nan_at = 3000, .stop_at = SIZE_MAX};
+    run(&e, 2048, 1);
+}
+
+/* The message stops after 1500 values: block 0 is mixed, the part of block 1 that came is not. */
+static void test_cut_message(void **state) {
+    (void)state;
+    pex e = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + 4 * 1500};
+    run(&e, 1024, 1);
+}
+
+static void test_bad_head_mixes_nothing(void **state) {
+    (void)state;
+    pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX, .bad_type = 1};
+    run(&e, 0, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pieces_mix_to_the_bit),
+        cmocka_unit_test(test_bad_value_stops_at_its_block),
+        cmocka_unit_test(test_cut_message),
+        cmocka_unit_test(test_bad_head_mixes_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
