@@ -178,6 +178,12 @@ typedef struct job_opts {
  * replicas, x_r) must come back from the host's state: the same bits as the host's restart. */
 static int reload_at;
 
+/* After round leave_at (0: never) peer leaver leaves (a BYE: the views still list it), and two
+ * rounds later the membership drops it (a new epoch, views re-weighted): its neighbours take it
+ * out of their mixes, then restart BEER's tracker, re-weight their replicas (DCD's device
+ * copies among them), keep SGP's shares to it. */
+static int leave_at, leaver;
+
 static void reload_peers(hs_algo **a, const hs_algo_cfg *cfg, float *const *x0) {
     for (int i = 0; i < N; i++) {
         if (!on_device(i)) continue;
@@ -238,7 +244,10 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
         full_downloads = 0;
         /* begin (x_r), then the local step, x += 0.1 (target_i - x), where x lives: the same
          * floats anywhere. */
+        if (leave_at && r == leave_at + 1) assert_int_equal(hs_simnet_leave(sim, leaver), 0);
+        if (leave_at && r == leave_at + 3) assert_int_equal(hs_simnet_kill(sim, leaver), 0);
         for (int i = 0; i < N; i++) {
+            if (!hs_simnet_alive(sim, i)) continue;
             hs_simnet_set_clock(sim, i, (double)r + 0.5);
             if (hs_algo_begin(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
                 fail_msg("begin of peer %d, round %d: %s", i, r, hs_error_message());
@@ -248,15 +257,16 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
                 hs__acc_diff(x[i], target[i], x[i], D, 0.1f);
         }
         for (int i = 0; i < N; i++) {
+            if (!hs_simnet_alive(sim, i)) continue;
             hs_simnet_set_clock(sim, i, (double)r + 1);
             if (hs_algo_push(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
                 fail_msg("push of peer %d, round %d: %s", i, r, hs_error_message());
         }
         for (int i = 0; i < N; i++)
-            if (hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
+            if (hs_simnet_alive(sim, i) && hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
                 fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
         /* A steady round (no loss, past the first) moves only messages across. */
-        if (o->mixed && r > 0 && o->loss == 0 && strcmp(o->spec, "none") &&
+        if (o->mixed && r > 0 && o->loss == 0 && !leave_at && !o->topo && strcmp(o->spec, "none") &&
             has_device_path(o->kind) && strncmp(o->spec, "ef:", 3) && full_downloads)
             fail_msg("%s: round %d brought %d vectors of %d floats to the host", o->spec, r,
                      full_downloads, D);
@@ -385,6 +395,39 @@ static void test_reload_mid_job(void **state) {
         check(&jobs[i]);
     }
     reload_at = 0;
+}
+
+/* A neighbour of a device peer leaves (host peer 3, beside device peer 2), or a device peer
+ * leaves (peer 1, beside host peer 0): the survivors go on with the bits of the all-host job
+ * through the BYE and the membership change that follows it. */
+static void test_neighbour_leaves(void **state) {
+    (void)state;
+    const job_opts jobs[] = {
+        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, NULL},  {"topk:0.1", HS_ALGO_BEER, 1, 0, 0, NULL},
+        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 0, NULL},
+        {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, NULL},
+    };
+    for (int who = 0; who < 2; who++)
+        for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+            leave_at = 2;
+            leaver = who ? 1 : 3;
+            check(&jobs[i]);
+        }
+    leave_at = 0;
+}
+
+/* A time-varying topology (one-peer exponential): the neighbours change every round, so
+ * replicas and DCD's device copies come and go. */
+static void test_time_varying(void **state) {
+    (void)state;
+    const job_opts jobs[] = {
+        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, "onepeer-exp"},
+        {"topk:0.1", HS_ALGO_BEER, 1, 0, 0, "onepeer-exp"},
+        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, "onepeer-exp"},
+        {"fp16", HS_ALGO_DPSGD, 1, 0, 0, "onepeer-exp"},
+        {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, "onepeer-exp"},
+    };
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) check(&jobs[i]);
 }
 
 /* D-PSGD's peers with one neighbour mix on their own paths (in place, or from the messages'
@@ -666,6 +709,7 @@ static void test_sim_mixed_peers(void **state) {
 static int fresh(void **state) {
     (void)state;
     reload_at = 0;
+    leave_at = 0;
     return 0;
 }
 
@@ -698,6 +742,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_dpsgd_one_neighbour, fresh),
         cmocka_unit_test_setup(test_reload_mid_job, fresh),
         cmocka_unit_test_setup(test_full_replicas, fresh),
+        cmocka_unit_test_setup(test_neighbour_leaves, fresh),
+        cmocka_unit_test_setup(test_time_varying, fresh),
         cmocka_unit_test_setup(test_host_path_stays, fresh),
         cmocka_unit_test_setup(test_sim_on_device, fresh),
         cmocka_unit_test_setup(test_x_copy_fails, fresh),
