@@ -48,6 +48,20 @@ static size_t x_bytes;    /* the simulated model's size in bytes (0: none) */
 static int x_downloads;   /* downloads of x_bytes since last cleared */
 static int fail_x;        /* downloads of x_bytes fail (a device's failed copy) */
 
+/* Device allocations through the backend's ops (hs_be_alloc_f) not freed yet. */
+static int live_allocs;
+
+static int counted_alloc(hs_backend *be, size_t bytes, void **out) {
+    int err = real_ops->alloc(be, bytes, out);
+    live_allocs += err == 0;
+    return err;
+}
+
+static void counted_free(hs_backend *be, void *p) {
+    live_allocs -= p != NULL;
+    real_ops->free(be, p);
+}
+
 static int counted_download(hs_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes >= sizeof(float) * D) full_downloads++;
     if (x_bytes && bytes == x_bytes) x_downloads++;
@@ -184,6 +198,10 @@ static int reload_at;
  * copies among them), keep SGP's shares to it. */
 static int leave_at, leaver;
 
+/* The device allocations the device peers' algorithms made during the rounds of the last mixed
+ * job and still hold at its end (DCD's device replicas). */
+static int round_allocs;
+
 static void reload_peers(hs_algo **a, const hs_algo_cfg *cfg, float *const *x0) {
     for (int i = 0; i < N; i++) {
         if (!on_device(i)) continue;
@@ -240,6 +258,7 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
         assert_int_equal(hs_be_upload(dev, x[i], xh[i], sizeof(float) * D), 0);
         assert_int_equal(hs_be_upload(dev, tgt[i], target[i], sizeof(float) * D), 0);
     }
+    int live0 = live_allocs;
     for (int r = 0; r < ROUNDS; r++) {
         full_downloads = 0;
         /* begin (x_r), then the local step, x += 0.1 (target_i - x), where x lives: the same
@@ -279,6 +298,7 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
         }
         if (reload_at && r == reload_at) reload_peers(a, &cfg, xh);
     }
+    round_allocs = live_allocs - live0;
     for (int i = 0; i < N; i++) {
         hs_buf *b;
         assert_int_equal(hs_buf_new(&b, 64), 0);
@@ -416,18 +436,36 @@ static void test_neighbour_leaves(void **state) {
     leave_at = 0;
 }
 
-/* A time-varying topology (one-peer exponential): the neighbours change every round, so
- * replicas and DCD's device copies come and go. */
+/* Time-varying topologies: the one-peer exponential graph (directed, a new in-neighbour every
+ * round), and a schedule that swaps the ring for the pentagram every two rounds, so that each
+ * device peer's two neighbours are replaced by two others and come back. */
 static void test_time_varying(void **state) {
     (void)state;
-    const job_opts jobs[] = {
-        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, "onepeer-exp"},
-        {"topk:0.1", HS_ALGO_BEER, 1, 0, 0, "onepeer-exp"},
-        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, "onepeer-exp"},
-        {"fp16", HS_ALGO_DPSGD, 1, 0, 0, "onepeer-exp"},
-        {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, "onepeer-exp"},
-    };
-    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) check(&jobs[i]);
+    char path[] = "/tmp/hs-round-swap-XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    const char *ring = "{\"edges\": [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]}";
+    const char *star = "{\"edges\": [[0, 2], [2, 4], [4, 1], [1, 3], [3, 0]]}";
+    fprintf(f, "{\"peers\": 5, \"schedule\": [%s, %s, %s, %s]}\n", ring, ring, star, star);
+    assert_int_equal(fclose(f), 0);
+    const hs_algo_kind kinds[] = {HS_ALGO_CHOCO, HS_ALGO_BEER, HS_ALGO_DCD, HS_ALGO_DPSGD,
+                                  HS_ALGO_SGP};
+    for (int swap = 0; swap < 2; swap++)
+        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+            const char *spec = kinds[i] == HS_ALGO_DCD     ? "qsgd:16:128"
+                               : kinds[i] == HS_ALGO_DPSGD ? "fp16"
+                                                           : "topk:0.1";
+            job_opts o = {spec, kinds[i], 1, 0, 0, swap ? path : "onepeer-exp"};
+            check(&o);
+            /* Each device peer has two in-neighbours at a time, four over the schedule: it
+             * holds two device replicas, not one for every neighbour it ever had. */
+            if (swap && kinds[i] == HS_ALGO_DCD && round_allocs > 4)
+                fail_msg("dcd, neighbours swapped: the 2 device peers hold %d device replicas",
+                         round_allocs);
+        }
+    unlink(path);
 }
 
 /* D-PSGD's peers with one neighbour mix on their own paths (in place, or from the messages'
@@ -719,6 +757,8 @@ int main(int argc, char **argv) {
     real_ops = dev->ops;
     counted_ops = *dev->ops;
     counted_ops.download = counted_download;
+    counted_ops.alloc = counted_alloc;
+    counted_ops.free = counted_free;
     counted_ops.host_alloc = counted_host_alloc;
     counted_ops.host_free = counted_host_free;
     real_gossip = real_ops->gossip;
