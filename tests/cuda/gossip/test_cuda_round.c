@@ -282,7 +282,8 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
                 fail_msg("push of peer %d, round %d: %s", i, r, hs_error_message());
         }
         for (int i = 0; i < N; i++)
-            if (hs_simnet_alive(sim, i) && hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
+            if (hs_simnet_alive(sim, i) &&
+                hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
                 fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
         /* A steady round (no loss, past the first) moves only messages across. */
         if (o->mixed && r > 0 && o->loss == 0 && !leave_at && !o->topo && strcmp(o->spec, "none") &&
