@@ -21,6 +21,8 @@
 
 hs_backend *dev;
 int reference, reload_at, leave_at, leaver, round_allocs, x_downloads, fail_x;
+int fail_pull_at, fail_pull_rc[N];
+static int fail_add; /* the decode primitives fail (HS_ECUDA) */
 size_t x_bytes;
 static hs_backend_ops counted_ops;
 static const hs_backend_ops *real_ops;
@@ -117,21 +119,25 @@ static int c_half(hs_backend *be, const float *x, size_t d, int bf16, void *out)
 static int c_add_dense(hs_backend *be, float *acc, const void *p, size_t n, int fmt,
                        float alpha) {
     need_pinned(p, NULL, (fmt ? 2 : 4) * n);
+    if (fail_add) return hs__err(HS_ECUDA, "test: the decode on the device fails");
     return real_gossip->add_dense(be, acc, p, n, fmt, alpha);
 }
 static int c_add_sparse(hs_backend *be, float *acc, const uint32_t *idx, const float *val,
                         size_t n) {
     need_pinned(idx, val, 4 * n);
+    if (fail_add) return hs__err(HS_ECUDA, "test: the decode on the device fails");
     return real_gossip->add_sparse(be, acc, idx, val, n);
 }
 static int c_qsgd_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
                       uint32_t s, float alpha) {
     need_pinned(body, NULL, 1);
+    if (fail_add) return hs__err(HS_ECUDA, "test: the decode on the device fails");
     return real_gossip->qsgd_add(be, acc, body, d, bucket, s, alpha);
 }
 static int c_sign_add(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
                       float alpha) {
     need_pinned(body, NULL, 1);
+    if (fail_add) return hs__err(HS_ECUDA, "test: the decode on the device fails");
     return real_gossip->sign_add(be, acc, body, d, bucket, alpha);
 }
 
@@ -168,7 +174,7 @@ static void reload_peers(hs_algo **a, const hs_algo_cfg *cfg, float *const *x0) 
     }
 }
 
-static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
+void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
     hs_topo *topo;
     hs_simnet *sim;
     if (hs_topo_new(&topo, o->topo ? o->topo : "ring", N, 5) < 0)
@@ -231,10 +237,16 @@ static void run_job(const job_opts *o, float *x_out, uint64_t *save_hash) {
             if (hs_algo_push(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
                 fail_msg("push of peer %d, round %d: %s", i, r, hs_error_message());
         }
-        for (int i = 0; i < N; i++)
-            if (hs_simnet_alive(sim, i) &&
-                hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]) < 0)
-                fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
+        int failing = o->mixed && fail_pull_at && r == fail_pull_at;
+        for (int i = 0; i < N; i++) {
+            if (!hs_simnet_alive(sim, i)) continue;
+            fail_add = failing && x[i] != xh[i];
+            int rc = hs_algo_pull(a[i], hs_simnet_exchange(sim, i), (uint64_t)r, x[i]);
+            if (fail_add) fail_pull_rc[i] = rc;
+            else if (rc < 0) fail_msg("pull of peer %d, round %d: %s", i, r, hs_error_message());
+            fail_add = 0;
+        }
+        if (failing) break; /* the device peers' state is the error's */
         /* A steady round (no loss, past the first) moves only messages across. */
         if (o->mixed && r > 0 && o->loss == 0 && !leave_at && !o->topo && strcmp(o->spec, "none") &&
             has_device_path(o->kind) && strncmp(o->spec, "ef:", 3) && full_downloads)

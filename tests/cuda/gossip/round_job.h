@@ -47,6 +47,15 @@ extern int leave_at, leaver;
  * job and still hold at its end (DCD's device replicas). */
 extern int round_allocs;
 
+/* In round fail_pull_at (0: never) of a mixed job the device's decode primitives fail
+ * (HS_ECUDA) while the device peers pull; fail_pull_rc[i] is device peer i's hs_algo_pull
+ * result, and the job stops after that round. */
+extern int fail_pull_at, fail_pull_rc[N];
+
+/* One run of job o (mixed or all on the host): x_out receives every peer's x after each round,
+ * ROUNDS * N * D floats, save_hash[i] a hash of peer i's hs_algo_save at the end. */
+void run_job(const job_opts *o, float *x_out, uint64_t *save_hash);
+
 /* Runs job o twice, all on the host and with peers 1 and 2 on dev, and fails unless every
  * peer's x after every round and its saved state are the same bits, and every message crossed
  * through the backend's staging memory. */

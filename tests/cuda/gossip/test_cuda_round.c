@@ -138,6 +138,32 @@ static void test_time_varying(void **state) {
     unlink(path);
 }
 
+/* A device failure while a neighbour's message is decoded (page-locked staging or scratch that
+ * cannot be had, a kernel that fails) is the round's error, not a lost message: taken for one,
+ * every message would be dropped for as long as it lasts while the run goes on, exit 0. */
+static void test_decode_failure_surfaces(void **state) {
+    (void)state;
+    const job_opts jobs[] = {
+        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 1, NULL},  {"topk:0.1", HS_ALGO_BEER, 1, 0, 1, NULL},
+        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 1, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 1, NULL},
+        {"topk:0.1", HS_ALGO_SGP, 1, 0, 1, NULL},
+    };
+    float *x = malloc(sizeof(float) * ROUNDS * N * D);
+    assert_non_null(x);
+    uint64_t h[N];
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        fail_pull_at = 2;
+        fail_pull_rc[1] = fail_pull_rc[2] = 0;
+        run_job(&jobs[i], x, h);
+        for (int p = 1; p <= 2; p++)
+            if (fail_pull_rc[p] != HS_ECUDA)
+                fail_msg("%s: device peer %d's pull returned %d with its decodes failing",
+                         hs_algo_kind_name(jobs[i].kind), p, fail_pull_rc[p]);
+    }
+    fail_pull_at = 0;
+    free(x);
+}
+
 /* D-PSGD's peers with one neighbour mix on their own paths (in place, or from the messages'
  * values with fp32): the device peers 1 and 2 end the path 1 - 0 - 3 - 4 - 2. */
 static void test_dpsgd_one_neighbour(void **state) {
@@ -418,6 +444,7 @@ static int fresh(void **state) {
     (void)state;
     reload_at = 0;
     leave_at = 0;
+    fail_pull_at = 0;
     return 0;
 }
 
@@ -435,6 +462,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_full_replicas, fresh),
         cmocka_unit_test_setup(test_neighbour_leaves, fresh),
         cmocka_unit_test_setup(test_time_varying, fresh),
+        cmocka_unit_test_setup(test_decode_failure_surfaces, fresh),
         cmocka_unit_test_setup(test_host_path_stays, fresh),
         cmocka_unit_test_setup(test_sim_on_device, fresh),
         cmocka_unit_test_setup(test_x_copy_fails, fresh),
