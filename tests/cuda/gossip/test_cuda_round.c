@@ -87,21 +87,34 @@ static void test_reload_mid_job(void **state) {
     reload_at = 0;
 }
 
+/* One job of each algorithm, with a compressor it takes. */
+static const job_opts each_algo[] = {
+    {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, NULL},  {"topk:0.1", HS_ALGO_BEER, 1, 0, 0, NULL},
+    {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 0, NULL},
+    {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, NULL},
+};
+#define N_ALGOS (sizeof(each_algo) / sizeof(each_algo[0]))
+
+/* Writes a topology file of the given JSON to a new file named after template path. */
+static void topo_file(char *path, const char *json) {
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", json);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* A neighbour of a device peer leaves (host peer 3, beside device peer 2), or a device peer
  * leaves (peer 1, beside host peer 0): the survivors go on with the bits of the all-host job
  * through the BYE and the membership change that follows it. */
 static void test_neighbour_leaves(void **state) {
     (void)state;
-    const job_opts jobs[] = {
-        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 0, NULL},  {"topk:0.1", HS_ALGO_BEER, 1, 0, 0, NULL},
-        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 0, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 0, NULL},
-        {"topk:0.1", HS_ALGO_SGP, 1, 0, 0, NULL},
-    };
     for (int who = 0; who < 2; who++)
-        for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        for (size_t i = 0; i < N_ALGOS; i++) {
             leave_at = 2;
             leaver = who ? 1 : 3;
-            check(&jobs[i]);
+            check(&each_algo[i]);
         }
     leave_at = 0;
 }
@@ -112,26 +125,20 @@ static void test_neighbour_leaves(void **state) {
 static void test_time_varying(void **state) {
     (void)state;
     char path[] = "/tmp/hs-round-swap-XXXXXX.json";
-    int fd = mkstemps(path, 5);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
     const char *ring = "{\"edges\": [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]}";
     const char *star = "{\"edges\": [[0, 2], [2, 4], [4, 1], [1, 3], [3, 0]]}";
-    fprintf(f, "{\"peers\": 5, \"schedule\": [%s, %s, %s, %s]}\n", ring, ring, star, star);
-    assert_int_equal(fclose(f), 0);
-    const hs_algo_kind kinds[] = {HS_ALGO_CHOCO, HS_ALGO_BEER, HS_ALGO_DCD, HS_ALGO_DPSGD,
-                                  HS_ALGO_SGP};
+    char json[512];
+    snprintf(json, sizeof(json), "{\"peers\": 5, \"schedule\": [%s, %s, %s, %s]}", ring, ring,
+             star, star);
+    topo_file(path, json);
     for (int swap = 0; swap < 2; swap++)
-        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-            const char *spec = kinds[i] == HS_ALGO_DCD     ? "qsgd:16:128"
-                               : kinds[i] == HS_ALGO_DPSGD ? "fp16"
-                                                           : "topk:0.1";
-            job_opts o = {spec, kinds[i], 1, 0, 0, swap ? path : "onepeer-exp"};
+        for (size_t i = 0; i < N_ALGOS; i++) {
+            job_opts o = each_algo[i];
+            o.topo = swap ? path : "onepeer-exp";
             check(&o);
             /* Each device peer has two in-neighbours at a time, four over the schedule: it
              * holds two device replicas, not one for every neighbour it ever had. */
-            if (swap && kinds[i] == HS_ALGO_DCD && round_allocs > 4)
+            if (swap && o.kind == HS_ALGO_DCD && round_allocs > 4)
                 fail_msg("dcd, neighbours swapped: the 2 device peers hold %d device replicas",
                          round_allocs);
         }
@@ -143,22 +150,19 @@ static void test_time_varying(void **state) {
  * every message would be dropped for as long as it lasts while the run goes on, exit 0. */
 static void test_decode_failure_surfaces(void **state) {
     (void)state;
-    const job_opts jobs[] = {
-        {"topk:0.1", HS_ALGO_CHOCO, 1, 0, 1, NULL},  {"topk:0.1", HS_ALGO_BEER, 1, 0, 1, NULL},
-        {"qsgd:16:128", HS_ALGO_DCD, 1, 0, 1, NULL}, {"fp16", HS_ALGO_DPSGD, 1, 0, 1, NULL},
-        {"topk:0.1", HS_ALGO_SGP, 1, 0, 1, NULL},
-    };
     float *x = malloc(sizeof(float) * ROUNDS * N * D);
     assert_non_null(x);
     uint64_t h[N];
-    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+    for (size_t i = 0; i < N_ALGOS; i++) {
+        job_opts o = each_algo[i];
+        o.mixed = 1;
         fail_pull_at = 2;
         fail_pull_rc[1] = fail_pull_rc[2] = 0;
-        run_job(&jobs[i], x, h);
+        run_job(&o, x, h);
         for (int p = 1; p <= 2; p++)
             if (fail_pull_rc[p] != HS_ECUDA)
                 fail_msg("%s: device peer %d's pull returned %d with its decodes failing",
-                         hs_algo_kind_name(jobs[i].kind), p, fail_pull_rc[p]);
+                         hs_algo_kind_name(o.kind), p, fail_pull_rc[p]);
     }
     fail_pull_at = 0;
     free(x);
@@ -169,13 +173,8 @@ static void test_decode_failure_surfaces(void **state) {
 static void test_dpsgd_one_neighbour(void **state) {
     (void)state;
     char path[] = "/tmp/hs-round-path-XXXXXX.json";
-    int fd = mkstemps(path, 5);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    fprintf(f, "{\"peers\": 5, \"directed\": false, \"self_weight\": \"auto\", "
-               "\"edges\": [[1, 0], [0, 3], [3, 4], [4, 2]]}\n");
-    assert_int_equal(fclose(f), 0);
+    topo_file(path, "{\"peers\": 5, \"directed\": false, \"self_weight\": \"auto\", "
+                    "\"edges\": [[1, 0], [0, 3], [3, 4], [4, 2]]}");
     const char *specs1[] = {"none", "fp16", "qsgd:16:128"};
     for (size_t i = 0; i < 3; i++) {
         job_opts o = {specs1[i], HS_ALGO_DPSGD, 1, 0, 0, path};
