@@ -549,6 +549,9 @@ int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int t
         }
         err = apply(a, n, n->next_round, b->data, b->len, ctx);
         hs_buf_unref(b);
+        /* A device that failed to decode it (device mode) failed, not the message: taken for a
+         * lost one, every message would be dropped while the failure lasts, the run going on. */
+        if (err == HS_ECUDA) return err;
         if (err < 0) {
             /* A payload that fails validation is dropped as a lost one would be. */
             HS_LOGW("round %llu: dropped the message of peer %u: %s", (unsigned long long)r, n->id,

@@ -192,7 +192,9 @@ int hs__payload_read_full(const uint8_t *p, size_t len, float *dst, size_t d, ui
 /* Receives neighbour n's messages of rounds n->next_round .. r in order, handing each to
  * apply(a, n, round, bytes, len, ctx). Returns 1 when round r was applied, 0 when a message did
  * not come in time or the neighbour is gone (n->next_round then names the round still owed),
- * or a negative error. Rounds before r are waited for like round r. */
+ * or a negative error. Rounds before r are waited for like round r. A message apply refuses
+ * is dropped as a lost one (the replica is asked for in full), bar HS_ECUDA (the device failed
+ * to take it), which is returned. */
 typedef int (*hs__apply_fn)(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                             void *ctx);
 int hs__algo_catch_up(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,

@@ -18,7 +18,10 @@
  * memory, the replicas themselves and a->own (x after the round's update, from the same bytes)
  * on the host. A device replica takes each delta as the host's does; after anything the deltas
  * cannot follow (a->reps_dirty: a full replica, a loss, a load) the synced ones are uploaded
- * again, d floats each. The table grows with the neighbours ever met (a static topology). */
+ * again, d floats each. A copy whose neighbour is no longer an in-neighbour (it left, the
+ * topology varies, a joiner took its place) is taken over by the next new one, so the table
+ * holds as many as there were in-neighbours at once, not every neighbour ever met (with churn
+ * or a schedule, d floats of device memory for each). */
 typedef struct dcd_state {
     float *dxr, *dacc;
     uint32_t *ids;
@@ -51,11 +54,26 @@ static int dcd_to_device(hs_algo *a, hs_backend *be) {
     return 0;
 }
 
-/* The device copy of neighbour id's replica, allocated on first use. */
+/* The device copy of neighbour id's replica, or NULL. */
+static float *find_rep(const dcd_state *s, uint32_t id) {
+    for (int i = 0; i < s->n; i++)
+        if (s->ids[i] == id) return s->drep[i];
+    return NULL;
+}
+
+/* A device copy for neighbour id, its contents undefined until uploaded: its own, that of a
+ * neighbour that is no longer an in-neighbour, or a new one. */
 static int dev_rep(hs_algo *a, uint32_t id, float **out) {
     dcd_state *s = a->priv;
-    for (int i = 0; i < s->n; i++)
-        if (s->ids[i] == id) return *out = s->drep[i], 0;
+    if ((*out = find_rep(s, id))) return 0;
+    for (int i = 0; i < s->n; i++) {
+        const hs__nbr *n = hs__algo_nbr(a, s->ids[i]);
+        if (!n || !n->is_in) {
+            s->ids[i] = id;
+            *out = s->drep[i];
+            return 0;
+        }
+    }
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 4;
         uint32_t *ids = realloc(s->ids, sizeof(*ids) * (size_t)cap);
@@ -81,8 +99,13 @@ static int apply_dev(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, s
     int synced = n->synced;
     int err = hs__apply_replica(a, n, round, p, len, ctx);
     if (err < 0 || !synced || a->reps_dirty || p[0] != HS_PAYLOAD_DELTA || !n->is_in) return err;
-    float *rep;
-    if ((err = dev_rep(a, n->id, &rep)) < 0) return err;
+    float *rep = find_rep(a->priv, n->id);
+    /* Without a copy (the last upload did not see this neighbour synced) the next push
+     * uploads one. */
+    if (!rep) {
+        a->reps_dirty = 1;
+        return 0;
+    }
     return hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id, round, rep, a->d,
                                       1.0f);
 }
@@ -115,8 +138,9 @@ static int push_dev(hs_algo *a, const hs_peer_view *v, const uint8_t *present, u
     if (err == 0) err = be->ops->fill(be, s->dacc, d, 0.0f);
     for (int i = 0; i < v->n_in && err == 0; i++) {
         if (!present[i]) continue;
-        float *rep;
-        if ((err = dev_rep(a, v->in[i].id, &rep)) < 0) return err;
+        /* upload_reps gave every synced in-neighbour its copy; apply_dev keeps it current. */
+        const float *rep = find_rep(s, v->in[i].id);
+        if (!rep) return hs__err(HS_EINVAL, "dcd: no device replica of peer %u", v->in[i].id);
         err = go->acc_diff(be, s->dacc, rep, s->dxr, d, (float)v->in[i].w);
         *wsum += v->in[i].w;
     }

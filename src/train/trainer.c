@@ -5,9 +5,9 @@
  * the parameters where they are (SGP, which evaluates at x / w, an x beside them), so only
  * its messages cross, and the host copy of x is brought over when something reads it; the
  * others (and every algorithm under an outer step) have x uploaded after each mixing step and
- * downloaded after the local steps, through page-locked memory where the backend has it. The shard stays on the device
- * (model/devshard.h) so that the local steps copy nothing else; their losses are summed there
- * too and read once, at the round's end. One thread. */
+ * downloaded after the local steps, through page-locked memory where the backend has it. The
+ * shard stays on the device (model/devshard.h) so that the local steps copy nothing else;
+ * their losses are summed there too and read once, at the round's end. One thread. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -145,11 +145,12 @@ static const float *eval_point(hs_trainer *t, const float *x) {
     return t->algo ? hs_algo_eval_point(t->algo, x) : x;
 }
 
+/* Where the device holds x in device gossip. */
+static float *dev_x(hs_trainer *t) { return t->x_dev ? t->x_dev : hs_model_params(t->model); }
+
 /* Brings x to its host copy when the gossip or the local steps changed it on the device. A
  * failed copy is the caller's error: the host copy is then an older x, and a checkpoint,
  * snapshot or momentum step taken from it would pass for a current one. */
-static float *dev_x(hs_trainer *t) { return t->x_dev ? t->x_dev : hs_model_params(t->model); }
-
 static int fetch_x(hs_trainer *t) {
     if (!t->x_stale) return 0;
     int err = hs_be_download(t->be, t->x_host, dev_x(t), sizeof(float) * t->d);
