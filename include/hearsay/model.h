@@ -174,6 +174,16 @@ typedef enum hs_optim_kind {
 typedef enum hs_momentum_kind {
     HS_MOMENTUM_LOCAL = 0,
     HS_MOMENTUM_QG = 1,
+    /* HYBRID: the heavy ball on the local gradients (v = beta v + g, decay beta), plus a second
+     * buffer that takes only the gossip's share of the round's change at QG's pace:
+     *   mg = beta (2 - beta) mg + (1 - beta) (x_after_local_steps - x_round_end) / (sum of lrs),
+     * and every local step moves x by -lr (v + beta mg). QG's buffer, with one local step a
+     * round, forgets at beta (2 - beta) a step (0.99 for 0.9): too slow on data that is alike
+     * on every peer; local momentum amplifies the local drift 1 / (1 - beta) but not the
+     * gossip's pull back, which loses on data that differs. Here both are amplified alike,
+     * the gradients at the heavy ball's pace and the gossip at QG's (a faster gossip buffer
+     * made CHOCO diverge: docs/RESULTS.md, "IID gap (iid branch)"). */
+    HS_MOMENTUM_HYBRID = 2,
 } hs_momentum_kind;
 
 typedef struct hs_optim_cfg {
@@ -197,7 +207,7 @@ int hs_lr_sched_parse(const char *s, hs_lr_sched *out);
 /* "sgd" or "adamw". */
 int hs_optim_kind_parse(const char *s, hs_optim_kind *out);
 const char *hs_optim_kind_name(hs_optim_kind k);
-/* "local" or "qg". */
+/* "local", "qg" or "hybrid". */
 int hs_momentum_kind_parse(const char *s, hs_momentum_kind *out);
 const char *hs_momentum_kind_name(hs_momentum_kind k);
 
@@ -224,8 +234,9 @@ int hs_optim_needs_x(const hs_optim *o);
  * momentum. */
 float *hs_optim_velocity(hs_optim *o);
 /* The optimizer's state, for checkpoints and join snapshots: hs_optim_nstate vectors of n
- * floats in backend memory (SGD with momentum: the velocity; AdamW: the first and second
- * moments m and v; plain SGD: none) and a step count (AdamW's bias correction). */
+ * floats in backend memory (SGD with momentum: the velocity, and with HYBRID momentum the
+ * gossip buffer mg after it; AdamW: the first and second moments m and v; plain SGD: none)
+ * and a step count (AdamW's bias correction). */
 int hs_optim_nstate(const hs_optim *o);
 float *hs_optim_state(hs_optim *o, int i);
 uint64_t hs_optim_count(const hs_optim *o);

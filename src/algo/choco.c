@@ -196,10 +196,11 @@ const hs__algo_ops hs__algo_choco = {
     .default_topology = "ring",
     .needs_replicas = 1,
     .qg_momentum = 1,
-    /* With its default compressor: 0.5-1.5 points (mean) and 1.0-2.5 (worst peer) above local
-     * momentum on Dirichlet(0.5) shards, 0.1-0.55 below on IID ones; with top-1% it made the
-     * 5,000-round run of test_choco_defaults.sh diverge (docs/RESULTS.md, "Defaults that train,
-     * part 2"). */
+    /* Hybrid momentum with its default compressor: qg's 0.39-0.75 (mean) / 0.78-1.39 (worst
+     * peer) below D-PSGD on Dirichlet(0.5) shards become 0.37-0.60 / 0.76-1.38, and on IID
+     * shards 0.82-0.93 become 0.13-0.60, local momentum's level; with top-1% qg made the
+     * 5,000-round run of test_choco_defaults.sh diverge (docs/RESULTS.md, "IID gap (iid
+     * branch)"). */
     .default_qg = 1,
     .priv_size = sizeof(choco_state),
     .check_compressor = choco_check_compressor,

@@ -57,10 +57,11 @@ const hs_cli_opt hs_runopts_table[] = {
     {"momentum", RO_MOMENTUM, "F", "sgd momentum in [0, 1) (default: 0.9)"},
     {"nesterov", RO_NESTEROV, NULL, "Nesterov momentum"},
     {"momentum-kind", RO_MOMENTUM_KIND, "K",
-     "local (heavy ball on the local gradients) or qg: quasi-global momentum, whose buffer"
-     HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021); qg needs"
-     HELP_PAD "dpsgd or choco, sgd and --momentum > 0 (default: qg for choco with its default"
-     HELP_PAD "compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
+     "local (heavy ball on the local gradients), qg: quasi-global momentum, whose buffer"
+     HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021), or hybrid:"
+     HELP_PAD "the heavy ball on the gradients and a qg buffer of the gossip's share; qg and"
+     HELP_PAD "hybrid need dpsgd or choco, sgd and --momentum > 0 (default: hybrid for choco with"
+     HELP_PAD "its default compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -243,23 +244,25 @@ int hs__runopts_finish(hs_runopts *o) {
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
-    /* Quasi-global momentum only where it was measured to train and stay bounded: the
-     * algorithm's own compressor (with top-1% it diverged). */
+    /* Hybrid momentum only where it was measured to train and stay bounded: the algorithm's
+     * own compressor (with top-1%, qg diverged). */
     if (!o->momentum_kind_set && hs_algo_kind_default_qg(o->algo.kind) &&
         o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f && !o->outer.on &&
         !strcmp(o->compress, hs_algo_kind_default_compress(o->algo.kind)))
-        o->optim.momentum_kind = HS_MOMENTUM_QG;
-    if (o->optim.momentum_kind == HS_MOMENTUM_QG) {
+        o->optim.momentum_kind = HS_MOMENTUM_HYBRID;
+    if (o->optim.momentum_kind != HS_MOMENTUM_LOCAL) {
+        const char *mk = hs_momentum_kind_name(o->optim.momentum_kind);
         /* The paper covers a mixing step that keeps the average of the models; SGP steps
          * x / w, DCD mixes compressed differences, BEER tracks the steps themselves. */
         if (!hs_algo_kind_qg_momentum(o->algo.kind)) {
             hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
-            return hs__cli_usage_error("--momentum-kind qg applies to --algo %s only (not %s: its "
+            return hs__cli_usage_error("--momentum-kind %s applies to --algo %s only (not %s: its "
                                       "mixing step does not keep the average of the models)",
-                                      ok, hs_algo_kind_name(o->algo.kind));
+                                      mk, ok, hs_algo_kind_name(o->algo.kind));
         }
         if (o->optim.kind != HS_OPTIM_SGD || o->optim.momentum == 0.0f)
-            return hs__cli_usage_error("--momentum-kind qg needs --optimizer sgd and --momentum > 0");
+            return hs__cli_usage_error("--momentum-kind %s needs --optimizer sgd and --momentum > 0",
+                                      mk);
     }
     if (o->algo.staleness && hs_algo_kind_synchronous(o->algo.kind)) {
         hs_algo_kind_names(hs_algo_kind_synchronous, 0, ok, sizeof(ok));

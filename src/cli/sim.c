@@ -225,9 +225,12 @@ int hs__cmd_sim(int argc, char **argv) {
         printf("hearsay sim: %s consensus step gamma_c = %g (%s)\n", an,
                (double)hs_algo_gamma_c(hs_trainer_algo(hs_sim_trainer(sim, 0))), why);
     }
-    if (!a.ro.quiet && a.ro.optim.momentum_kind == HS_MOMENTUM_QG)
-        printf("hearsay sim: quasi-global momentum, beta %g%s\n", (double)a.ro.optim.momentum,
-               a.ro.optim.nesterov ? ", Nesterov" : "");
+    if (!a.ro.quiet && a.ro.optim.momentum_kind != HS_MOMENTUM_LOCAL)
+        printf("hearsay sim: %s momentum, beta %g%s\n",
+               a.ro.optim.momentum_kind == HS_MOMENTUM_QG
+                   ? "quasi-global"
+                   : "hybrid (heavy ball on the gradients, quasi-global on the gossip)",
+               (double)a.ro.optim.momentum, a.ro.optim.nesterov ? ", Nesterov" : "");
     fflush(stdout);
 
     hs__sim_job_cfg jc = {rounds, rpe, a.ro.local_steps,

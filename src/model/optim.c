@@ -18,10 +18,13 @@ struct hs_optim {
     /* Quasi-global momentum: v holds mhat (the state that checkpoints and snapshots carry);
      * each step works on q = copy of mhat, which the backend's SGD step turns into
      * beta mhat + g, so the step and its Nesterov form are the backend's own arithmetic. */
-    float *q;      /* backend memory, n floats */
-    float *x0;     /* host: x at the start of the round */
+    float *q;      /* backend memory, n floats (HYBRID: scratch of a device's round end) */
+    float *x0;     /* host: x at the start of the round (QG) */
     float *dh;     /* host: the round's direction, for a backend without host memory */
     double lr_sum; /* learning rates of the steps since round_begin */
+    /* Hybrid momentum: v is the heavy ball's velocity, mg the gossip's buffer (the second
+     * state vector), xm x after the round's last local step; backend memory, n floats. */
+    float *mg, *xm;
 };
 
 void hs_optim_cfg_default(hs_optim_cfg *c) {
@@ -54,12 +57,13 @@ const char *hs_optim_kind_name(hs_optim_kind k) { return k == HS_OPTIM_ADAMW ? "
 int hs_momentum_kind_parse(const char *s, hs_momentum_kind *out) {
     if (!strcmp(s, "local")) *out = HS_MOMENTUM_LOCAL;
     else if (!strcmp(s, "qg")) *out = HS_MOMENTUM_QG;
-    else return hs__err(HS_EINVAL, "--momentum-kind '%s': expected local or qg", s);
+    else if (!strcmp(s, "hybrid")) *out = HS_MOMENTUM_HYBRID;
+    else return hs__err(HS_EINVAL, "--momentum-kind '%s': expected local, qg or hybrid", s);
     return 0;
 }
 
 const char *hs_momentum_kind_name(hs_momentum_kind k) {
-    return k == HS_MOMENTUM_QG ? "qg" : "local";
+    return k == HS_MOMENTUM_QG ? "qg" : k == HS_MOMENTUM_HYBRID ? "hybrid" : "local";
 }
 
 int hs_lr_sched_parse(const char *s, hs_lr_sched *out) {
@@ -104,12 +108,14 @@ int hs_optim_new(hs_optim **out, hs_backend *be, size_t n, const hs_optim_cfg *c
         return hs__err(HS_EINVAL, "optimizer: unknown kind %d", (int)cfg->kind);
     if (cfg->nesterov && (adamw || cfg->momentum == 0.0f))
         return hs__err(HS_EINVAL, "--nesterov needs --optimizer sgd and --momentum > 0");
-    if (cfg->momentum_kind != HS_MOMENTUM_LOCAL && cfg->momentum_kind != HS_MOMENTUM_QG)
+    if (cfg->momentum_kind != HS_MOMENTUM_LOCAL && cfg->momentum_kind != HS_MOMENTUM_QG &&
+        cfg->momentum_kind != HS_MOMENTUM_HYBRID)
         return hs__err(HS_EINVAL, "optimizer: unknown momentum kind %d", (int)cfg->momentum_kind);
-    int qg = cfg->momentum_kind == HS_MOMENTUM_QG;
-    if (qg && (adamw || cfg->momentum == 0.0f))
-        return hs__err(HS_EINVAL, "--momentum-kind qg needs --optimizer sgd and --momentum > 0 "
-                                  "(it changes what the momentum buffer accumulates)");
+    int qg = cfg->momentum_kind == HS_MOMENTUM_QG, hyb = cfg->momentum_kind == HS_MOMENTUM_HYBRID;
+    if ((qg || hyb) && (adamw || cfg->momentum == 0.0f))
+        return hs__err(HS_EINVAL, "--momentum-kind %s needs --optimizer sgd and --momentum > 0 "
+                                  "(it changes what the momentum buffer accumulates)",
+                       hs_momentum_kind_name(cfg->momentum_kind));
     if (adamw) {
         if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
             return hs__err(HS_EINVAL, "adamw: betas %g, %g must be in [0, 1)", (double)cfg->beta1,
@@ -130,9 +136,11 @@ int hs_optim_new(hs_optim **out, hs_backend *be, size_t n, const hs_optim_cfg *c
     int err = 0;
     if (adamw || cfg->momentum != 0.0f) err = hs_be_alloc_f(be, n, &o->v);
     if (err == 0 && adamw) err = hs_be_alloc_f(be, n, &o->m);
-    if (err == 0 && qg) {
+    if (err == 0 && (qg || hyb)) {
         err = hs_be_alloc_f(be, n, &o->q);
-        if (err == 0 && (!(o->x0 = malloc(sizeof(float) * n)) ||
+        if (err == 0 && hyb && (err = hs_be_alloc_f(be, n, &o->mg)) == 0)
+            err = hs_be_alloc_f(be, n, &o->xm);
+        if (err == 0 && ((qg && !(o->x0 = malloc(sizeof(float) * n))) ||
                          (!be->host_memory && !(o->dh = malloc(sizeof(float) * n)))))
             err = hs__err(HS_ENOMEM, "optimizer: out of memory for %zu parameters", n);
     }
@@ -149,6 +157,8 @@ void hs_optim_free(hs_optim *o) {
     hs_be_free(o->be, o->v);
     hs_be_free(o->be, o->m);
     hs_be_free(o->be, o->q);
+    hs_be_free(o->be, o->mg);
+    hs_be_free(o->be, o->xm);
     free(o->x0);
     free(o->dh);
     free(o);
@@ -183,6 +193,15 @@ int hs_optim_step(hs_optim *o, float *x, const float *g, long t, float *lr_out) 
         return err;
     }
     hs_sgd_hparams h = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
+    if (o->mg) {
+        /* Hybrid: the heavy ball's step, then the gossip buffer's share, then x as the gossip
+         * will find it (its share of the round is measured from there). */
+        int err = o->be->ops->sgd_step(o->be, x, g, o->v, o->n, &h);
+        if (err == 0) err = o->be->ops->axpby(o->be, x, o->mg, o->n, -lr * o->cfg.momentum, 1.0f);
+        if (err == 0) err = hs_be_copy_f(o->be, o->xm, x, o->n);
+        o->lr_sum += (double)lr;
+        return err;
+    }
     if (!o->q) return o->be->ops->sgd_step(o->be, x, g, o->v, o->n, &h);
     int err = hs_be_copy_f(o->be, o->q, o->v, o->n);
     if (err < 0) return err;
@@ -194,9 +213,27 @@ int hs_optim_needs_x(const hs_optim *o) { return o->q != NULL; }
 
 int hs_optim_round_begin(hs_optim *o, const float *x_host) {
     if (!o->q) return 0;
-    memcpy(o->x0, x_host, sizeof(float) * o->n);
+    if (o->x0) memcpy(o->x0, x_host, sizeof(float) * o->n);
     o->lr_sum = 0.0;
     return 0;
+}
+
+/* mg = beta (2 - beta) mg + (1 - beta) (xm - x_end) / lr_sum: QG's update of its buffer
+ * (mhat' = beta mhat + (1 - beta)(beta mhat + d)) with d the gossip's share of the round. */
+static int hybrid_round_end(hs_optim *o, const float *x_host, float inv) {
+    float mu = o->cfg.momentum, a = mu * (2.0f - mu), c = 1.0f - mu;
+    size_t n = o->n;
+    if (o->be->host_memory) {
+        float *mg = o->mg;
+        const float *xm = o->xm;
+        for (size_t k = 0; k < n; k++) mg[k] = a * mg[k] + c * ((xm[k] - x_host[k]) * inv);
+        return 0;
+    }
+    int err = hs_be_download(o->be, o->dh, o->xm, sizeof(float) * n);
+    if (err < 0) return err;
+    for (size_t k = 0; k < n; k++) o->dh[k] = (o->dh[k] - x_host[k]) * inv;
+    if ((err = hs_be_upload(o->be, o->q, o->dh, sizeof(float) * n)) < 0) return err;
+    return o->be->ops->axpby(o->be, o->mg, o->q, n, c, a);
 }
 
 int hs_optim_round_end(hs_optim *o, const float *x_host) {
@@ -207,6 +244,7 @@ int hs_optim_round_end(hs_optim *o, const float *x_host) {
     float inv = (float)(1.0 / o->lr_sum), mu = o->cfg.momentum, c = 1.0f - mu;
     const float *x0 = o->x0;
     size_t n = o->n;
+    if (o->mg) return hybrid_round_end(o, x_host, inv);
     if (o->be->host_memory) {
         float *v = o->v;
         for (size_t k = 0; k < n; k++) v[k] = mu * v[k] + c * ((x0[k] - x_host[k]) * inv);
@@ -221,12 +259,12 @@ int hs_optim_round_end(hs_optim *o, const float *x_host) {
 float *hs_optim_velocity(hs_optim *o) { return o->cfg.kind == HS_OPTIM_SGD ? o->v : NULL; }
 
 int hs_optim_nstate(const hs_optim *o) {
-    return o->cfg.kind == HS_OPTIM_ADAMW ? 2 : o->v != NULL;
+    return o->cfg.kind == HS_OPTIM_ADAMW || o->mg ? 2 : o->v != NULL;
 }
 
 float *hs_optim_state(hs_optim *o, int i) {
     if (o->cfg.kind == HS_OPTIM_ADAMW) return i == 0 ? o->m : i == 1 ? o->v : NULL;
-    return i == 0 ? o->v : NULL;
+    return i == 0 ? o->v : i == 1 ? o->mg : NULL;
 }
 
 uint64_t hs_optim_count(const hs_optim *o) { return o->t; }

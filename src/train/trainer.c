@@ -78,11 +78,12 @@ int hs_trainer_new(hs_trainer **out, hs_backend *be, const hs_trainer_cfg *cfg,
      * averages models with a doubly stochastic W (the algorithm's qg_momentum property). */
     if (!acfg && cfg->outer.on)
         return hs__err(HS_EINVAL, "the outer step needs an algorithm to gossip with");
-    if (cfg->optim.momentum_kind == HS_MOMENTUM_QG && acfg &&
+    if (cfg->optim.momentum_kind != HS_MOMENTUM_LOCAL && acfg &&
         !hs_algo_kind_qg_momentum(acfg->kind)) {
         char ok[96];
         hs_algo_kind_names(hs_algo_kind_qg_momentum, 1, ok, sizeof(ok));
-        return hs__err(HS_EINVAL, "--momentum-kind qg applies to --algo %s, not %s", ok,
+        return hs__err(HS_EINVAL, "--momentum-kind %s applies to --algo %s, not %s",
+                       hs_momentum_kind_name(cfg->optim.momentum_kind), ok,
                        hs_algo_kind_name(acfg->kind));
     }
     hs_trainer *t = calloc(1, sizeof(*t));

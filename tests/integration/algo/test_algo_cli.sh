@@ -120,12 +120,13 @@ sgp-straggler-net)
 sim-equals-net)
     # The same seeded synchronous run in the simulator and over the network runtime (4 TLS
     # processes) ends with bit-identical parameters on every peer after 20 rounds, quasi-global
-    # momentum included, and with batches split into 2 lanes (--threads 2: the simulator's peers
-    # share one backend's pool, each network peer has its own).
+    # and hybrid momentum included, and with batches split into 2 lanes (--threads 2: the
+    # simulator's peers share one backend's pool, each network peer has its own).
     printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
     # "outer": 3 local steps a round and the outer Nesterov step (DiLoCo's 0.7 and 0.9).
     for algo in "choco topk:0.01 local" "dpsgd none local" "beer topk:0.1 local" "choco topk:0.01 qg" \
+        "choco topk:0.05:fp16 hybrid" \
         "choco topk:0.01 local 2" "choco topk:0.01 local 1 outer" "dpsgd none local 1 outer"; do
         set -- $algo
         t="$1-$3-${4:-1}${5:+-$5}"

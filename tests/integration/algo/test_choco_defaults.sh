@@ -7,9 +7,10 @@
 #   long-run-N   the defaults on a ring of N peers with top-1% for 5,000 rounds: the consensus
 #                distance does not grow over the last 1,000 rounds and the final accuracy is within
 #                1 point of the best (EXTRA options, e.g. --gamma-c 0.1, show the check can fail)
-#   long-run-default-N  the same with CHOCO's defaults (top-5% fp16 and quasi-global momentum)
-#   momentum-default  quasi-global momentum is the default only for CHOCO with its default
-#                compressor, SGD with momentum and no outer step; every other run keeps local
+#   long-run-default-N  the same with CHOCO's defaults (top-5% fp16 and hybrid momentum)
+#   momentum-default  hybrid momentum (quasi-global on the gossip) is the default only for CHOCO
+#                with its default compressor, SGD with momentum and no outer step; every other
+#                run keeps local
 # Every command is bounded by `timeout`; nothing runs in the background.
 set -uo pipefail
 hs=$1
@@ -75,19 +76,23 @@ accepted)
     done
     ;;
 momentum-default)
-    # qg FLAGS...: whether a one-round sim with FLAGS runs quasi-global momentum (it says so).
-    qg() {
+    # kind FLAGS...: the momentum kind a one-round sim with FLAGS says it runs ("quasi-global",
+    # "hybrid"; nothing for local momentum).
+    kind() {
         timeout 60 "$hs" sim -n 4 --synthetic --subset 400 --test-subset 100 --hidden 8 \
             --rounds 1 "$@" >"$tmp/out" 2>&1 || fail "$*: $(tail -3 "$tmp/out")"
-        grep -q "quasi-global momentum" "$tmp/out"
+        sed -n 's/^hearsay sim: \([a-z-]*\) .*momentum, beta .*/\1/p' "$tmp/out"
     }
-    qg || fail "the defaults do not run quasi-global momentum: $(cat "$tmp/out")"
-    qg --compress topk:0.05:fp16 || fail "CHOCO's default compressor, given, lost qg"
+    [[ $(kind) == hybrid ]] || fail "the defaults do not run hybrid momentum: $(cat "$tmp/out")"
+    [[ $(kind --compress topk:0.05:fp16) == hybrid ]] || fail "CHOCO's default compressor, given, lost hybrid"
     for flags in "--compress topk:0.01" "--momentum-kind local" "--algo dpsgd" "--momentum 0" \
         "--optimizer adamw" "--outer-lr 1" "--algo beer"; do
-        qg $flags && fail "$flags: quasi-global momentum, expected local"
+        [[ -z $(kind $flags) ]] || fail "$flags: $(kind $flags) momentum, expected local"
     done
-    echo "ok: qg by default for choco with topk:0.05:fp16 only"
+    [[ $(kind --momentum-kind qg) == quasi-global ]] || fail "--momentum-kind qg: $(cat "$tmp/out")"
+    [[ $(kind --compress topk:0.01 --momentum-kind hybrid) == hybrid ]] ||
+        fail "--momentum-kind hybrid not run with topk:0.01: $(cat "$tmp/out")"
+    echo "ok: hybrid by default for choco with topk:0.05:fp16 only; qg and hybrid when asked"
     ;;
 long-run-*)
     # 5,000 rounds on a small model (hidden 32, batch 16) to stay within a couple of minutes;

@@ -176,6 +176,8 @@ static const cell cells[] = {
     {"regular:6", 16, "qsgd:16", HS_ALGO_CHOCO, 0},
     {"ring", 32, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
     {"complete", 16, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
+    {"ring", 8, "sign:512", HS_ALGO_CHOCO, 1000}, /* bucketed sign: 2 buckets at d = 1000 */
+    {"complete", 16, "sign:512", HS_ALGO_CHOCO, 1000},
     {"ring", 8, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000}, /* CHOCO's default compressor */
     {"complete", 16, "topk:0.05:fp16", HS_ALGO_CHOCO, 1000},
     {"ring", 16, "topk:0.1", HS_ALGO_CHOCO, 0}, /* the ring's cap, 0.15 */

@@ -1,6 +1,7 @@
-/* Unit tests of quasi-global momentum (--momentum-kind qg): the update against a hand
- * computation (heavy ball and Nesterov, several local steps, lr 0), the refusals, the local
- * kind left as it was, and seeded simulations on Dirichlet shards that train and repeat. */
+/* Unit tests of quasi-global momentum (--momentum-kind qg) and its hybrid form: the updates
+ * against a hand computation (heavy ball and Nesterov, several local steps, lr 0), the
+ * refusals, the local kind left as it was, and seeded simulations on Dirichlet shards that
+ * train and repeat. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,14 +28,16 @@ static hs_backend *cpu(void) {
     return be;
 }
 
-static hs_optim *qg_optim(hs_backend *be, size_t n, float lr, float mu, int nesterov) {
+static hs_optim *kind_optim(hs_backend *be, const char *kind, size_t n, float lr, float mu,
+                            int nesterov) {
     hs_optim_cfg c;
     hs_optim_cfg_default(&c);
     c.lr = lr;
     c.momentum = mu;
     c.nesterov = nesterov;
     c.sched = HS_LR_CONST;
-    assert_int_equal(hs_momentum_kind_parse("qg", &c.momentum_kind), 0);
+    assert_int_equal(hs_momentum_kind_parse(kind, &c.momentum_kind), 0);
+    assert_string_equal(hs_momentum_kind_name(c.momentum_kind), kind);
     hs_optim *o;
     assert_int_equal(hs_optim_new(&o, be, n, &c), 0);
     return o;
@@ -53,7 +56,7 @@ static void near2(const float *v, double a, double b) {
 static void test_update_by_hand(void **state) {
     (void)state;
     hs_backend *be = cpu();
-    hs_optim *o = qg_optim(be, 2, 0.1f, 0.5f, 0);
+    hs_optim *o = kind_optim(be, "qg", 2, 0.1f, 0.5f, 0);
     assert_int_equal(hs_optim_nstate(o), 1);
     float *mhat = hs_optim_state(o, 0);
     float x[2] = {1.0f, -1.0f}, g1[2] = {1.0f, 2.0f}, g2[2] = {-1.0f, 0.5f};
@@ -75,7 +78,7 @@ static void test_update_by_hand(void **state) {
 
     /* Nesterov (QG-DSGDm-N): the step is g + beta m. From the same mhat = (0.25, 1.5) and
      * g = (-1, 0.5): m = (-0.875, 1.25), direction (-1.4375, 1.125), x = (1.09375, -1.4125). */
-    o = qg_optim(be, 2, 0.1f, 0.5f, 1);
+    o = kind_optim(be, "qg", 2, 0.1f, 0.5f, 1);
     mhat = hs_optim_state(o, 0);
     mhat[0] = 0.25f;
     mhat[1] = 1.5f;
@@ -89,7 +92,7 @@ static void test_update_by_hand(void **state) {
 
     /* Two local steps in a round divide by the summed lr: from mhat = 0, steps with g1 then
      * g2 and no gossip give d = (g1 + g2) / 2 = (0, 1.25), mhat = 0.5 d = (0, 0.625). */
-    o = qg_optim(be, 2, 0.1f, 0.5f, 0);
+    o = kind_optim(be, "qg", 2, 0.1f, 0.5f, 0);
     mhat = hs_optim_state(o, 0);
     x[0] = 1.0f;
     x[1] = -1.0f;
@@ -103,7 +106,7 @@ static void test_update_by_hand(void **state) {
 
     /* At lr 0 (consensus runs) the round's change is the gossip alone, with no step size to
      * scale it by: the buffer is left as it is. */
-    o = qg_optim(be, 2, 0.0f, 0.5f, 0);
+    o = kind_optim(be, "qg", 2, 0.0f, 0.5f, 0);
     mhat = hs_optim_state(o, 0);
     mhat[0] = 0.5f;
     mhat[1] = -0.5f;
@@ -112,6 +115,42 @@ static void test_update_by_hand(void **state) {
     x[0] = 7.0f;
     assert_int_equal(hs_optim_round_end(o, x), 0);
     near2(mhat, 0.5, -0.5);
+    hs_optim_free(o);
+    hs_backend_close(be);
+}
+
+/* Hybrid, lr 0.1, beta 0.5 (so the gossip buffer decays at beta (2 - beta) = 0.75). Round 1
+ * from x = (1, -1), v = mg = 0, g = (1, 2): v = g, x = (0.9, -1.2), and x after the local steps
+ * xm = (0.9, -1.2); the gossip moves x to (0.95, -1.3), so its share is (xm - x) / 0.1 =
+ * (-0.5, 1) and mg = 0.5 (-0.5, 1) = (-0.25, 0.5), v untouched. Round 2, g = (-1, 0.5): v =
+ * 0.5 (1, 2) + g = (-0.5, 1.5), x = (0.95, -1.3) - 0.1 v - 0.1 * 0.5 mg = (1.0125, -1.475); no
+ * gossip, so mg = 0.75 mg = (-0.1875, 0.375). QG's buffer would have taken the local steps
+ * too. */
+static void test_hybrid_by_hand(void **state) {
+    (void)state;
+    hs_backend *be = cpu();
+    hs_optim *o = kind_optim(be, "hybrid", 2, 0.1f, 0.5f, 0);
+    assert_int_equal(hs_optim_nstate(o), 2); /* checkpoints carry both buffers */
+    float *v = hs_optim_state(o, 0), *mg = hs_optim_state(o, 1);
+    assert_true(hs_optim_velocity(o) == v);
+    assert_int_equal(hs_optim_needs_x(o), 1);
+    float x[2] = {1.0f, -1.0f}, g1[2] = {1.0f, 2.0f}, g2[2] = {-1.0f, 0.5f};
+    assert_int_equal(hs_optim_round_begin(o, x), 0);
+    assert_int_equal(hs_optim_step(o, x, g1, 0, NULL), 0);
+    near2(x, 0.9, -1.2);
+    near2(v, 1.0, 2.0);
+    near2(mg, 0.0, 0.0);
+    x[0] = 0.95f;
+    x[1] = -1.3f;
+    assert_int_equal(hs_optim_round_end(o, x), 0);
+    near2(mg, -0.25, 0.5);
+    near2(v, 1.0, 2.0);
+    assert_int_equal(hs_optim_round_begin(o, x), 0);
+    assert_int_equal(hs_optim_step(o, x, g2, 1, NULL), 0);
+    near2(v, -0.5, 1.5);
+    near2(x, 1.0125, -1.475);
+    assert_int_equal(hs_optim_round_end(o, x), 0);
+    near2(mg, -0.1875, 0.375);
     hs_optim_free(o);
     hs_backend_close(be);
 }
@@ -145,18 +184,20 @@ static void test_refusals(void **state) {
     hs_backend *be = cpu();
     hs_momentum_kind k;
     assert_int_equal(hs_momentum_kind_parse("global", &k), HS_EINVAL);
-    assert_non_null(strstr(hs_error_message(), "local or qg"));
-    hs_optim_cfg c;
-    hs_optim_cfg_default(&c);
-    c.momentum_kind = HS_MOMENTUM_QG;
-    c.momentum = 0.0f;
+    assert_non_null(strstr(hs_error_message(), "local, qg or hybrid"));
     hs_optim *o = NULL;
-    assert_int_equal(hs_optim_new(&o, be, 4, &c), HS_EINVAL);
-    assert_non_null(strstr(hs_error_message(), "--momentum > 0"));
-    c.momentum = 0.9f;
-    c.kind = HS_OPTIM_ADAMW;
-    assert_int_equal(hs_optim_new(&o, be, 4, &c), HS_EINVAL);
-    assert_null(o);
+    for (int mk = HS_MOMENTUM_QG; mk <= HS_MOMENTUM_HYBRID; mk++) {
+        hs_optim_cfg c;
+        hs_optim_cfg_default(&c);
+        c.momentum_kind = (hs_momentum_kind)mk;
+        c.momentum = 0.0f;
+        assert_int_equal(hs_optim_new(&o, be, 4, &c), HS_EINVAL);
+        assert_non_null(strstr(hs_error_message(), "--momentum > 0"));
+        c.momentum = 0.9f;
+        c.kind = HS_OPTIM_ADAMW;
+        assert_int_equal(hs_optim_new(&o, be, 4, &c), HS_EINVAL);
+        assert_null(o);
+    }
 
     hs_dataset *ds;
     hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
@@ -172,8 +213,9 @@ static void test_refusals(void **state) {
     tc.local_steps = 1;
     hs_algo_cfg ac;
     hs_algo_cfg_default(&ac);
-    const hs_algo_kind refused[] = {HS_ALGO_SGP, HS_ALGO_DCD};
-    for (int i = 0; i < 2; i++) {
+    const hs_algo_kind refused[] = {HS_ALGO_SGP, HS_ALGO_DCD, HS_ALGO_SGP, HS_ALGO_DCD};
+    for (int i = 0; i < 4; i++) {
+        tc.optim.momentum_kind = i < 2 ? HS_MOMENTUM_QG : HS_MOMENTUM_HYBRID;
         ac.kind = refused[i];
         ac.compress = refused[i] == HS_ALGO_DCD ? "qsgd:16" : "none";
         hs_trainer *t = NULL;
@@ -273,6 +315,7 @@ static void test_sim_choco(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_update_by_hand),
+        cmocka_unit_test(test_hybrid_by_hand),
         cmocka_unit_test(test_local_unchanged),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_sim_dpsgd),
