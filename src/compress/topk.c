@@ -208,11 +208,13 @@ static size_t topk_max_bytes(const hs_compressor *c) {
 }
 
 /* FP8's section: the scale, then the k bytes. The inputs are finite (the selection's check). A
- * scale that underflows to 0 sends zeros: values below 448 times the least float. */
+ * scale that underflows to 0 sends zeros: values below 448 times the least float. The scale
+ * keeps 448 s finite (what a decode checks), rounding down where max |v| / 448 rounded up. */
 static void put_fp8(const uint32_t *idx, const float *src, int gather, size_t k, uint8_t *v) {
     float mx = 0.0f;
     for (size_t j = 0; j < k; j++) mx = fmaxf(mx, fabsf(gather ? src[idx[j]] : src[j]));
     float s = mx / FP8_MAX;
+    if (!isfinite(s * FP8_MAX)) s = nextafterf(s, 0.0f);
     hs__stf(v, s);
     for (size_t j = 0; j < k; j++) {
         float f = gather ? src[idx[j]] : src[j];
@@ -429,8 +431,10 @@ static int topk_check(const hs_compressor *c, const uint8_t *p, size_t len,
         return err;
     if (w == 1) {
         uint32_t sb = hs__ld32(vals);
-        if (sb >= HS_CW_KEY_INF) /* the sign bit too: a scale is >= 0 */
-            return hs__err(HS_EFORMAT, "%s message: fp8 scale 0x%08x is not a finite number >= 0",
+        /* the sign bit too: a scale is >= 0; and every value it scales is finite */
+        if (sb >= HS_CW_KEY_INF || !isfinite(hs__ldf(vals) * FP8_MAX))
+            return hs__err(HS_EFORMAT, "%s message: fp8 scale 0x%08x is not a number in "
+                                       "[0, FLT_MAX / 448]",
                            c->ops->name, sb);
         for (size_t j = 0; j < k; j++)
             if ((vals[4 + j] & 0x7Fu) == FP8_NAN)
