@@ -16,7 +16,8 @@ const hs_cli_opt hs_runopts_table[] = {
     /* Continuation lines start under the first column of the help text. */
 #define HELP_PAD "\n                               "
     {"compress", RO_COMPRESS, "C",
-     "none, fp16, bf16, topk:K[:fp16], randk:K[:fp16][:unscaled], qsgd:S[:B], sign[:B], ef:C"
+     "none, fp16, bf16, topk:K[:fp16|:fp8], randk:K[:fp16][:unscaled], qsgd:S[:B], sign[:B],"
+     HELP_PAD "ef:C"
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
