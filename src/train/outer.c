@@ -39,9 +39,10 @@
  * SGP's correction is a whole mixing step of the round's start models (sum_j W_ij a_j - a_i,
  * or its push-sum), already a full step; the neighbours' progress reaches them only next
  * round. Summed into the momentum and amplified, it overshot: D-PSGD on a ring of 8 at H=32
- * ended at 73.4% with it, and with the correction kept out at 84-85% (docs/RESULTS.md, "Outer
- * optimizer 300x"), while keeping CHOCO's out cost it 0.3-0.6 points. Both rules give the
- * network mean the same step wherever the mix keeps the mean (mean_i c_i = 0).
+ * ended at 73.4 / 81.1 / 79.1% (seeds 0 / 1 / 2) with it, 82.0 / 82.8 / 83.1% with it kept
+ * out, while keeping CHOCO's out cost it 0.6 points (docs/RESULTS.md, "Outer optimizer 300x").
+ * Both rules give the network mean the same step wherever the mix keeps the mean
+ * (mean_i c_i = 0).
  *
  * What travels is the model, as without the outer step; the pseudo-gradient is formed after
  * the gossip. Gossip, unlike DiLoCo's all-reduce, leaves the peers' anchors apart, and only
