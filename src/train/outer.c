@@ -44,8 +44,8 @@
  * Both rules give the network mean the same step wherever the mix keeps the mean
  * (mean_i c_i = 0).
  *
- * What travels is the model, as without the outer step; the pseudo-gradient is formed after
- * the gossip. Gossip, unlike DiLoCo's all-reduce, leaves the peers' anchors apart, and only
+ * What travels is the model, as without the outer step; the pseudo-gradient is formed here,
+ * from the model before or after the gossip. Gossip, unlike DiLoCo's all-reduce, leaves the peers' anchors apart, and only
  * the model's gossip brings them together: for a gossip x~_i = sum_j W_ij x_j (W doubly
  * stochastic),
  *   g_i = (a_i - sum_j W_ij a_j) + sum_j W_ij (a_j - x_j),
@@ -53,7 +53,8 @@
  * with equal anchors) plus a pull of the anchor towards the neighbours' (NoLoCo's term, here
  * with its weight tied to the outer learning rate); our D-PSGD mixes the round's starting
  * models and adds the local change (dpsgd.c), so there the first term stays and the second is
- * the peer's own a_i - x_i. For a mixing that keeps the network's mean
+ * the peer's own a_i - x_i: the first is the correction the exact rule applies once, the
+ * second its momentum's pseudo-gradient. For a mixing that keeps the network's mean
  * (D-PSGD, CHOCO), mean_i g_i = mean_i (a_i - x_i): the momentum averages the peers' own
  * pseudo-gradients and the network mean moves exactly as in DiLoCo; in a consensus-only run
  * (inner lr 0, x_i = a_i) mean g = 0, so the outer step keeps the network average. Compressed
@@ -80,8 +81,8 @@ struct hs__outer {
     size_t d;
     float *anchor; /* the model as evaluated at the round's open */
     float *u;      /* the outer momentum */
-    /* An exact mix: the model as evaluated after the local steps (pre_set: this round's), then,
-     * under split evaluation, the new z turned into x. Split evaluation only: the latter. */
+    /* Under an exact mix, the model as evaluated after the local steps (pre_set: taken this
+     * round); under split evaluation, once the step is computed, the new z turned into x. */
     float *tmp;
     int pre_set;
 };

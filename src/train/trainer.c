@@ -156,7 +156,8 @@ static int stage_params(hs_trainer *t) {
 }
 
 /* The reverse after the local steps: x from the parameters (x = w z for SGP). The outer step
- * takes the parameters as they are, before x = w z rounds them. */
+ * takes the parameters as they are, before x = w z rounds them (device gossip, which keeps x on
+ * the device, is never on with an outer step: hs_trainer_new). */
 static int unstage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
     t->x_stale = t->dev_gossip;
