@@ -28,7 +28,8 @@ extern "C" {
 
 /* The outer optimizer (SlowMo / DiLoCo: src/train/outer.c): after each round's gossip, a
  * Nesterov step of rate lr and momentum `momentum` on the round's pseudo-gradient (the model
- * at the round's open minus the model after the gossip). on = 0: no outer step; lr 1 with
+ * at the round's open minus the model after the gossip for CHOCO and BEER; before it for the
+ * others, whose mixing is then applied once). on = 0: no outer step; lr 1 with
  * momentum 0 computes the same bits as no outer step. */
 typedef struct hs_outer_cfg {
     int on;

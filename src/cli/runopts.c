@@ -16,7 +16,8 @@ const hs_cli_opt hs_runopts_table[] = {
     /* Continuation lines start under the first column of the help text. */
 #define HELP_PAD "\n                               "
     {"compress", RO_COMPRESS, "C",
-     "none, fp16, bf16, topk:K[:fp16], randk:K[:fp16][:unscaled], qsgd:S[:B], sign[:B], ef:C"
+     "none, fp16, bf16, topk:K[:fp16|:fp8], randk:K[:fp16][:unscaled], qsgd:S[:B], sign[:B],"
+     HELP_PAD "ef:C"
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
@@ -30,7 +31,8 @@ const hs_cli_opt hs_runopts_table[] = {
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
      HELP_PAD "[0, 10] on the round's pseudo-gradient (model at the round's start minus the"
-     HELP_PAD "model after the gossip). Not given, nor --outer-momentum: no outer step; either"
+     HELP_PAD "model after the gossip for choco and beer; before it for the others, whose"
+     HELP_PAD "mixing is then applied once). Not given, nor --outer-momentum: no outer step; either"
      HELP_PAD "given: the other is 1 (rate) or 0 (momentum), and 1 with 0 gives the plain"
      HELP_PAD "algorithm's bits. DiLoCo uses 0.7 with momentum 0.9"},
     {"outer-momentum", RO_OUTER_MOMENTUM, "F", "outer optimizer's Nesterov momentum in [0, 1)"},

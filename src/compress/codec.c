@@ -94,7 +94,7 @@ int hs__cparse_sparse(hs_compressor *c, const char *spec, const hs__cfield *f, i
     static const struct {
         uint32_t flag;
         const char *word;
-    } opts[] = {{HS__CF_FP16, "fp16"}, {HS__CF_UNSCALED, "unscaled"}};
+    } opts[] = {{HS__CF_FP16, "fp16"}, {HS__CF_FP8, "fp8"}, {HS__CF_UNSCALED, "unscaled"}};
     for (int i = 2; i < n; i++) {
         uint32_t flag = 0;
         for (size_t j = 0; j < sizeof(opts) / sizeof(opts[0]); j++)
@@ -104,8 +104,11 @@ int hs__cparse_sparse(hs_compressor *c, const char *spec, const hs__cfield *f, i
                            spec, (int)f[i].len, f[i].s);
         c->flags |= flag;
     }
+    if ((c->flags & HS__CF_FP16) && (c->flags & HS__CF_FP8))
+        return hs__err(HS_EINVAL, "compressor \"%s\": fp16 and fp8 exclude each other", spec);
     hs__cname_append_k(c);
-    hs__cname_append(c, "%s%s", (c->flags & HS__CF_FP16) ? ":fp16" : "",
+    hs__cname_append(c, "%s%s%s", (c->flags & HS__CF_FP16) ? ":fp16" : "",
+                     (c->flags & HS__CF_FP8) ? ":fp8" : "",
                      (c->flags & HS__CF_UNSCALED) ? ":unscaled" : "");
     return 0;
 }

@@ -22,6 +22,7 @@
 #define HS__CF_FP16 0x01u     /* topk, randk: values are binary16 */
 #define HS__CF_BITMAP 0x02u   /* topk: indices as a bitmap of d bits (else gap varints) */
 #define HS__CF_UNSCALED 0x04u /* randk: values are not multiplied by their stratum size */
+#define HS__CF_FP8 0x08u      /* topk: values are one fp32 scale and k FP8 E4M3 bytes */
 
 typedef struct hs__cops hs__cops;
 
@@ -45,7 +46,7 @@ struct hs_compressor {
     double frac;     /* topk, randk: k as a fraction of d (0: given as a count) */
     uint32_t s;      /* qsgd: levels */
     uint32_t bucket; /* qsgd, sign: bucket length as configured (0: the whole vector) */
-    uint32_t flags;  /* HS__CF_FP16 / HS__CF_UNSCALED as configured */
+    uint32_t flags;  /* HS__CF_FP16 / HS__CF_FP8 / HS__CF_UNSCALED as configured */
     int ef;
     float *residual; /* ef: e, d floats */
     float *ef_tmp;   /* ef: x + e, d floats */
@@ -92,8 +93,9 @@ int hs__cparse_count(const hs__cfield *f, uint64_t *v);
 /* K: a count 1..d (c->k, c->frac = 0) or a fraction in (0, 1] (c->frac, c->k rounded). */
 int hs__cparse_k(hs_compressor *c, const char *spec, const hs__cfield *f);
 /* The parameters of a sparse operator, NAME:K[:OPTION...]: K as hs__cparse_k, then each of the
- * options in `options` (HS__CF_FP16 "fp16", HS__CF_UNSCALED "unscaled") at most once; appends
- * the canonical ":K[:fp16][:unscaled]" to c->name. */
+ * options in `options` (HS__CF_FP16 "fp16", HS__CF_FP8 "fp8", HS__CF_UNSCALED "unscaled") at
+ * most once, fp16 and fp8 not both; appends the canonical ":K[:fp16|:fp8][:unscaled]" to
+ * c->name. */
 int hs__cparse_sparse(hs_compressor *c, const char *spec, const hs__cfield *f, int n,
                       uint32_t options);
 /* Appends printf-formatted text to c->name. */
@@ -105,6 +107,8 @@ void hs__cname_append_k(hs_compressor *c);
  * is off by at most this fraction of itself, so a cast costs a factor (1 - u^2) of delta. */
 #define HS__FP16_U 0x1p-11
 #define HS__BF16_U 0x1p-8
+/* FP8 E4M3's (3 mantissa bits), for values in its normal range. */
+#define HS__FP8_U 0x1p-4
 
 /* The argument checks every decode makes before it reads a byte: d is c's, alpha is finite. */
 int hs__cdecode_args(const hs_compressor *c, size_t d, float alpha);

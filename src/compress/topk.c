@@ -5,9 +5,16 @@
  * candidates' remaining 20 bits give the exact threshold key T and how many elements equal to
  * T are taken (the first ones by index). Two passes over x, no sort.
  *
- * Message: header (n = k, flags FP16 / BITMAP) | k values (fp32 or fp16, in index order) |
- * indices, either as k LEB128 gaps (index - previous index, the first from -1, so every gap is
- * >= 1) or as a bitmap of d bits, whichever is smaller for this message. */
+ * Message: header (n = k, flags FP16 / FP8 / BITMAP) | k values (fp32, fp16, or with FP8 an
+ * fp32 scale s and k FP8 E4M3 bytes of v / s, in index order) | indices, either as k LEB128
+ * gaps (index - previous index, the first from -1, so every gap is >= 1) or as a bitmap of d
+ * bits, whichever is smaller for this message.
+ *
+ * FP8 halves fp16's value bytes. Its one scale per message is max |v| / 448 (E4M3's largest
+ * finite value): a top-k set spans a narrow range of magnitudes (all at or above the k-th
+ * largest), which E4M3's 16 binades with 3 mantissa bits cover at a relative error of at most
+ * 2^-4; what the cast leaves out stays in the sender's error feedback (CHOCO's x - x^). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "compress/compress_ew.h"
@@ -129,7 +136,45 @@ int hs__topk_select(const hs_compressor *c, const float *x, size_t d, size_t k, 
 
 /* ---------------------------------------------------------------- codec */
 
-static size_t value_width(const hs_compressor *c) { return (c->flags & HS__CF_FP16) ? 2 : 4; }
+static size_t value_width(const hs_compressor *c) {
+    return (c->flags & HS__CF_FP8) ? 1 : (c->flags & HS__CF_FP16) ? 2 : 4;
+}
+
+/* The value section's bytes: k values, and FP8's scale. */
+static size_t value_bytes(const hs_compressor *c) {
+    return (size_t)c->k * value_width(c) + ((c->flags & HS__CF_FP8) ? 4 : 0);
+}
+
+#define FP8_MAX 448.0f
+#define FP8_NAN 0x7Fu /* S.1111.111: E4M3 has no infinity; never sent */
+
+/* E4M3 of m in [0, FP8_MAX], round to nearest even: exact float steps (frexpf, a power-of-two
+ * scaling, rintf in the default rounding mode), so every peer computes the same byte. */
+static uint8_t fp8_from(float m) {
+    if (!(m < FP8_MAX)) return 0x7E; /* 448 */
+    if (m < 0x1p-6f) return (uint8_t)rintf(m * 0x1p9f); /* subnormal; 8 is 2^-6 */
+    int e;
+    float q = rintf((2.0f * frexpf(m, &e) - 1.0f) * 8.0f); /* m = (1 + q/8) 2^(e-1) */
+    int ex = e - 1 + 7;
+    if (q == 8.0f) {
+        q = 0.0f;
+        ex++;
+    }
+    return ex > 15 || (ex == 15 && q > 6.0f) ? 0x7E : (uint8_t)(ex << 3 | (int)q);
+}
+
+static float fp8_to(uint8_t b) {
+    unsigned ex = (b >> 3) & 15u, m = b & 7u;
+    float v = ex ? ldexpf((float)(8u + m), (int)ex - 10) : ldexpf((float)m, -9);
+    return (b & 0x80u) ? -v : v;
+}
+
+/* Value j of a value section (checked) in format w (the value width: 1 is FP8, after s). */
+static inline float get_value(const uint8_t *vals, size_t w, float s, size_t j) {
+    return w == 1   ? s * fp8_to(vals[4 + j])
+           : w == 2 ? hs_cw_f32_from_f16(hs__ld16(vals + 2 * j))
+                    : hs__ldf(vals + 4 * j);
+}
 
 static size_t bitmap_bytes(size_t d) { return (d + 7) / 8; }
 
@@ -149,21 +194,42 @@ static int topk_unbiased(const hs_compressor *c) {
 }
 
 /* The d - k dropped elements are the smallest, so they hold at most (1 - k/d) of ||x||^2; fp16
- * values add a relative error of at most u on the k kept ones. */
+ * values add a relative error of at most u on the k kept ones (fp8: on those in E4M3's normal
+ * range, down to 2^-15 of the largest). */
 static double topk_delta(const hs_compressor *c) {
     double keep = (double)c->k / (double)c->d;
-    double u = (c->flags & HS__CF_FP16) ? HS__FP16_U : 0;
+    double u = (c->flags & HS__CF_FP16) ? HS__FP16_U : (c->flags & HS__CF_FP8) ? HS__FP8_U : 0;
     return keep * (1.0 - u * u);
 }
 
 static size_t topk_max_bytes(const hs_compressor *c) {
     size_t delta = (size_t)c->k * 5, bm = bitmap_bytes(c->d);
-    return HS__CHDR + (size_t)c->k * value_width(c) + (bm < delta ? bm : delta);
+    return HS__CHDR + value_bytes(c) + (bm < delta ? bm : delta);
 }
 
-/* Writes the k values (fp32 or fp16); value j is src[idx[j]] (gather) or src[j]. */
+/* FP8's section: the scale, then the k bytes. The inputs are finite (the selection's check). A
+ * scale that underflows to 0 sends zeros: values below 448 times the least float. The scale
+ * keeps 448 s finite (what a decode checks), rounding down where max |v| / 448 rounded up. */
+static void put_fp8(const uint32_t *idx, const float *src, int gather, size_t k, uint8_t *v) {
+    float mx = 0.0f;
+    for (size_t j = 0; j < k; j++) mx = fmaxf(mx, fabsf(gather ? src[idx[j]] : src[j]));
+    float s = mx / FP8_MAX;
+    if (!isfinite(s * FP8_MAX)) s = nextafterf(s, 0.0f);
+    hs__stf(v, s);
+    for (size_t j = 0; j < k; j++) {
+        float f = gather ? src[idx[j]] : src[j];
+        uint8_t b = s > 0.0f ? fp8_from(fabsf(f) / s) : 0;
+        v[4 + j] = (uint8_t)(b | (signbit(f) ? 0x80u : 0u));
+    }
+}
+
+/* Writes the k values (fp32, fp16 or fp8); value j is src[idx[j]] (gather) or src[j]. */
 static int put_values(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
                       size_t k, uint8_t *v) {
+    if (c->flags & HS__CF_FP8) {
+        put_fp8(idx, src, gather, k, v);
+        return 0;
+    }
     int fp16 = (c->flags & HS__CF_FP16) != 0;
     uint32_t limit = fp16 ? HS_CW_F16_OVERFLOW : HS_CW_KEY_INF;
     for (size_t j = 0; j < k; j++) {
@@ -213,12 +279,13 @@ static void put_indices(const uint32_t *idx, size_t k, size_t d, uint8_t *dst, s
 
 int hs__topk_pack(const hs_compressor *c, const uint32_t *idx, const float *src, int gather,
                   uint8_t *dst, size_t *n) {
-    size_t vbytes = (size_t)c->k * value_width(c), ibytes;
+    size_t vbytes = value_bytes(c), ibytes;
     int err = put_values(c, idx, src, gather, c->k, dst + HS__CHDR);
     if (err < 0) return err;
     int bitmap;
     put_indices(idx, c->k, c->d, dst + HS__CHDR + vbytes, &ibytes, &bitmap);
-    hs__chdr_put(dst, HS_CODEC_TOPK, (c->flags & HS__CF_FP16) | (bitmap ? HS__CF_BITMAP : 0u), 0,
+    hs__chdr_put(dst, HS_CODEC_TOPK,
+                 (c->flags & (HS__CF_FP16 | HS__CF_FP8)) | (bitmap ? HS__CF_BITMAP : 0u), 0,
                  (uint32_t)c->d, c->k);
     *n = HS__CHDR + vbytes + ibytes;
     return 0;
@@ -332,12 +399,13 @@ static uint32_t cursor_next(idx_cursor *cu) {
 
 /* acc[i] += alpha v_i, and acc2[i] += alpha2 v_i when acc2 is non-NULL, for the message's
  * (index, value) pairs: one walk of the indices for both. */
-static void sparse_add(const uint8_t *ip, size_t ilen, int bitmap, const uint8_t *vals, int fp16,
+static void sparse_add(const uint8_t *ip, size_t ilen, int bitmap, const uint8_t *vals, size_t w,
                        size_t k, float *acc, float alpha, float *acc2, float alpha2) {
     idx_cursor cu = {ip, 0, ilen, bitmap, -1, 0, (size_t)0 - 64};
+    float s = w == 1 ? hs__ldf(vals) : 0.0f;
     for (size_t j = 0; j < k; j++) {
         uint32_t at = cursor_next(&cu);
-        float v = fp16 ? hs_cw_f32_from_f16(hs__ld16(vals + 2 * j)) : hs__ldf(vals + 4 * j);
+        float v = get_value(vals, w, s, j);
         acc[at] = acc[at] + alpha * v;
         if (acc2) acc2[at] = acc2[at] + alpha2 * v;
     }
@@ -349,11 +417,11 @@ static int topk_check(const hs_compressor *c, const uint8_t *p, size_t len,
                       const uint8_t **vals_out, const uint8_t **ip_out, size_t *ilen_out,
                       uint32_t *flags_out) {
     uint32_t d = (uint32_t)c->d, flags;
-    hs__chdr_want want = {HS__CF_FP16 | HS__CF_BITMAP, HS__CF_FP16, 0, 0, 0, c->k, 1, d,
-                          "parameter", "count k"};
+    hs__chdr_want want = {HS__CF_FP16 | HS__CF_FP8 | HS__CF_BITMAP, HS__CF_FP16 | HS__CF_FP8,
+                          0, 0, 0, c->k, 1, d, "parameter", "count k"};
     int err = hs__chdr_check(c, p, len, &want, &flags);
     if (err < 0) return err;
-    size_t k = c->k, w = value_width(c), vbytes = k * w;
+    size_t k = c->k, w = value_width(c), vbytes = value_bytes(c);
     if (len - HS__CHDR < vbytes)
         return hs__err(HS_EFORMAT, "%s message: truncated: %zu bytes, %zu values need %zu",
                        c->ops->name, len, k, HS__CHDR + vbytes);
@@ -361,9 +429,20 @@ static int topk_check(const hs_compressor *c, const uint8_t *p, size_t len,
     size_t ilen = len - HS__CHDR - vbytes;
     if ((err = check_indices(c, ip, ilen, (flags & HS__CF_BITMAP) != 0, k)) < 0)
         return err;
-    int bad = w == 4 ? hs__cf32_max_key(vals, k) >= HS_CW_KEY_INF
-                     : hs__c16_max_mag(vals, k) >= 0x7C00;
-    if (bad) return hs__err(HS_EFORMAT, "%s message: a value is not finite", c->ops->name);
+    if (w == 1) {
+        uint32_t sb = hs__ld32(vals);
+        /* the sign bit too: a scale is >= 0; and every value it scales is finite */
+        if (sb >= HS_CW_KEY_INF || !isfinite(hs__ldf(vals) * FP8_MAX))
+            return hs__err(HS_EFORMAT, "%s message: fp8 scale 0x%08x is not a number in "
+                                       "[0, FLT_MAX / 448]",
+                           c->ops->name, sb);
+        for (size_t j = 0; j < k; j++)
+            if ((vals[4 + j] & 0x7Fu) == FP8_NAN)
+                return hs__err(HS_EFORMAT, "%s message: fp8 value %zu is NaN", c->ops->name, j);
+    } else if (w == 4 ? hs__cf32_max_key(vals, k) >= HS_CW_KEY_INF
+                      : hs__c16_max_mag(vals, k) >= 0x7C00) {
+        return hs__err(HS_EFORMAT, "%s message: a value is not finite", c->ops->name);
+    }
     *vals_out = vals;
     *ip_out = ip;
     *ilen_out = ilen;
@@ -380,8 +459,8 @@ static int topk_decode2(const hs_compressor *c, const uint8_t *p, size_t len, ui
     uint32_t flags;
     int err = topk_check(c, p, len, &vals, &ip, &ilen, &flags);
     if (err < 0) return err;
-    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, value_width(c) == 2, c->k, acc,
-               alpha, acc2, alpha2);
+    sparse_add(ip, ilen, (flags & HS__CF_BITMAP) != 0, vals, value_width(c), c->k, acc, alpha,
+               acc2, alpha2);
     return 0;
 }
 
@@ -393,10 +472,11 @@ int hs__topk_unpack(const hs_compressor *c, const uint8_t *p, size_t len, float 
     int err = topk_check(c, p, len, &vals, &ip, &ilen, &flags);
     if (err < 0) return err;
     idx_cursor cu = {ip, 0, ilen, (flags & HS__CF_BITMAP) != 0, -1, 0, (size_t)0 - 64};
-    int fp16 = value_width(c) == 2;
+    size_t w = value_width(c);
+    float s = w == 1 ? hs__ldf(vals) : 0.0f;
     for (size_t j = 0; j < c->k; j++) {
         idx[j] = cursor_next(&cu);
-        float v = fp16 ? hs_cw_f32_from_f16(hs__ld16(vals + 2 * j)) : hs__ldf(vals + 4 * j);
+        float v = get_value(vals, w, s, j);
         val[j] = alpha * v; /* sparse_add's product: acc + val[j] is its sum */
     }
     return 0;
@@ -419,21 +499,31 @@ static int topk_apply(const hs_compressor *c, const float *x, uint32_t peer, uin
         if (hs_cw_key(x[idx[j]]) >= HS_CW_F16_OVERFLOW)
             err = hs__err(HS_ERANGE, "compressor %s: element %u = %g does not fit fp16", c->name,
                           idx[j], (double)x[idx[j]]);
+    uint8_t *v8 = NULL; /* fp8: the section as sent, read back as a decode reads it */
+    if (err == 0 && (c->flags & HS__CF_FP8)) {
+        if (!(v8 = malloc(4 + (size_t)c->k)))
+            err = hs__err(HS_ENOMEM, "compressor %s: out of memory", c->name);
+        else
+            put_fp8(idx, x, 1, c->k, v8);
+    }
     if (err == 0) {
         memset(out, 0, c->d * sizeof(float));
         for (size_t j = 0; j < c->k; j++) {
             float f = x[idx[j]];
-            out[idx[j]] = (c->flags & HS__CF_FP16) ? hs_cw_f32_from_f16(hs_cw_f16_from_f32(f)) : f;
+            out[idx[j]] = v8                         ? get_value(v8, 1, hs__ldf(v8), j)
+                          : (c->flags & HS__CF_FP16) ? hs_cw_f32_from_f16(hs_cw_f16_from_f32(f))
+                                                     : f;
         }
     }
+    free(v8);
     free(idx);
     hs__topk_scratch_free(&s);
     return err;
 }
 
-/* topk:K[:fp16]: K a count or a fraction of d. */
+/* topk:K[:fp16|:fp8]: K a count or a fraction of d. */
 static int topk_parse(hs_compressor *c, const char *spec, const hs__cfield *f, int n) {
-    return hs__cparse_sparse(c, spec, f, n, HS__CF_FP16);
+    return hs__cparse_sparse(c, spec, f, n, HS__CF_FP16 | HS__CF_FP8);
 }
 
 const hs__cops hs__cops_topk = {"topk",         HS_CODEC_TOPK, topk_init,   topk_unbiased,

@@ -249,6 +249,7 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     } else {
         memcpy(v->x, x, sizeof(float) * d);
     }
-    err = hs__node_step(n);
+    /* the caller's vector is the model as evaluated (z for SGP), as the outer step wants it */
+    if ((err = hs__outer_local_done(v->outer, v->algo, x)) == 0) err = hs__node_step(n);
     return give_back(v, x, err);
 }

@@ -20,17 +20,32 @@
  * open), x_i the model after the H inner steps, x~_i what the gossip algorithm makes of x_i
  * (its pull), alpha = --outer-lr, beta = --outer-momentum:
  *
- *   g_i = a_i - x~_i                           (the pseudo-gradient, after the gossip)
+ *   g_i = a_i - x~_i   (damped mix: CHOCO, BEER)    (the pseudo-gradient, after the gossip)
+ *   g_i = a_i - x_i    (exact mix: D-PSGD, DCD, SGP) (before it)
  *   u_i <- beta u_i + g_i                      (SlowMo's u, without SlowMo's 1 / gamma)
- *   x_i <- a_i - alpha (g_i + beta u_i)        (Nesterov, as PyTorch's SGD(nesterov=True))
+ *   x_i <- x~_i + (1 - alpha) g_i - alpha beta u_i
  *
- * and the next round's anchor is the new x_i. The last line is computed as
- * x~_i + ((1 - alpha) g_i - alpha beta u_i), which is algebraically the same and, at alpha = 1
- * and beta = 0, adds exactly 0: x_i = x~_i bit for bit, today's local-steps algorithm (a term
+ * and the next round's anchor is the new x_i. With g after the gossip the last line is
+ * a_i - alpha (g_i + beta u_i), Nesterov as PyTorch's SGD(nesterov=True) on the whole
+ * pseudo-gradient; with g before it, it is a_i - c_i - alpha (g_i + beta u_i), c_i = x_i - x~_i
+ * the gossip's correction, applied once and kept out of the momentum. At alpha = 1 and
+ * beta = 0 both add exactly 0: x_i = x~_i bit for bit, today's local-steps algorithm (a term
  * that is 0 is not added at all, so not even a zero's sign changes; a test holds it).
  *
- * What travels is the model, as without the outer step; the pseudo-gradient is formed after
- * the gossip. Gossip, unlike DiLoCo's all-reduce, leaves the peers' anchors apart, and only
+ * Why two: the momentum multiplies what it sums by up to alpha / (1 - beta) (7 at DiLoCo's
+ * 0.7 / 0.9). CHOCO and BEER move x by gamma_c times their mixing difference, a damped step
+ * (gamma_c about 0.1-0.2) that the momentum accelerates: their correction also carries the
+ * neighbours' compressed progress of this round, DiLoCo's averaged Delta. D-PSGD's, DCD's and
+ * SGP's correction is a whole mixing step of the round's start models (sum_j W_ij a_j - a_i,
+ * or its push-sum), already a full step; the neighbours' progress reaches them only next
+ * round. Summed into the momentum and amplified, it overshot: D-PSGD on a ring of 8 at H=32
+ * ended at 73.4 / 81.1 / 79.1% (seeds 0 / 1 / 2) with it, 82.0 / 82.8 / 83.1% with it kept
+ * out, while keeping CHOCO's out cost it 0.6 points (docs/RESULTS.md, "Outer optimizer 300x").
+ * Both rules give the network mean the same step wherever the mix keeps the mean
+ * (mean_i c_i = 0).
+ *
+ * What travels is the model, as without the outer step; the pseudo-gradient is formed here,
+ * from the model before or after the gossip. Gossip, unlike DiLoCo's all-reduce, leaves the peers' anchors apart, and only
  * the model's gossip brings them together: for a gossip x~_i = sum_j W_ij x_j (W doubly
  * stochastic),
  *   g_i = (a_i - sum_j W_ij a_j) + sum_j W_ij (a_j - x_j),
@@ -38,7 +53,8 @@
  * with equal anchors) plus a pull of the anchor towards the neighbours' (NoLoCo's term, here
  * with its weight tied to the outer learning rate); our D-PSGD mixes the round's starting
  * models and adds the local change (dpsgd.c), so there the first term stays and the second is
- * the peer's own a_i - x_i. For a mixing that keeps the network's mean
+ * the peer's own a_i - x_i: the first is the correction the exact rule applies once, the
+ * second its momentum's pseudo-gradient. For a mixing that keeps the network's mean
  * (D-PSGD, CHOCO), mean_i g_i = mean_i (a_i - x_i): the momentum averages the peers' own
  * pseudo-gradients and the network mean moves exactly as in DiLoCo; in a consensus-only run
  * (inner lr 0, x_i = a_i) mean g = 0, so the outer step keeps the network average. Compressed
@@ -65,8 +81,16 @@ struct hs__outer {
     size_t d;
     float *anchor; /* the model as evaluated at the round's open */
     float *u;      /* the outer momentum */
-    float *tmp;    /* split evaluation only: the new z, turned into x */
+    /* Under an exact mix, the model as evaluated after the local steps (pre_set: taken this
+     * round); under split evaluation, once the step is computed, the new z turned into x. */
+    float *tmp;
+    int pre_set;
 };
+
+/* The pseudo-gradient the momentum takes (the file's opening says why): measured to the model
+ * before the gossip for algorithms that mix exactly (no consensus step gamma_c: D-PSGD, DCD,
+ * SGP), after it for those whose consensus step damps the mix (CHOCO, BEER). */
+static int exact_mix(hs_algo *a) { return a && !hs_algo_kind_uses_gamma_c(hs_algo_kind_of(a)); }
 
 int hs__outer_check(const hs_outer_cfg *c) {
     if (!c->on) return 0;
@@ -104,7 +128,18 @@ int hs__outer_new(hs__outer **out, const hs_outer_cfg *c, size_t d) {
 }
 
 void hs__outer_open(hs__outer *o, hs_algo *a, const float *x) {
-    if (o) memcpy(o->anchor, hs_algo_eval_point(a, x), sizeof(float) * o->d);
+    if (!o) return;
+    memcpy(o->anchor, hs_algo_eval_point(a, x), sizeof(float) * o->d);
+    o->pre_set = 0;
+}
+
+int hs__outer_local_done(hs__outer *o, hs_algo *a, const float *z) {
+    if (!o || !exact_mix(a)) return 0;
+    if (!o->tmp && !(o->tmp = malloc(sizeof(float) * o->d)))
+        return hs__err(HS_ENOMEM, "outer optimizer: out of memory");
+    memcpy(o->tmp, z, sizeof(float) * o->d);
+    o->pre_set = 1;
+    return 0;
 }
 
 int hs__outer_step(hs__outer *o, hs_algo *a, float *x) {
@@ -116,16 +151,17 @@ int hs__outer_step(hs__outer *o, hs_algo *a, float *x) {
     const float one_m = 1.0f - o->lr, ab = o->lr * o->mom, beta = o->mom;
     /* Split evaluation: the new z goes to the anchor's buffer (the next open refills it). */
     float *z = split ? o->anchor : x, *u = o->u;
-    const float *an = o->anchor;
+    const float *an = o->anchor, *to = o->pre_set && exact_mix(a) ? o->tmp : xt;
     size_t bad = o->d;
     for (size_t k = 0; k < o->d; k++) {
-        float g = an[k] - xt[k];
+        float g = an[k] - to[k];
         float uk = beta * u[k] + g;
         float c = one_m * g - ab * uk;
         u[k] = uk;
         z[k] = c == 0.0f ? xt[k] : xt[k] + c;
         if (bad == o->d && !isfinite(uk)) bad = k;
     }
+    o->pre_set = 0;
     if (bad < o->d)
         return hs__err(HS_EDIVERGED, "the outer momentum is not finite (parameter %zu: %g; "
                                      "--outer-lr %g, --outer-momentum %g)",

@@ -23,6 +23,11 @@ void hs__outer_free(hs__outer *o);
 /* At the round's open (before the local steps): the anchor becomes the model as evaluated,
  * hs_algo_eval_point(a, x). */
 void hs__outer_open(hs__outer *o, hs_algo *a, const float *x);
+/* After the local steps, before the gossip, with the model as evaluated (z for SGP: the
+ * parameters the steps changed, not x / w of x = w z, which would round them): where the
+ * algorithm mixes exactly, the momentum's pseudo-gradient ends here (outer.c). A second call
+ * in the same round replaces the first. HS_ENOMEM. */
+int hs__outer_local_done(hs__outer *o, hs_algo *a, const float *z);
 /* After the gossip (hs_algo_pull): the outer step on x, through the evaluation point.
  * HS_EDIVERGED with a message when the momentum is no longer finite. */
 int hs__outer_step(hs__outer *o, hs_algo *a, float *x);

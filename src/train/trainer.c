@@ -169,14 +169,17 @@ static int stage_params(hs_trainer *t) {
     return hs_be_upload(t->be, params, p, sizeof(float) * t->d);
 }
 
-/* The reverse after the local steps: x from the parameters (x = w z for SGP). */
+/* The reverse after the local steps: x from the parameters (x = w z for SGP). The outer step
+ * takes the parameters as they are, before x = w z rounds them (device gossip, which keeps x on
+ * the device, is never on with an outer step: hs_trainer_new). */
 static int unstage_params(hs_trainer *t) {
     float *params = hs_model_params(t->model);
     t->x_stale = t->dev_gossip;
     if (t->x_dev) return hs__algo_from_eval_point_be(t->algo, t->x_dev, params);
-    if (params == t->x_host || t->dev_gossip) return 0;
+    if (t->dev_gossip) return 0;
+    if (params == t->x_host) return hs__outer_local_done(t->outer, t->algo, t->x_host);
     int err = hs_be_download(t->be, t->x_host, params, sizeof(float) * t->d);
-    if (err < 0) return err;
+    if (err < 0 || (err = hs__outer_local_done(t->outer, t->algo, t->x_host)) < 0) return err;
     if (t->algo) hs_algo_from_eval_point(t->algo, t->x_host);
     return 0;
 }

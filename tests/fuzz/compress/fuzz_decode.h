@@ -33,7 +33,8 @@ static size_t spec_of(const uint8_t *p, size_t len, char *spec, size_t n) {
     const char *op = FUZZ_OP;
     if (!strcmp(op, "topk") || !strcmp(op, "randk")) {
         if (k < 1 || k > d) return 0;
-        snprintf(spec, n, "%s:%u%s%s", op, k, (flags & 1) ? ":fp16" : "",
+        snprintf(spec, n, "%s:%u%s%s%s", op, k, (flags & 1) ? ":fp16" : "",
+                 (!strcmp(op, "topk") && (flags & 8) && !(flags & 1)) ? ":fp8" : "",
                  (!strcmp(op, "randk") && (flags & 4)) ? ":unscaled" : "");
     } else if (!strcmp(op, "qsgd")) {
         if (param < 1 || param > 32767 || k < 1) return 0;

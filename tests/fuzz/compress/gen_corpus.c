@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
         {"qsgd", "qsgd:1", 1},        {"qsgd", "qsgd:4:8", 13},       {"qsgd", "qsgd:16", 1000},
         {"qsgd", "qsgd:200:50", 120},
         {"sign", "sign", 1},          {"sign", "sign", 13},           {"sign", "sign:16", 100},
+        {"topk", "topk:0.3:fp8", 60},
     };
     int bad = 0;
     for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {

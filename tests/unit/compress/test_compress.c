@@ -38,6 +38,7 @@ static void test_specs(void **state) {
         {"topk:0.001", "topk:0.001", 10, 1, 0, HS_CODEC_TOPK}, /* at least 1 */
         /* k = nearbyint(0.5 * 9): 4.5 rounds to even. */
         {"topk:0.5:fp16", "topk:0.5:fp16", 9, 4, 0, HS_CODEC_TOPK},
+        {"topk:0.1:fp8", "topk:0.1:fp8", 100, 10, 0, HS_CODEC_TOPK},
         {"randk:0.01", "randk:0.01", 1000, 10, 1, HS_CODEC_RANDK},
         {"randk:3:unscaled:fp16", "randk:3:fp16:unscaled", 10, 3, 0, HS_CODEC_RANDK},
         {"qsgd:16", "qsgd:16:512", 100, 100, 1, HS_CODEC_QSGD},
@@ -64,11 +65,12 @@ static void test_specs(void **state) {
         hs_compressor_free(c);
     }
     const char *bad[] = {"",          "zip",        "topk",        "topk:0",      "topk:11",
-                         "topk:1.5",  "topk:0.0",   "topk:-0.1",   "topk:abc",    "topk:0.1:fp8",
+                         "topk:1.5",  "topk:0.0",   "topk:-0.1",   "topk:abc",    "topk:0.1:fp4",
                          "topk:0.1:fp16:fp16",      "topk:0.1:unscaled",          "randk",
                          "qsgd",      "qsgd:0",     "qsgd:32768",  "qsgd:16:0",   "qsgd:16:x",
                          "qsgd:1:2:3", "sign:0",    "sign:1:2",    "none:1",      "fp16:x",
-                         "ef:",       "ef:ef:none", "topk:nan",    "topk:0.1:",   "topk::0.1"};
+                         "ef:",       "ef:ef:none", "topk:nan",    "topk:0.1:",   "topk::0.1",
+                         "topk:0.1:fp16:fp8", "topk:0.1:fp8:fp16", "randk:0.1:fp8"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         hs_compressor *c = NULL;
         assert_int_equal(hs_compressor_new(&c, bad[i], 10, 1), HS_EINVAL);
@@ -151,6 +153,7 @@ static size_t roundtrip(hs_compressor *c, const float *x, size_t d, uint32_t pee
 static const char *rt_specs[] = {
     "none",         "fp16",          "bf16",         "topk:1",          "topk:0.01",
     "topk:0.3",     "topk:1.0",      "topk:0.05:fp16", "topk:0.7:fp16", "randk:1",
+    "topk:0.05:fp8", "topk:0.7:fp8", "topk:1:fp8",
     "randk:0.01",   "randk:0.3:fp16", "randk:0.2:unscaled", "randk:1.0", "qsgd:1",
     "qsgd:4",       "qsgd:16",       "qsgd:127",     "qsgd:128",        "qsgd:1000:100",
     "qsgd:16:7",    "qsgd:16:1",     "qsgd:3:100000", "sign",           "sign:512",
@@ -231,6 +234,29 @@ static void test_golden(void **state) {
     assert_int_equal(b->data[12], 0x00); /* 8.0 in fp16 = 0x4800, little-endian */
     assert_int_equal(b->data[13], 0x48);
     assert_int_equal(b->data[24], 0xDB); /* bits 0,1,3,4,6,7 */
+    hs_compressor_free(c);
+    /* topk:2:fp8 of x1: scale 3 / 448, then E4M3 bytes of -3 / s = -448 (0xFE: sign, exponent
+     * 15, mantissa 6) and 2 / s = 298.7, which rounds to 288 = 1.125 * 2^8 (0x79), then gaps. */
+    c = mk("topk:2:fp8", 40, 0);
+    b->len = 0;
+    assert_int_equal(hs_compress_encode(c, x1, 40, 0, 0, b), 12 + 4 + 2 + 2);
+    assert_int_equal(b->data[1], HS__CF_FP8);
+    assert_true(hs__ldf(b->data + 12) == 3.0f / 448.0f);
+    assert_int_equal(b->data[16], 0xFE);
+    assert_int_equal(b->data[17], 0x79);
+    float got[40] = {0};
+    assert_int_equal(hs_compress_decode_add(c, b->data, b->len, 0, 0, got, 40, 1.0f), 0);
+    assert_true(got[1] == -448.0f * (3.0f / 448.0f) && got[3] == 288.0f * (3.0f / 448.0f));
+    assert_true(got[0] == 0 && got[2] == 0);
+    /* The largest float: its scale rounds down, so that 448 s stays finite. */
+    float big[4] = {3.4028235e38f, 1, -3.4028235e38f, 0};
+    hs_compressor_free(c);
+    c = mk("topk:2:fp8", 4, 0);
+    b->len = 0;
+    assert_int_equal(hs_compress_encode(c, big, 4, 0, 0, b), 12 + 4 + 2 + 1);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(hs_compress_decode_add(c, b->data, b->len, 0, 0, got, 4, 1.0f), 0);
+    assert_true(isfinite(got[0]) && got[0] > 3.4e38f && got[2] == -got[0]);
     hs_compressor_free(c);
     /* sign: scale 6 / 3 = 2, bits 0b010. */
     float x3[3] = {1, -2, 3};

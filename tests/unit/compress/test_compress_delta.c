@@ -37,6 +37,7 @@ static void test_delta_values(void **state) {
         {"topk:500", 1000, 0.5},
         {"topk:1.0", 7, 1.0},
         {"topk:0.5:fp16", 9, 4.0 / 9.0 * (1.0 - u16 * u16)},
+        {"topk:0.5:fp8", 9, 4.0 / 9.0 * (1.0 - 0x1p-8)},
         {"ef:topk:0.1", 100, 0.1},
         /* Strata of ceil(d/k): 1000/10 = 100; 10/3 -> 4. */
         {"randk:0.01:unscaled", 1000, 0.01},

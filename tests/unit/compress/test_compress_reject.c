@@ -71,6 +71,7 @@ static const struct {
     {"topk:0.5", 1000},    {"topk:3:fp16", 37}, {"topk:37", 37},       {"randk:0.1", 1000},
     {"randk:5:fp16", 37},  {"qsgd:4", 1000},    {"qsgd:200:100", 999}, {"qsgd:16:7", 37},
     {"sign", 37},          {"sign:10", 1001},   {"topk:1", 1},         {"qsgd:1", 1},
+    {"topk:3:fp8", 37},    {"topk:0.5:fp8", 1000},
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -170,6 +171,7 @@ static void test_config_mismatch(void **state) {
     (void)state;
     const char *pairs[][2] = {
         {"topk:0.01", "topk:0.02"}, {"topk:0.01", "topk:0.01:fp16"}, {"none", "fp16"},
+        {"topk:0.01:fp8", "topk:0.01:fp16"}, {"topk:0.01", "topk:0.01:fp8"},
         {"fp16", "bf16"},           {"qsgd:16", "qsgd:8"},           {"qsgd:16", "qsgd:16:256"},
         {"sign", "sign:512"},       {"randk:0.01", "randk:0.01:unscaled"},
         {"randk:0.01", "topk:0.01"}, {"sign", "qsgd:1"},
@@ -267,6 +269,23 @@ static void test_nonfinite(void **state) {
         free(m);
         hs_compressor_free(c);
     }
+    /* fp8: a NaN byte (either sign), a scale that is not finite or negative (also -0). */
+    hs_compressor *c8 = mk("topk:5:fp8", 100, 1);
+    size_t len8;
+    uint8_t *m8 = msg_of(c8, 0, 0, &len8), *q8 = malloc(len8);
+    for (int v = 0; v < 2; v++) {
+        memcpy(q8, m8, len8);
+        q8[16 + 4 * v] = v ? 0xFF : 0x7F;
+        expect(c8, q8, len8, 0, 0, HS_EFORMAT, "NaN");
+    }
+    for (int v = 0; v < 5; v++) {
+        memcpy(q8, m8, len8);
+        hs__st32(q8 + 12, scalebad[v]);
+        expect(c8, q8, len8, 0, 0, HS_EFORMAT, "scale");
+    }
+    free(q8);
+    free(m8);
+    hs_compressor_free(c8);
     /* Random-k values whose rescaling overflows. */
     hs_compressor *c = mk("randk:2", 10, 1);
     size_t len;

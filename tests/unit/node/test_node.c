@@ -207,13 +207,20 @@ static void test_choco_topk_consensus(void **state) {
 }
 
 /* Consensus only (the caller changes nothing between steps) with the outer Nesterov step on
- * the node API's vector: the peers still meet, at their mean. */
+ * the node API's vector: the peers still meet, at their mean; and as D-PSGD mixes exactly,
+ * the outer momentum takes the caller's change only (none here), so the run gives the plain
+ * D-PSGD job's bits (outer.c). */
 static void test_outer_consensus(void **state) {
     (void)state;
-    static peer p[N], p0[N];
+    static peer p[N], p0[N], plain[N];
     run j = {"dpsgd", "none", 60, "", {"outer-lr", "0.7", "outer-momentum", "0.9"}};
+    run jp = {"dpsgd", "none", 60, "", {NULL}};
+    make_dir(&jp);
+    run_job(&jp, plain);
+    drop_dir(&jp);
     make_dir(&j);
     run_job(&j, p);
+    for (int i = 0; i < N; i++) assert_memory_equal(p[i].x, plain[i].x, sizeof(p[i].x));
     double d0 = start_distance(), d1 = distance(p);
     fprintf(stderr, "# dpsgd with outer 0.7/0.9: distance %g -> %g\n", d0, d1);
     assert_true(d1 < d0 / 1000);

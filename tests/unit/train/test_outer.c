@@ -1,7 +1,8 @@
 /* The outer optimizer (src/train/outer.c): the step by hand, a non-finite momentum stopped,
  * --outer-lr 1 --outer-momentum 0 equal to no outer step bit for bit in the simulator for each
- * algorithm, a consensus-only run keeping the network average, and the outer momentum carried
- * by checkpoints (resume gives the same bits) and by joiners' snapshots. */
+ * algorithm, a consensus-only run keeping the network average, the gossip's correction kept
+ * out of the momentum where the algorithm mixes exactly, and the outer momentum carried by
+ * checkpoints (resume gives the same bits) and by joiners' snapshots. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -71,6 +72,53 @@ static void test_step_by_hand(void **state) {
     assert_int_equal(hs__outer_new(&o, &bad, D), HS_EINVAL);
     assert_non_null(strstr(hs_error_message(), "--outer-momentum 1"));
     hs_algo_free(a);
+}
+
+/* The momentum's pseudo-gradient by hand: for D-PSGD (an exact mix) it ends at the model
+ * before the gossip (hs__outer_local_done), and the gossip's correction c is applied once:
+ * x = a - c - alpha (g + beta u); for CHOCO (a damped mix) it ends after the gossip, and c is
+ * in the momentum: x = a - alpha (g + c + beta u). */
+static void test_rule_by_hand(void **state) {
+    (void)state;
+    enum { D = 3 };
+    const hs_algo_kind kinds[] = {HS_ALGO_DPSGD, HS_ALGO_CHOCO};
+    for (int which = 0; which < 2; which++) {
+        float x[D] = {1, -2, 0.5f};
+        hs_algo_cfg ac;
+        hs_algo_cfg_default(&ac);
+        ac.kind = kinds[which];
+        ac.compress = which ? "topk:1" : "none";
+        ac.gamma_c = 0.5f;
+        hs_algo *a;
+        assert_int_equal(hs_algo_new(&a, &ac, 0, D, x), 0);
+        hs_outer_cfg oc = {1, 0.5f, 0.75f};
+        hs__outer *o;
+        assert_int_equal(hs__outer_new(&o, &oc, D), 0);
+        double u[D] = {0}, ref[D];
+        for (int k = 0; k < D; k++) ref[k] = x[k];
+        for (int round = 0; round < 3; round++) {
+            hs__outer_open(o, a, x);
+            for (int k = 0; k < D; k++) x[k] = x[k] * 0.5f + 0.25f; /* the local steps */
+            assert_int_equal(hs__outer_local_done(o, a, x), 0);
+            for (int k = 0; k < D; k++) x[k] += 0.125f * (float)(k - 1); /* the gossip's c */
+            assert_int_equal(hs__outer_step(o, a, x), 0);
+            for (int k = 0; k < D; k++) {
+                double an = ref[k], g = an - ((double)(float)an * 0.5 + 0.25),
+                       c = -0.125 * (k - 1);
+                if (which) { /* damped: c is part of the pseudo-gradient */
+                    g += c;
+                    c = 0;
+                }
+                u[k] = 0.75 * u[k] + g;
+                ref[k] = an - c - 0.5 * (g + 0.75 * u[k]);
+                if (!(fabs(x[k] - ref[k]) < 1e-5 * (1 + fabs(ref[k]))))
+                    fail_msg("%s round %d [%d]: %g, by hand %g", hs_algo_kind_name(kinds[which]),
+                             round, k, (double)x[k], ref[k]);
+            }
+        }
+        hs__outer_free(o);
+        hs_algo_free(a);
+    }
 }
 
 static hs_dataset *synth(void) {
@@ -206,6 +254,48 @@ static void test_consensus_choco(void **state) {
     consensus(HS_ALGO_CHOCO, "topk:0.5");
 }
 
+/* Consensus only, peers apart: where the algorithm mixes exactly (D-PSGD, SGP) nothing moves
+ * the momentum (the local steps change nothing), so the outer step leaves the gossip's mix
+ * as it is, bit for bit against no outer step; CHOCO's correction is in the momentum, which
+ * accelerates its damped mix. */
+static void exact_mix(hs_algo_kind algo, const char *compress, int same) {
+    hs_backend *be = cpu();
+    hs_dataset *ds = synth();
+    hs_outer_cfg off = {0, 1, 0}, on = {1, 0.7f, 0.9f};
+    enum { N = 4 };
+    hs_sim *a = sim(be, ds, algo, compress, off, 0.0f, N), *b = sim(be, ds, algo, compress, on, 0.0f, N);
+    size_t d = hs_trainer_dim(hs_sim_trainer(a, 0));
+    float *x = malloc(sizeof(float) * d);
+    assert_non_null(x);
+    for (int i = 0; i < N; i++) {
+        for (size_t k = 0; k < d; k++) x[k] = (float)((i * 7 + (int)k) % 11) - 5.0f;
+        assert_int_equal(hs_trainer_set_x(hs_sim_trainer(a, i), x), 0);
+        assert_int_equal(hs_trainer_set_x(hs_sim_trainer(b, i), x), 0);
+    }
+    int rounds = hs_algo_kind_synchronous(algo) ? 10 : 40;
+    steps(a, rounds);
+    steps(b, rounds);
+    for (int i = 0; i < N; i++) {
+        int eq = memcmp(hs_trainer_x(hs_sim_trainer(a, i)), hs_trainer_x(hs_sim_trainer(b, i)),
+                        sizeof(float) * d) == 0;
+        if (eq != same)
+            fail_msg("%s peer %d: the outer step %s the consensus-only mix", hs_algo_kind_name(algo),
+                     i, same ? "changed" : "did not change");
+    }
+    free(x);
+    hs_sim_free(a);
+    hs_sim_free(b);
+    hs_dataset_free(ds);
+    hs_backend_close(be);
+}
+
+static void test_exact_mix(void **state) {
+    (void)state;
+    exact_mix(HS_ALGO_DPSGD, "none", 1);
+    exact_mix(HS_ALGO_SGP, "none", 1);
+    exact_mix(HS_ALGO_CHOCO, "topk:0.5", 0);
+}
+
 /* Checkpoints and joiners' snapshots carry the outer momentum: a trainer that loads or adopts
  * another's state writes the same state again; a run with another outer setting, or a
  * momentum that is not finite, is refused. */
@@ -276,6 +366,7 @@ int main(void) {
         cmocka_unit_test(test_identity_choco),   cmocka_unit_test(test_identity_beer),
         cmocka_unit_test(test_identity_sgp),     cmocka_unit_test(test_consensus_dpsgd),
         cmocka_unit_test(test_consensus_choco),  cmocka_unit_test(test_resume_and_join),
+        cmocka_unit_test(test_rule_by_hand),     cmocka_unit_test(test_exact_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

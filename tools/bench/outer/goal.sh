@@ -5,10 +5,11 @@
 #   screen:  the tuning grid as it was run (docs/RESULTS.md: mlp, seed 0; the rows marked
 #            "(seed N)" were run on that seed only)
 #   confirm: the chosen settings (docs/RESULTS.md: mlp, seeds 0 1 2; cnn-small, seeds 0 1)
+#   The rows with fp8 values (topk:K:fp8) are the "Outer optimizer 300x" section's.
 # The CHOCO rows pin --gamma-c where the screen compared steps; "auto" rows take the automatic
 # step of the build (0.1136 for topk:0.1 when this was measured).
 # Usage: [ROWS=REGEX] tools/bench/outer/goal.sh screen|confirm [HEARSAY] [MODEL] [SEED...]
-#   ROWS: run only the rows whose name matches (cnn-small: ROWS="^(A'|B):")
+#   ROWS: run only the rows whose name matches (cnn-small: ROWS="^(A'|B):", ROWS="^E:")
 set -uo pipefail
 mode=${1:?screen or confirm}
 hs=${2:-build/hearsay}
@@ -19,6 +20,7 @@ epochs=10
 . "$(dirname "$0")/lib.sh"
 m0=(--momentum 0 --lr 0.1) # inner SGD without momentum: the outer Nesterov momentum replaces it
 o=(--outer-lr 0.7 --outer-momentum 0.9)
+o8=(--outer-lr 0.8 --outer-momentum 0.9)
 rows() { # NAME|FLAGS lines of the chosen mode
     local dp=(--algo dpsgd) c10=(--algo choco --compress topk:0.1:fp16)
     if [ "$mode" = screen ]; then
@@ -69,6 +71,11 @@ top4% fp16 H=10 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.04:f
 top7% fp16 H=16 g 0.2 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.07:fp16 --local-steps 16 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 top8% fp16 H=20 g 0.15 outer 0.8/0.9 (seed 2)|--algo choco --compress topk:0.08:fp16 --local-steps 20 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.15
 top10% fp16 H=24 g 0.2 outer 0.8/0.9 (seed 2)|${c10[*]} --local-steps 24 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
+top8% fp8 H=20 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.08:fp8 --local-steps 20 ${m0[*]} ${o8[*]} --gamma-c 0.2
+top10% fp8 H=16 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.1:fp8 --local-steps 16 ${m0[*]} ${o8[*]} --gamma-c 0.2
+top10% fp8 H=12 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.1:fp8 --local-steps 12 ${m0[*]} ${o8[*]} --gamma-c 0.2
+top8% fp8 H=14 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.08:fp8 --local-steps 14 ${m0[*]} ${o8[*]} --gamma-c 0.2
+top9% fp8 H=16 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.09:fp8 --local-steps 16 ${m0[*]} ${o8[*]} --gamma-c 0.2
 ROWS
     else
         cat <<ROWS
@@ -77,6 +84,8 @@ A': top10% fp16 H=8 auto step|${c10[*]} --local-steps 8 ${m0[*]} ${o[*]}
 B: top8% fp16 H=20 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.08:fp16 --local-steps 20 ${m0[*]} --outer-lr 0.8 --outer-momentum 0.9 --gamma-c 0.2
 C: top10% fp16 H=32 g 0.2|${c10[*]} --local-steps 32 ${m0[*]} ${o[*]} --gamma-c 0.2
 D: dense fp16 H=32 g 0.5|--algo choco --compress fp16 --local-steps 32 ${m0[*]} ${o[*]} --gamma-c 0.5
+E: top10% fp8 H=16 g 0.2 outer 0.8/0.9|--algo choco --compress topk:0.1:fp8 --local-steps 16 ${m0[*]} ${o8[*]} --gamma-c 0.2
+F: dpsgd H=32 outer 0.7/0.9|--algo dpsgd --local-steps 32 ${m0[*]} ${o[*]}
 ROWS
     fi
 }
