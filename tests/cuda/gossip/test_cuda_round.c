@@ -449,6 +449,7 @@ static int fresh(void **state) {
 }
 
 static void test_momentum_mixed_peers(void **state); /* below */
+static void test_optim_on_device(void **state);
 
 int main(int argc, char **argv) {
     int rc = gossip_test_open(argc, argv, &dev, &reference);
@@ -470,6 +471,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_x_copy_fails, fresh),
         cmocka_unit_test_setup(test_sim_mixed_peers, fresh),
         cmocka_unit_test_setup(test_momentum_mixed_peers, fresh),
+        cmocka_unit_test_setup(test_optim_on_device, fresh),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
     round_job_uninstrument(dev);
@@ -589,4 +591,89 @@ static void test_momentum_mixed_peers(void **state) {
     sim_steps = 6;
     hs_backend_close(cpu);
     hs_dataset_free(ds);
+}
+
+/* The optimizer's device path alone (hs_optim_step, hs_optim_round_end: sgd_step, axpby and
+ * the copies, all without fused multiply-adds), without the model's kernels, whose rounding
+ * differs on a GPU: hybrid and quasi-global momentum on dev and on the CPU backend, fed the
+ * same gradients and the same gossip's change of x over 5 rounds of 2 local steps (weight
+ * decay, a warm-up and a cosine schedule, so that lr changes each step), leave x and every
+ * state vector the same bits, on any device. */
+static float noise(uint32_t *s) { /* in [-0.5, 0.5): xorshift32 */
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)(*s >> 8) * 0x1p-24f - 0.5f;
+}
+
+static void test_optim_on_device(void **state) {
+    (void)state;
+    hs_backend *cpu;
+    hs_backend_cfg bc = {1, 0};
+    assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+    float *xc = malloc(sizeof(float) * D), *g = malloc(sizeof(float) * D);
+    float *xh = malloc(sizeof(float) * D), *vh = malloc(sizeof(float) * D);
+    assert_true(xc && g && xh && vh);
+    const hs_momentum_kind kinds[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG};
+    for (int k = 0; k < 2; k++) {
+        hs_optim_cfg oc;
+        hs_optim_cfg_default(&oc);
+        oc.momentum_kind = kinds[k];
+        oc.weight_decay = 1e-3f;
+        oc.warmup_steps = 3;
+        oc.total_steps = 12;
+        hs_optim *on_cpu, *on_dev;
+        float *xd, *gd;
+        assert_int_equal(hs_optim_new(&on_cpu, cpu, D, &oc), 0);
+        assert_int_equal(hs_optim_new(&on_dev, dev, D, &oc), 0);
+        assert_int_equal(hs_be_alloc_f(dev, D, &xd), 0);
+        assert_int_equal(hs_be_alloc_f(dev, D, &gd), 0);
+        uint32_t seed = 21;
+        for (size_t j = 0; j < D; j++) xc[j] = noise(&seed);
+        assert_int_equal(hs_be_upload(dev, xd, xc, sizeof(float) * D), 0);
+        long t = 0;
+        for (int r = 0; r < 5; r++) {
+            assert_int_equal(hs_optim_round_begin(on_cpu, xc), 0);
+            assert_int_equal(hs_optim_round_begin(on_dev, xc), 0); /* x's host copy: the same */
+            for (int s = 0; s < 2; s++, t++) {
+                for (size_t j = 0; j < D; j++) g[j] = noise(&seed);
+                assert_int_equal(hs_be_upload(dev, gd, g, sizeof(float) * D), 0);
+                assert_int_equal(hs_optim_step(on_cpu, xc, g, t, NULL), 0);
+                assert_int_equal(hs_optim_step(on_dev, xd, gd, t, NULL), 0);
+            }
+            /* The gossip's change of x, on each side's x; the device's host copy for the
+             * round's close, as the trainer makes it. */
+            assert_int_equal(hs_be_download(dev, xh, xd, sizeof(float) * D), 0);
+            for (size_t j = 0; j < D; j++) {
+                float dx = 0.05f * noise(&seed);
+                xc[j] += dx;
+                xh[j] += dx;
+            }
+            assert_int_equal(hs_be_upload(dev, xd, xh, sizeof(float) * D), 0);
+            assert_int_equal(hs_optim_round_end(on_cpu, xc), 0);
+            assert_int_equal(hs_optim_round_end(on_dev, xh), 0);
+            assert_int_equal(hs_optim_nstate(on_dev), kinds[k] == HS_MOMENTUM_HYBRID ? 2 : 1);
+            for (int i = -1; i < hs_optim_nstate(on_dev); i++) {
+                const float *want = i < 0 ? xc : hs_optim_state(on_cpu, i);
+                const float *got = i < 0 ? xd : hs_optim_state(on_dev, i);
+                assert_int_equal(hs_be_download(dev, vh, got, sizeof(float) * D), 0);
+                for (size_t j = 0; j < D; j++)
+                    if (hs_cw_bits(vh[j]) != hs_cw_bits(want[j]))
+                        fail_msg("%s, round %d, %s%d, element %zu: CPU %a, device %a",
+                                 hs_momentum_kind_name(kinds[k]), r, i < 0 ? "x" : "state ",
+                                 i < 0 ? 0 : i, j, (double)want[j], (double)vh[j]);
+            }
+        }
+        printf("# optimizer, momentum %s: x and %d state vectors the CPU's bits after 5 "
+               "rounds\n", hs_momentum_kind_name(kinds[k]), hs_optim_nstate(on_dev));
+        hs_be_free(dev, xd);
+        hs_be_free(dev, gd);
+        hs_optim_free(on_cpu);
+        hs_optim_free(on_dev);
+    }
+    free(xc);
+    free(g);
+    free(xh);
+    free(vh);
+    hs_backend_close(cpu);
 }
