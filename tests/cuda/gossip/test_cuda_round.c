@@ -230,6 +230,7 @@ static void test_host_path_stays(void **state) {
 /* The simulator's algorithm and compressor (new_sim). */
 static hs_algo_kind sim_kind = HS_ALGO_CHOCO;
 static const char *sim_compress = "topk:0.1";
+static long sim_steps = 6; /* the cosine schedule's length: lr 0 from round 3 on */
 
 /* The simulator on backend be: 4 peers training an MLP with sim_kind. */
 static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
@@ -252,7 +253,7 @@ static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_data
     sc.trainer.optim.lr = 0.05f;
     sc.trainer.optim.momentum = 0.9f;
     sc.trainer.optim.momentum_kind = mk;
-    sc.trainer.optim.total_steps = 6;
+    sc.trainer.optim.total_steps = sim_steps;
     sc.trainer.batch = 16;
     sc.trainer.local_steps = 2;
     sc.trainer.seed = 3;
@@ -447,6 +448,9 @@ static int fresh(void **state) {
     return 0;
 }
 
+static void test_momentum_mixed_peers(void **state); /* below */
+static void test_optim_on_device(void **state);
+
 int main(int argc, char **argv) {
     int rc = gossip_test_open(argc, argv, &dev, &reference);
     if (rc != 0) return rc;
@@ -466,9 +470,210 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_sim_on_device, fresh),
         cmocka_unit_test_setup(test_x_copy_fails, fresh),
         cmocka_unit_test_setup(test_sim_mixed_peers, fresh),
+        cmocka_unit_test_setup(test_momentum_mixed_peers, fresh),
+        cmocka_unit_test_setup(test_optim_on_device, fresh),
     };
     int failed = cmocka_run_group_tests_name("cuda-round", tests, NULL, NULL);
     round_job_uninstrument(dev);
     hs_backend_close(dev);
     return failed ? 1 : 0;
+}
+
+/* ------------------------------------------------ quasi-global and hybrid momentum, mixed */
+
+/* One 6-round job of new_sim with momentum mk, peers on peer_be (NULL: all on be). x_rounds
+ * receives every peer's x after each round (6 * 4 * d floats), saved[i] peer i's checkpoint at
+ * the end (hs_trainer_save: x, the optimizer's state vectors, the algorithm's state). With
+ * resume, every peer checkpoints after round 1 and goes back to it after round 3, as a job
+ * resuming from an older checkpoint does: the state on the device (both of hybrid's vectors)
+ * must become the checkpoint's for the job to go on with the bits of the same resume on the
+ * host. (A resumed job is not the bits of one that never stopped, on the host too: CHOCO
+ * rebuilds its mix from the loaded replicas.) */
+static size_t mom_job(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
+                      hs_momentum_kind mk, int resume, float **x_rounds, hs_buf **saved) {
+    hs_sim *s = new_sim(be, peer_be, ds, mk);
+    size_t d = hs_trainer_dim(hs_sim_trainer(s, 0));
+    *x_rounds = malloc(sizeof(float) * 6 * 4 * d);
+    assert_non_null(*x_rounds);
+    hs_buf *early[4] = {0};
+    for (int r = 0; r < 6; r++) {
+        int peer;
+        if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
+        for (int i = 0; i < 4; i++) {
+            hs_trainer *t = hs_sim_trainer(s, i);
+            const float *x = hs_trainer_x(t);
+            if (!x) fail_msg("round %d, peer %d: x: %s", r, i, hs_error_message());
+            memcpy(*x_rounds + ((size_t)r * 4 + (size_t)i) * d, x, sizeof(float) * d);
+            if (resume && r == 1) {
+                assert_int_equal(hs_buf_new(&early[i], 64), 0);
+                if (hs_trainer_save(t, early[i]) < 0)
+                    fail_msg("save, peer %d: %s", i, hs_error_message());
+            }
+            if (resume && r == 3 && hs_trainer_load(t, early[i]->data, early[i]->len, 1) < 0)
+                fail_msg("resume of peer %d: %s", i, hs_error_message());
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(hs_buf_new(&saved[i], 64), 0);
+        if (hs_trainer_save(hs_sim_trainer(s, i), saved[i]) < 0)
+            fail_msg("final save, peer %d: %s", i, hs_error_message());
+        if (early[i]) hs_buf_unref(early[i]);
+    }
+    hs_sim_free(s);
+    return d;
+}
+
+/* CHOCO with its default compressor and momentum (hybrid: the heavy ball plus the gossip's
+ * share of the round, two state vectors on the device), and with quasi-global momentum, peers
+ * 1 and 2 on the device and 0 and 3 on the CPU backend, against the all-CPU job, after every
+ * round and in the saved checkpoints; both resume mid-way, the device peers through the
+ * device path (mom_job). On the reference device the two are the same bits; on a GPU the
+ * local steps round differently (test_sim_mixed_peers), so x agrees within 1e-3 there. All on
+ * the device, hybrid copies two vectors of d floats to the host per peer and round, x for the
+ * round's close and x after the local steps for the gossip's share (hybrid_round_end). */
+static void test_momentum_mixed_peers(void **state) {
+    (void)state;
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_backend *cpu;
+    hs_backend_cfg bc = {1, 0};
+    assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+    hs_backend *const peers[4] = {cpu, dev, dev, cpu};
+    const char *saved_compress = sim_compress;
+    sim_compress = "topk:0.05:fp16";
+    sim_steps = 13; /* every round's steps move x (2 local steps a round) */
+    const hs_momentum_kind kinds[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG};
+    for (int k = 0; k < 2; k++) {
+        const char *name = hs_momentum_kind_name(kinds[k]);
+        float *xm, *xc;
+        hs_buf *sm[4], *sc[4];
+        size_t d = mom_job(cpu, peers, ds, kinds[k], 1, &xm, sm);
+        assert_int_equal(mom_job(cpu, NULL, ds, kinds[k], 1, &xc, sc), d);
+        double worst = 0;
+        for (size_t j = 0; j < 6 * 4 * d; j++) {
+            if (!isfinite(xm[j])) fail_msg("%s: element %zu of the mixed job is %g", name, j,
+                                           (double)xm[j]);
+            if (reference && hs_cw_bits(xc[j]) != hs_cw_bits(xm[j]))
+                fail_msg("%s: round %zu, peer %zu, element %zu: all-CPU job %a, mixed job %a",
+                         name, j / (4 * d), j / d % 4, j % d, (double)xc[j], (double)xm[j]);
+            double e = fabs((double)xc[j] - (double)xm[j]);
+            if (!(e <= worst)) worst = e;
+        }
+        for (int i = 0; i < 4; i++) {
+            if (sm[i]->len != sc[i]->len ||
+                (reference && memcmp(sm[i]->data, sc[i]->data, sm[i]->len)))
+                fail_msg("%s: peer %d's checkpoint (%zu bytes) differs from the all-CPU job's "
+                         "(%zu bytes)", name, i, sm[i]->len, sc[i]->len);
+            hs_buf_unref(sm[i]);
+            hs_buf_unref(sc[i]);
+        }
+        printf("# CHOCO %s, momentum %s, peers 1, 2 on the device, back to round 1 after round 3: "
+               "largest difference of x from the all-CPU job %.3g%s\n", sim_compress, name,
+               worst, reference ? ", checkpoints the same bytes" : "");
+        if (!(worst <= 1e-3)) fail_msg("%s: mixed job's x differs by %g", name, worst);
+        free(xm);
+        free(xc);
+    }
+    hs_sim *s = new_sim(dev, NULL, ds, HS_MOMENTUM_HYBRID);
+    x_bytes = sizeof(float) * hs_trainer_dim(hs_sim_trainer(s, 0));
+    x_downloads = 0;
+    for (int r = 0; r < 6; r++) {
+        int peer;
+        if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
+    }
+    printf("# sim on the device, choco, momentum hybrid: %d downloads of d floats in 6 rounds "
+           "of 4 peers\n", x_downloads);
+    assert_int_equal(x_downloads, 2 * 4 * 6);
+    x_bytes = 0;
+    hs_sim_free(s);
+    sim_compress = saved_compress;
+    sim_steps = 6;
+    hs_backend_close(cpu);
+    hs_dataset_free(ds);
+}
+
+/* The optimizer's device path alone (hs_optim_step, hs_optim_round_end: sgd_step, axpby and
+ * the copies, all without fused multiply-adds), without the model's kernels, whose rounding
+ * differs on a GPU: hybrid and quasi-global momentum on dev and on the CPU backend, fed the
+ * same gradients and the same gossip's change of x over 5 rounds of 2 local steps (weight
+ * decay, a warm-up and a cosine schedule, so that lr changes each step), leave x and every
+ * state vector the same bits, on any device. */
+static float noise(uint32_t *s) { /* in [-0.5, 0.5): xorshift32 */
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)(*s >> 8) * 0x1p-24f - 0.5f;
+}
+
+static void test_optim_on_device(void **state) {
+    (void)state;
+    hs_backend *cpu;
+    hs_backend_cfg bc = {1, 0};
+    assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
+    float *xc = malloc(sizeof(float) * D), *g = malloc(sizeof(float) * D);
+    float *xh = malloc(sizeof(float) * D), *vh = malloc(sizeof(float) * D);
+    assert_true(xc && g && xh && vh);
+    const hs_momentum_kind kinds[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG};
+    for (int k = 0; k < 2; k++) {
+        hs_optim_cfg oc;
+        hs_optim_cfg_default(&oc);
+        oc.momentum_kind = kinds[k];
+        oc.weight_decay = 1e-3f;
+        oc.warmup_steps = 3;
+        oc.total_steps = 12;
+        hs_optim *on_cpu, *on_dev;
+        float *xd, *gd;
+        assert_int_equal(hs_optim_new(&on_cpu, cpu, D, &oc), 0);
+        assert_int_equal(hs_optim_new(&on_dev, dev, D, &oc), 0);
+        assert_int_equal(hs_be_alloc_f(dev, D, &xd), 0);
+        assert_int_equal(hs_be_alloc_f(dev, D, &gd), 0);
+        uint32_t seed = 21;
+        for (size_t j = 0; j < D; j++) xc[j] = noise(&seed);
+        assert_int_equal(hs_be_upload(dev, xd, xc, sizeof(float) * D), 0);
+        long t = 0;
+        for (int r = 0; r < 5; r++) {
+            assert_int_equal(hs_optim_round_begin(on_cpu, xc), 0);
+            assert_int_equal(hs_optim_round_begin(on_dev, xc), 0); /* x's host copy: the same */
+            for (int s = 0; s < 2; s++, t++) {
+                for (size_t j = 0; j < D; j++) g[j] = noise(&seed);
+                assert_int_equal(hs_be_upload(dev, gd, g, sizeof(float) * D), 0);
+                assert_int_equal(hs_optim_step(on_cpu, xc, g, t, NULL), 0);
+                assert_int_equal(hs_optim_step(on_dev, xd, gd, t, NULL), 0);
+            }
+            /* The gossip's change of x, on each side's x; the device's host copy for the
+             * round's close, as the trainer makes it. */
+            assert_int_equal(hs_be_download(dev, xh, xd, sizeof(float) * D), 0);
+            for (size_t j = 0; j < D; j++) {
+                float dx = 0.05f * noise(&seed);
+                xc[j] += dx;
+                xh[j] += dx;
+            }
+            assert_int_equal(hs_be_upload(dev, xd, xh, sizeof(float) * D), 0);
+            assert_int_equal(hs_optim_round_end(on_cpu, xc), 0);
+            assert_int_equal(hs_optim_round_end(on_dev, xh), 0);
+            assert_int_equal(hs_optim_nstate(on_dev), kinds[k] == HS_MOMENTUM_HYBRID ? 2 : 1);
+            for (int i = -1; i < hs_optim_nstate(on_dev); i++) {
+                const float *want = i < 0 ? xc : hs_optim_state(on_cpu, i);
+                const float *got = i < 0 ? xd : hs_optim_state(on_dev, i);
+                assert_int_equal(hs_be_download(dev, vh, got, sizeof(float) * D), 0);
+                for (size_t j = 0; j < D; j++)
+                    if (hs_cw_bits(vh[j]) != hs_cw_bits(want[j]))
+                        fail_msg("%s, round %d, %s%d, element %zu: CPU %a, device %a",
+                                 hs_momentum_kind_name(kinds[k]), r, i < 0 ? "x" : "state ",
+                                 i < 0 ? 0 : i, j, (double)want[j], (double)vh[j]);
+            }
+        }
+        printf("# optimizer, momentum %s: x and %d state vectors the CPU's bits after 5 "
+               "rounds\n", hs_momentum_kind_name(kinds[k]), hs_optim_nstate(on_dev));
+        hs_be_free(dev, xd);
+        hs_be_free(dev, gd);
+        hs_optim_free(on_cpu);
+        hs_optim_free(on_dev);
+    }
+    free(xc);
+    free(g);
+    free(xh);
+    free(vh);
+    hs_backend_close(cpu);
 }
