@@ -16,6 +16,7 @@ does the arithmetic (weight decay and Nesterov included): between rounds its buf
 a round's first step snapshots it and x, later steps of the same round start from the snapshot
 again, and the round's end writes the new mhat into the buffer. So torch's optimizer
 state_dict() carries mhat and a resumed optimizer goes on with it."""
+import functools
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -67,6 +68,8 @@ class QuasiGlobal:
         self.in_round = False
         inner = opt.step
 
+        # wraps: an lr scheduler made before marks opt.step and warns when the mark is gone.
+        @functools.wraps(inner)
         def step(*args: Any, **kwargs: Any) -> Any:
             self._before_step()
             return inner(*args, **kwargs)

@@ -8,6 +8,7 @@ host, gossip, host to device, once per step. Buffers are not gossiped: a module 
 running statistics is refused (GroupNorm recommended) unless allow_local_buffers=True.
 Threading: as hearsay.Node (one thread at a time)."""
 import ctypes
+import functools
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -237,6 +238,7 @@ class Gossip:
             self._use_qg(optimizer, list(self.module.parameters()))
         inner = optimizer.step
 
+        @functools.wraps(inner)  # keeps an lr scheduler's mark on opt.step (no warning)
         def step(*args: Any, **kwargs: Any) -> Any:
             out = inner(*args, **kwargs)
             if self.node.running:

@@ -5,7 +5,7 @@ moves the flat parameter vector by a known vector between optimizer steps. Check
 written out here in float64:
   - after a round, torch's momentum buffer is beta mhat + (1 - beta) (x_start - x_end) / lr;
   - a later step of the same round uses beta mhat + g (not beta m + g), and the round's lrs add;
-  - a round at lr 0 leaves the buffer as it was;
+  - a round at lr 0 leaves the buffer as it was; an lr scheduler made before still works;
   - the same through Gossip.step with two D-PSGD peers in threads of this process, real rounds
     on loopback (HS_TEST_IP), with and without overlap;
   - Gossip's momentum_kind is "local" (torch's own) unless "qg" is asked for, and "qg" is
@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 
 try:
     import torch
@@ -45,6 +46,27 @@ def grads_of(model, xb, yb):
 def buffer_flat(opt, model):
     return torch.cat([opt.state[p]["momentum_buffer"].reshape(-1)
                       for p in model.parameters()]).double()
+
+
+def check_scheduler():
+    """An lr scheduler made before qg still counts opt.step() and does not warn that it was
+    overridden; the round's lr is the one the step used, before the scheduler's step."""
+    model = tiny()
+    flat = hearsay.torch.flatten_parameters(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=BETA)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    qg = QuasiGlobal(opt, flat, list(model.parameters()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x_start = flat.detach().double().clone()
+        grads_of(model, torch.randn(8, 4), torch.randint(0, 2, (8,)))
+        opt.step()
+        sched.step()
+        qg.round_end()
+    assert opt.param_groups[0]["lr"] == 0.05, opt.param_groups[0]["lr"]
+    want = (1 - BETA) * (x_start - flat.detach().double()) / 0.1
+    err = (buffer_flat(opt, model) - want).abs().max().item()
+    assert err < 1e-6, f"with a scheduler: buffer off the rule by {err}"
 
 
 def gossip_peer(rank, opts, out, overlap):
@@ -110,6 +132,7 @@ def check_gossip(overlap):
 def main():
     check_rule()
     check_kinds()
+    check_scheduler()
     check_gossip(overlap=False)
     # With a round in flight its change lands at the next step(): the rule holds from the
     # parameters before the optimizer step to those step() leaves.
