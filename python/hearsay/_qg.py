@@ -1,4 +1,4 @@
-"""Quasi-global momentum for torch.optim.SGD under gossip (hearsay.torch.Gossip's momentum="qg").
+"""Quasi-global momentum for torch.optim.SGD under gossip (Gossip(..., momentum_kind="qg")).
 
 torch's SGD keeps heavy-ball momentum on the local gradients: m = beta m + g. Under gossip the
 buffer then never sees the consensus moves, and each peer's momentum amplifies its own drift.
@@ -45,7 +45,7 @@ class QuasiGlobal:
                  params: List[torch.nn.Parameter]) -> None:
         why = qg_refusal(opt)
         if why is not None:
-            raise ValueError(f"hearsay.torch: momentum='qg': {why}")
+            raise ValueError(f"hearsay.torch: momentum_kind='qg': {why}")
         self.opt = opt
         self.flat = flat
         offsets: Dict[int, Tuple[int, int]] = {}
@@ -60,8 +60,8 @@ class QuasiGlobal:
                 if id(p) in offsets:
                     self.slots.append((gi, p, *offsets[id(p)]))
         if not self.slots:
-            raise ValueError("hearsay.torch: momentum='qg': the optimizer updates none of the "
-                             "module's parameters")
+            raise ValueError("hearsay.torch: momentum_kind='qg': the optimizer updates none of "
+                             "the module's parameters")
         self.x0 = torch.empty_like(flat)    # x at the round's start
         self.mhat = torch.zeros_like(flat)  # the buffer at the round's start
         self.lr_sum = [0.0] * len(opt.param_groups)

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """hearsay.torch's quasi-global momentum (Gossip(..., optimizer=opt, momentum_kind="qg"), issue
 19) on a tiny model. First without a network: the gossip round is played by the test, which
-moves the flat parameter vector by a known vector between optimizer steps. Checks, against the rule of Lin et al. 2021
-written out here in float64:
+moves the flat parameter vector by a known vector between optimizer steps. Checks, against the
+rule of Lin et al. 2021 written out here in float64:
   - after a round, torch's momentum buffer is beta mhat + (1 - beta) (x_start - x_end) / lr;
   - a later step of the same round uses beta mhat + g (not beta m + g), and the round's lrs add;
   - a round at lr 0 leaves the buffer as it was; an lr scheduler made before still works;
