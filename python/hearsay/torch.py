@@ -235,8 +235,12 @@ class Gossip:
         optimizer. momentum_kind="qg" gives it quasi-global momentum (as Gossip's
         momentum_kind with optimizer=)."""
         _check_kind(momentum_kind)
-        if momentum_kind == "qg" and self._qg is None:
-            self._use_qg(optimizer, list(self.module.parameters()))
+        if momentum_kind == "qg":
+            if self._qg is None:
+                self._use_qg(optimizer, list(self.module.parameters()))
+            elif self._qg.opt is not optimizer:
+                raise ValueError("hearsay.torch: momentum_kind='qg' drives another optimizer "
+                                 "already (one per Gossip)")
         inner = optimizer.step
 
         @functools.wraps(inner)  # keeps an lr scheduler's mark on opt.step (no warning)

@@ -203,6 +203,20 @@ def check_kinds():
             assert "qg" in str(e), e
         else:
             raise AssertionError(f"momentum_kind='qg' accepted with {what}")
+    model = tiny()
+    g = hearsay.torch.Gossip(model, world=2, rank=0, rendezvous="/nonexistent/rv", insecure=True)
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        g.attach(opt, momentum_kind="qg")
+        assert g.momentum_kind == "qg", g.momentum_kind
+        try:
+            g.attach(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), "qg")
+        except ValueError as e:
+            assert "another optimizer" in str(e), e
+        else:
+            raise AssertionError("qg attached to a second optimizer")
+    finally:
+        g.close()
     try:
         kind(momentum_kind="quasi")
     except ValueError as e:
