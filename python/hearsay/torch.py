@@ -126,9 +126,14 @@ class Gossip:
         self._qg: Optional[QuasiGlobal] = None
         self.momentum_kind = "local"
         if momentum_kind == "qg":
-            if optimizer is None:
-                raise ValueError("hearsay.torch: momentum_kind='qg' needs optimizer=")
-            self._use_qg(optimizer, params)
+            try:
+                if optimizer is None:
+                    raise ValueError("hearsay.torch: momentum_kind='qg' needs optimizer=")
+                self._use_qg(optimizer, params)
+            except ValueError:
+                if node is None:
+                    self.node.close()  # made here: nobody else would free it
+                raise
         # The C library works in host memory: a CUDA model is staged through pinned memory so
         # the two copies per step run at full bus speed.
         self.host = self.flat
