@@ -6,7 +6,8 @@ Every peer runs the same number of rounds (the job's `rounds`), so all end toget
 
     train.py --rank R --world N --rendezvous FILE [--secret-file F | --insecure]
              [--algo choco] [--compress C (default: the algorithm's)] [--epochs 2]
-             [--subset 0] [--listen HOST:0] [--save FILE] [--alone]
+             [--subset 0] [--listen HOST:0] [--save FILE] [--alone] [--seed 1]
+             [--momentum-kind local|qg] [--schedule constant|cosine]
 """
 import argparse
 import math
@@ -35,9 +36,15 @@ def main():
     p.add_argument("--compress", default=None)
     p.add_argument("--gamma-c", type=float, default=None, help="default: automatic")
     p.add_argument("--topology", default="ring")
+    p.add_argument("--momentum-kind", default="local", choices=("local", "qg"),
+                   help="hearsay.torch.Gossip's momentum_kind: torch's own momentum, or qg")
     p.add_argument("--epochs", type=float, default=2)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--schedule", default="constant", choices=("constant", "cosine"),
+                   help="the learning rate over the run: constant, or cosine decay to 0")
+    p.add_argument("--seed", type=int, default=1,
+                   help="the model's initialisation, the shards and the batch order")
     p.add_argument("--subset", type=int, default=0)
     p.add_argument("--test-subset", type=int, default=0)
     p.add_argument("--data", default=hearsay.datasets.DEFAULT_DIR)
@@ -48,25 +55,29 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
 
-    (x, y), (tx, ty) = fmnist.load(a.rank, a.world, a.data, a.subset, a.test_subset)
-    model = fmnist.cnn(seed=1)
+    (x, y), (tx, ty) = fmnist.load(a.rank, a.world, a.data, a.subset, a.test_subset, a.seed)
+    model = fmnist.cnn(seed=a.seed)
     opt = fmnist.sgd(model, a.lr)
     per_epoch = fmnist.steps_per_epoch(len(y), a.batch)
     rounds = max(1, int(a.epochs * per_epoch))
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, rounds) if a.schedule == "cosine"
+             else None)
     if a.alone:
-        return train_alone(a, model, opt, x, y, tx, ty, rounds, per_epoch)
+        return train_alone(a, model, opt, sched, x, y, tx, ty, rounds, per_epoch)
     gossip = hearsay.torch.Gossip(
         model, algo=a.algo, compress=a.compress, topology=a.topology, world=a.world,
         rank=a.rank, rendezvous=a.rendezvous, listen=a.listen, secret_file=a.secret_file,
         insecure=a.insecure or None, rounds=rounds, metrics=a.metrics, quiet=True,
-        gamma_c=a.gamma_c)
+        gamma_c=a.gamma_c, optimizer=opt, momentum_kind=a.momentum_kind)
     with gossip:
         gossip.start()
         t0 = time.perf_counter()
         epoch, loss = 0, math.nan
         while gossip.running:
-            for idx in fmnist.batches(len(y), a.batch, epoch):
+            for idx in fmnist.batches(len(y), a.batch, epoch, a.seed):
                 loss = fmnist.local_step(model, opt, x[idx], y[idx])
+                if sched is not None:
+                    sched.step()
                 gossip.report(loss=loss)
                 if not gossip.step():
                     break
@@ -83,13 +94,15 @@ def main():
     return 0
 
 
-def train_alone(a, model, opt, x, y, tx, ty, rounds, per_epoch):
+def train_alone(a, model, opt, sched, x, y, tx, ty, rounds, per_epoch):
     """The same steps on the same shard with no communication at all."""
     t0 = time.perf_counter()
     steps, epoch, loss = 0, 0, math.nan
     while steps < rounds:
-        for idx in fmnist.batches(len(y), a.batch, epoch):
+        for idx in fmnist.batches(len(y), a.batch, epoch, a.seed):
             loss = fmnist.local_step(model, opt, x[idx], y[idx])
+            if sched is not None:
+                sched.step()
             steps += 1
             if steps == rounds:
                 break

@@ -53,6 +53,10 @@ def _declare(lib: Any) -> None:
         "hs_node_free": (None, [P]),
         "hs_node_request_stop": (None, [P, ctypes.c_int]),
         "hs_node_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p]),
+        "hs_algo_kind_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+        "hs_algo_cfg_default": (None, [ctypes.c_void_p]),
+        "hs_algo_kind_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "hs_algo_kind_qg_momentum": (ctypes.c_int, [ctypes.c_int]),
         "hs_error_message": (ctypes.c_char_p, []),
         "hs_err_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
@@ -89,6 +93,16 @@ def lib() -> Any:
         raise errors.LibraryNotFound(
             "libhearsay.so.0 not found or too old; set HEARSAY_LIB to its path. Tried: "
             + "; ".join(tried))
+
+
+def default_algo() -> str:
+    """The algorithm a node runs when none is given (hs_algo_cfg_default's)."""
+    L = lib()
+    # hs_algo_cfg's first member is its kind (an enum, an int); the buffer is far larger than
+    # the struct, so the call writes inside it whatever the struct grows to.
+    buf = (ctypes.c_int * 1024)()
+    L.hs_algo_cfg_default(ctypes.cast(buf, ctypes.c_void_p))
+    return str((L.hs_algo_kind_name(buf[0]) or b"").decode())
 
 
 def check(rc: int, what: str) -> int:

@@ -14,7 +14,7 @@ One JSON line per mode, then a table. With --comm-only R, the processes only com
 rounds (no training, so no waiting for a slower peer's compute): the transfer cost alone.
 
     /usr/bin/python3 tools/bench/python/ddp_vs_hearsay.py [--n 8] [--epochs 2] [--modes ddp,choco,dpsgd]
-        [--gamma-c G] [--comm-only ROUNDS]
+        [--gamma-c G] [--comm-only ROUNDS] [--seed 1]
 """
 import argparse
 import json
@@ -35,8 +35,9 @@ def worker(a):
     import fmnist
 
     torch.set_num_threads(1)
-    (x, y), (tx, ty) = fmnist.load(a.rank, a.n, subset=a.subset, test_subset=a.test_subset)
-    model = fmnist.cnn(seed=1)
+    (x, y), (tx, ty) = fmnist.load(a.rank, a.n, subset=a.subset, test_subset=a.test_subset,
+                                   seed=a.seed)
+    model = fmnist.cnn(seed=a.seed)
     d = sum(p.numel() for p in model.parameters())
     comm = [0.0]
     if a.mode == "ddp":
@@ -82,7 +83,7 @@ def worker(a):
     done, epoch = 0, 0
     t0 = time.perf_counter()
     while done < steps:
-        for idx in fmnist.batches(len(y), a.batch, epoch):
+        for idx in fmnist.batches(len(y), a.batch, epoch, a.seed):
             fmnist.local_step(model, opt, x[idx], y[idx])
             if gossip is not None:
                 gossip.step()
@@ -135,6 +136,7 @@ def run_mode(a, mode):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--dir", d,
                "--n", str(a.n), "--epochs", str(a.epochs), "--subset", str(a.subset),
                "--test-subset", str(a.test_subset), "--lr", str(a.lr), "--batch", str(a.batch),
+               "--seed", str(a.seed),
                "--comm-only", str(a.comm_only)]
         if a.gamma_c:
             cmd += ["--gamma-c", str(a.gamma_c)]
@@ -166,6 +168,9 @@ def main():
     p.add_argument("--test-subset", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--seed", type=int, default=1,
+                   help="the model's initialisation, the shards and the batch order (as "
+                   "examples/pytorch/train.py --seed)")
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--gamma-c", type=float, default=None, help="CHOCO's consensus step (default: "
                    "the library's automatic one)")
