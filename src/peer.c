@@ -15,6 +15,7 @@
 #include "hearsay/model.h"
 #include "hearsay/peer.h"
 #include "node/node_internal.h"
+#include "train/round.h"
 
 /* A stop may come (from a signal handler) before the node exists: kept here and passed on. */
 static volatile sig_atomic_t stop_requested, checkpoint_requested;
@@ -49,7 +50,7 @@ typedef struct peer_model {
 
 static hs_algo *m_algo(void *c) { return hs_trainer_algo(((peer_model *)c)->t); }
 static float *m_x(void *c) { return hs_trainer_gossip_x(((peer_model *)c)->t); }
-static const float *m_eval(void *c) { return hs_trainer_eval_x(((peer_model *)c)->t); }
+static int m_eval_ms(void *c, double *ms) { return hs__trainer_eval_ms(((peer_model *)c)->t, ms); }
 static long m_steps(void *c) { return hs_trainer_steps(((peer_model *)c)->t); }
 static int m_snapshot(void *c, hs_buf *out) {
     return hs_trainer_snapshot(((peer_model *)c)->t, out);
@@ -103,7 +104,7 @@ static int m_renew(void *c, uint32_t self) {
 }
 
 static const hs__node_model trainer_model = {
-    NULL, m_algo, m_x, m_eval, m_steps, m_local, m_snapshot, m_adopt, m_save, m_load,
+    NULL, m_algo, m_x, m_eval_ms, m_steps, m_local, m_snapshot, m_adopt, m_save, m_load,
     m_round_begin, m_round_end, m_renew,
 };
 

@@ -601,6 +601,12 @@ double hs__step_sq(float *x, const float *m, float g, size_t d) {
     return s;
 }
 
+double hs__sum_sq(const float *x, size_t d) {
+    double s = 0;
+    for (size_t k = 0; k < d; k++) s += (double)x[k] * x[k];
+    return s;
+}
+
 /* ---------------------------------------------------------------- replicas */
 
 /* One compressor message into the replica's vector at offset `at`, and into the accumulator's

@@ -250,6 +250,9 @@ float hs__mix_rebuild(hs_algo *a, const hs_peer_view *v, float *mix);
 /* x[k] += g * m[k] for k < d; returns sum_k m[k]^2 (a statistic, summed in float lanes so the
  * loop vectorises). */
 double hs__step_sq(float *x, const float *m, float g, size_t d);
+/* sum_k x_k^2, summed in double in index order: the divergence guard's scale of a model (the
+ * CPU reference of hs_gossip_ops.sumsq); non-finite when an element is. */
+double hs__sum_sq(const float *x, size_t d);
 
 /* BEER's tracker and model steps over d floats (beer.c, where they are explained); the
  * reference of the device's beer_track and beer_step (src/tensor/gossip_ops.h). */

@@ -82,6 +82,18 @@ static __global__ void step_sq_kernel(float *x, const float *m, float g, size_t 
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
+/* part[block] = the block's sum of x^2 (x unchanged). */
+static __global__ void sumsq_kernel(const float *x, size_t n, double *part) {
+    __shared__ double sh[GV_WARPS];
+    double sq = 0.0;
+    GV_GRID_STRIDE(i, n) {
+        double xi = (double)x[i];
+        sq = sq + xi * xi;
+    }
+    double s = block_sum_f64(sq, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
 static __global__ void beer_track_kernel(float *v, float *s_prev, float *dg, const float *mg,
                                          const float *g, float gamma, const float *xr,
                                          const float *x, size_t n) {
@@ -114,6 +126,17 @@ static __global__ void beer_step_kernel(float *x, float *dh, const float *xr, co
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
+/* After a kernel that left one partial sum per block of its grid in part: their total into
+ * *sq (host), enqueued. */
+static cudaError_t sum_to_host(cudaStream_t st, double *part, unsigned grid, double *sq) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    double *dsum = part + GV_SUM_BLOCKS;
+    sum_partials_kernel<<<1, 32, 0, st>>>(part, grid, dsum);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    return cudaMemcpyAsync(sq, dsum, sizeof(double), cudaMemcpyDeviceToHost, st);
+}
+
 size_t hs__cuda_gossip_sum_scratch(void) { return (GV_SUM_BLOCKS + 1) * sizeof(double); }
 
 cudaError_t hs__cuda_sub(cudaStream_t st, float *out, const float *x, const float *y, size_t n) {
@@ -134,14 +157,18 @@ cudaError_t hs__cuda_scale_to(cudaStream_t st, float *out, const float *x, size_
 
 cudaError_t hs__cuda_step_sq(cudaStream_t st, float *x, const float *m, float g, size_t n,
                              void *scratch, double *sq) {
-    double *part = (double *)scratch, *dsum = part + GV_SUM_BLOCKS;
+    double *part = (double *)scratch;
     unsigned grid = grid_for(n, GV_SUM_BLOCKS);
     step_sq_kernel<<<grid, GV_THREADS, 0, st>>>(x, m, g, n, part);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    sum_partials_kernel<<<1, 32, 0, st>>>(part, grid, dsum);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    return cudaMemcpyAsync(sq, dsum, sizeof(double), cudaMemcpyDeviceToHost, st);
+    return sum_to_host(st, part, grid, sq);
+}
+
+cudaError_t hs__cuda_sumsq(cudaStream_t st, const float *x, size_t n, void *scratch,
+                           double *sq) {
+    double *part = (double *)scratch;
+    unsigned grid = grid_for(n, GV_SUM_BLOCKS);
+    sumsq_kernel<<<grid, GV_THREADS, 0, st>>>(x, n, part);
+    return sum_to_host(st, part, grid, sq);
 }
 
 cudaError_t hs__cuda_beer_track(cudaStream_t st, float *v, float *s_prev, float *dg,
@@ -155,12 +182,8 @@ cudaError_t hs__cuda_beer_track(cudaStream_t st, float *v, float *s_prev, float 
 cudaError_t hs__cuda_beer_step(cudaStream_t st, float *x, float *dh, const float *xr,
                                const float *mh, const float *v, const float *h, float gamma,
                                size_t n, void *scratch, double *sq) {
-    double *part = (double *)scratch, *dsum = part + GV_SUM_BLOCKS;
+    double *part = (double *)scratch;
     unsigned grid = grid_for(n, GV_SUM_BLOCKS);
     beer_step_kernel<<<grid, GV_THREADS, 0, st>>>(x, dh, xr, mh, v, h, gamma, n, part);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    sum_partials_kernel<<<1, 32, 0, st>>>(part, grid, dsum);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    return cudaMemcpyAsync(sq, dsum, sizeof(double), cudaMemcpyDeviceToHost, st);
+    return sum_to_host(st, part, grid, sq);
 }

@@ -22,6 +22,8 @@ cudaError_t hs__cuda_acc_diff(cudaStream_t st, float *acc, const float *a, const
 cudaError_t hs__cuda_scale_to(cudaStream_t st, float *out, const float *x, size_t n, float a);
 cudaError_t hs__cuda_step_sq(cudaStream_t st, float *x, const float *m, float g, size_t n,
                              void *scratch, double *sq);
+cudaError_t hs__cuda_sumsq(cudaStream_t st, const float *x, size_t n, void *scratch,
+                           double *sq);
 cudaError_t hs__cuda_beer_track(cudaStream_t st, float *v, float *s_prev, float *dg,
                                 const float *mg, const float *g, float gamma, const float *xr,
                                 const float *x, size_t n);

@@ -253,6 +253,19 @@ fail:
     return drain(st, err);
 }
 
+static int go_sumsq(hs_backend *be, const float *x, size_t n, double *sq) {
+    int cerr = check_dim(__func__, n);
+    if (cerr < 0) return cerr;
+    GO_ENTER();
+    void *scr;
+    if ((err = hs__cuda_be_scratch(be, hs__cuda_gossip_sum_scratch(), &scr)) < 0) return err;
+    GO_TRY(hs__cuda_sumsq(st, x, n, scr, sq));
+    GO_TRY(cudaStreamSynchronize(st));
+    return 0;
+fail:
+    return drain(st, err);
+}
+
 /* In hs_gossip_ops order (C++17 has no designated initialisers). */
 const hs_gossip_ops hs__cuda_gossip_ops = {
     go_topk,       /* topk */
@@ -270,4 +283,5 @@ const hs_gossip_ops hs__cuda_gossip_ops = {
     go_scale_to,   /* scale_to */
     go_qsgd_add,   /* qsgd_add */
     go_sign_add,   /* sign_add */
+    go_sumsq,      /* sumsq */
 };

@@ -528,14 +528,6 @@ static int round_top(hs_node *n) {
     }
 }
 
-/* Mean square of the model (z = x / w for SGP, the space its consensus estimate is measured
- * in): the scale the guard compares that estimate with; non-finite when a parameter is. */
-static double mean_square(const float *x, size_t d) {
-    double s = 0;
-    for (size_t k = 0; k < d; k++) s += (double)x[k] * x[k];
-    return s / (double)(d ? d : 1);
-}
-
 /* What this node is at after `round` rounds: the one source of its metrics line and of its
  * progress line, so that the two agree (docs/METRICS.md). */
 static void node_record(hs_node *n, hs_metrics_rec *m, uint64_t round) {
@@ -634,9 +626,12 @@ static int node_end(void *c, uint64_t r) {
     guard_follow_view(n, hs_net_exchange(n->net), r, as.gone);
     double acc = !isnan(n->test_acc) ? n->test_acc : n->acc;
     /* A loss not reported (NaN) is not known to the guard (negative), not a broken run. */
-    const float *z = n->m.eval_x(n->m.ctx);
-    if (!z) return HS_ECUDA; /* the model's copy from the device failed, its message set */
-    hs_guard_obs ob = {(double)r + 1, as.disagreement, mean_square(z, n->d),
+    /* The model's mean square (z = x / w for SGP, the space its consensus estimate is measured
+     * in) is the scale the guard compares that estimate with; non-finite when a parameter is. */
+    double ms;
+    int err = n->m.eval_ms(n->m.ctx, &ms);
+    if (err < 0) return err;
+    hs_guard_obs ob = {(double)r + 1, as.disagreement, ms,
                        isnan(n->loss) ? -1.0 : n->loss, acc};
     hs_guard_verdict verdict = hs_guard_observe(n->guard, &ob);
     if (verdict == HS_GUARD_DIVERGING)
@@ -644,8 +639,7 @@ static int node_end(void *c, uint64_t r) {
                 (unsigned long long)r + 1, hs_guard_reason(n->guard), hs_guard_advice(n->guard));
     double now = hs__node_now();
     double rate = n->rounds_done / (now - n->t_round0 > 1e-9 ? now - n->t_round0 : 1e-9);
-    int err = record_round(n, r, rate);
-    if (err < 0) return err;
+    if ((err = record_round(n, r, rate)) < 0) return err;
     if (!cfg->quiet && (!isnan(acc) || now - n->last_print > 5.0)) {
         char accs[32] = "";
         if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);

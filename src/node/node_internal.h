@@ -57,7 +57,9 @@ typedef struct hs__node_model {
     void *ctx;
     hs_algo *(*algo)(void *ctx);
     float *(*x)(void *ctx);            /* the algorithm's x (host memory, d floats) */
-    const float *(*eval_x)(void *ctx); /* as evaluated (x, or x / w); NULL: failed */
+    /* The mean square of the model as evaluated (x, or x / w), which the divergence guard
+     * reads every round: where the model is in device memory, computed there. */
+    int (*eval_ms)(void *ctx, double *ms);
     long (*steps)(void *ctx);          /* local steps done (0: still at the job's start) */
     /* The round's local steps, run by the node's round engine between the round's begin and
      * push (the trainer's, in peer.c); NULL: the caller takes them between hs_node_step calls.

@@ -46,6 +46,12 @@ static const float *v_eval(void *c) {
     caller_vec *v = c;
     return hs_algo_eval_point(v->algo, v->x);
 }
+/* The caller's vector is host memory: nothing to copy. */
+static int v_eval_ms(void *c, double *ms) {
+    caller_vec *v = c;
+    *ms = hs__sum_sq(v_eval(v), v->d) / (double)(v->d ? v->d : 1);
+    return 0;
+}
 static long v_steps(void *c) { return ((caller_vec *)c)->steps; }
 
 /* The parts of the vector's state and snapshot (train/state.h): no optimizer (the caller's
@@ -160,7 +166,7 @@ static int v_renew(void *c, uint32_t self) {
 }
 
 static const hs__node_model vec_model_ops = {
-    NULL, v_algo, v_x, v_eval, v_steps, NULL, v_snapshot, v_adopt, v_save, v_load,
+    NULL, v_algo, v_x, v_eval_ms, v_steps, NULL, v_snapshot, v_adopt, v_save, v_load,
     v_round_begin, v_round_end, v_renew,
 };
 

@@ -103,6 +103,13 @@ typedef struct hs_gossip_ops {
      * decode. */
     int (*sign_add)(hs_backend *be, float *acc, const void *body, size_t d, size_t bucket,
                     float alpha);
+
+    /* ---------------------------------------------------------- statistics */
+
+    /* *sq = sum x_k^2 in doubles (hs__sum_sq, whose sequential sum it matches within
+     * d 2^-52 relative): the divergence guard's scale of a model the device holds, which then
+     * stays there. */
+    int (*sumsq)(hs_backend *be, const float *x, size_t n, double *sq);
 } hs_gossip_ops;
 
 #ifdef __cplusplus

@@ -48,6 +48,11 @@ typedef struct hs__round {
 /* The trainer (hearsay/trainer.h) as the owner of the vector: its round open and close, its
  * local_steps optimizer steps (end: none). */
 hs__round_model hs__trainer_round_model(hs_trainer *t);
+/* The mean square of the trainer's model as evaluated (x, or SGP's x / w): the scale a node's
+ * divergence guard reads every round. Where the device holds x and changed it since its last
+ * copy, summed there (hs_gossip_ops.sumsq), so that the round brings no d floats to the host;
+ * else from the host copy. 0, or a negative HS_E* (HS_ECUDA: the device failed). */
+int hs__trainer_eval_ms(hs_trainer *t, double *ms);
 
 /* An engine about to open round r. */
 void hs__round_init(hs__round *e, const hs__round_model *m, hs_exchange *ex, uint64_t r);

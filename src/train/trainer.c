@@ -23,6 +23,7 @@
 #include "train/outer.h"
 #include "train/round.h"
 #include "train/state.h"
+#include "tensor/gossip_ops.h"
 
 struct hs_trainer {
     hs_backend *be;
@@ -299,6 +300,25 @@ const float *hs_trainer_x(const hs_trainer *t) {
 }
 const float *hs_trainer_eval_x(hs_trainer *t) {
     return fetch_x(t) < 0 ? NULL : eval_point(t, t->x_host);
+}
+
+int hs__trainer_eval_ms(hs_trainer *t, double *ms) {
+    const hs_gossip_ops *go = t->be->ops->gossip;
+    double sq;
+    int err;
+    if (t->x_stale && go && go->sumsq) {
+        /* With split_eval the parameters take z = x / w there, as the next local steps would. */
+        if ((err = stage_params(t)) < 0 ||
+            (err = go->sumsq(t->be, t->x_dev ? hs_model_params(t->model) : dev_x(t), t->d,
+                             &sq)) < 0)
+            return err;
+    } else {
+        const float *z = hs_trainer_eval_x(t);
+        if (!z) return HS_ECUDA; /* the model's copy from the device failed, its message set */
+        sq = hs__sum_sq(z, t->d);
+    }
+    *ms = sq / (double)(t->d ? t->d : 1);
+    return 0;
 }
 size_t hs_trainer_dim(const hs_trainer *t) { return t->d; }
 hs_algo *hs_trainer_algo(hs_trainer *t) { return t->algo; }

@@ -129,6 +129,12 @@ static int ref_step_sq(hs_backend *be, float *x, const float *m, float g, size_t
     return 0;
 }
 
+static int ref_sumsq(hs_backend *be, const float *x, size_t n, double *sq) {
+    (void)be;
+    *sq = hs__sum_sq(x, n);
+    return 0;
+}
+
 static int ref_beer_track(hs_backend *be, float *v, float *s_prev, float *dg, const float *mg,
                           const float *g, float gamma, const float *xr, const float *x, size_t n) {
     (void)be;
@@ -185,6 +191,7 @@ static const hs_gossip_ops ref_gossip = {
     .add_sparse = ref_add_sparse, .sub = ref_sub,           .acc_diff = ref_acc_diff,
     .step_sq = ref_step_sq,     .beer_track = ref_beer_track, .beer_step = ref_beer_step,
     .scale_to = ref_scale_to,   .qsgd_add = ref_qsgd_add,   .sign_add = ref_sign_add,
+    .sumsq = ref_sumsq,
 };
 
 static hs_backend_ops ref_ops;

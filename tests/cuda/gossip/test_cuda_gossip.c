@@ -363,6 +363,13 @@ static void test_vector_ops(void **state) {
         assert_int_equal(g->step_sq(dev, da, dc, 0.0135f, d, &dsq), 0);
         dev_equals(a, da, d, "step_sq x");
         check_sq(c, d, sq, dsq, "step_sq sum of squares");
+        /* The guard's scale: x unchanged, its sum of squares in doubles (non-negative terms:
+         * each order is within (d - 1) 2^-53 relative of the exact sum, so two within d 2^-52). */
+        double ssq = hs__sum_sq(b, d), dssq = -1;
+        assert_int_equal(g->sumsq(dev, db, d, &dssq), 0);
+        dev_equals(b, db, d, "sumsq leaves x");
+        if (reference ? ssq != dssq : !(fabs(ssq - dssq) <= (double)d * 0x1p-52 * ssq))
+            fail_msg("sumsq: CPU %.17g, device %.17g", ssq, dssq);
         /* BEER: tracker, then model step (v = e, s_prev = f, dg = out, mg = c, g = h). */
         hs__beer_track(e, f, out, c, h, 0.05f, b, a, d);
         assert_int_equal(g->beer_track(dev, de, df, dout, dc, dh, 0.05f, db, da, d), 0);
@@ -414,6 +421,7 @@ static void test_arguments(void **state) {
     assert_int_equal(g->add_sparse(dev, x, idx, val, 0), 0);
     assert_int_equal(g->sub(dev, x, x, x, 0), HS_EINVAL);
     assert_int_equal(g->step_sq(dev, x, x, 1.0f, 0, &sq), HS_EINVAL);
+    assert_int_equal(g->sumsq(dev, x, 0, &sq), HS_EINVAL);
     hs_be_free(dev, x);
 }
 
@@ -562,7 +570,8 @@ static void test_identity(void **state) {
     assert_non_null(g);
     assert_true(g->topk && g->randk && g->qsgd && g->sign && g->half && g->add_dense &&
                 g->add_sparse && g->sub && g->acc_diff && g->step_sq && g->beer_track &&
-                g->beer_step && g->scale_to && g->qsgd_add && g->sign_add);
+                g->beer_step && g->scale_to && g->qsgd_add && g->sign_add &&
+                g->sumsq);
 }
 
 int main(int argc, char **argv) {

@@ -35,6 +35,7 @@
 #include "hearsay/sim.h"
 #include "hearsay/topo.h"
 #include "hearsay/trainer.h"
+#include "train/round.h"
 
 static const char *const specs[] = {"topk:0.03:fp16", "topk:0.1", "randk:0.1:unscaled",
                                     "qsgd:16:128",    "sign:64",  "fp16",
@@ -402,6 +403,54 @@ static void test_x_copy_fails(void **state) {
     hs_dataset_free(ds);
 }
 
+/* The divergence guard's scale, which a node reads after every round (node.c's node_end, the
+ * trainer's hs__trainer_eval_ms in peer.c): with x changed on the device it is summed there, no
+ * copy of x comes to the host, and it is the mean square of the host's evaluation point (the
+ * same bits on the reference device; within the double sums' rounding on a GPU). CHOCO gossips
+ * the parameters themselves, SGP an x beside them (the guard's is z = x / w). */
+static void test_guard_scale_on_device(void **state) {
+    (void)state;
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    const hs_algo_kind kinds[] = {HS_ALGO_CHOCO, HS_ALGO_SGP};
+    for (int k = 0; k < 2; k++) {
+        sim_kind = kinds[k];
+        hs_sim *s = new_sim(dev, NULL, ds, HS_MOMENTUM_LOCAL);
+        size_t d = hs_trainer_dim(hs_sim_trainer(s, 0));
+        x_bytes = sizeof(float) * d;
+        for (int r = 0; r < 3; r++) {
+            int peer;
+            if (hs_sim_step(s, &peer) < 0) fail_msg("round %d: %s", r, hs_error_message());
+            double ms[4];
+            x_downloads = 0;
+            for (int i = 0; i < 4; i++) {
+                /* x as a gossip leaves it: changed on the device. */
+                (void)hs_trainer_gossip_x(hs_sim_trainer(s, i));
+                assert_int_equal(hs__trainer_eval_ms(hs_sim_trainer(s, i), &ms[i]), 0);
+            }
+            if (x_downloads)
+                fail_msg("%s round %d: the guard's scale of 4 peers copied x to the host %d "
+                         "times", hs_algo_kind_name(sim_kind), r, x_downloads);
+            for (int i = 0; i < 4; i++) {
+                const float *z = hs_trainer_eval_x(hs_sim_trainer(s, i));
+                assert_non_null(z);
+                double want = hs__sum_sq(z, d) / (double)d;
+                if (reference ? ms[i] != want
+                              : !(fabs(ms[i] - want) <= (double)d * 0x1p-52 * want))
+                    fail_msg("%s round %d, peer %d: device %.17g, host %.17g",
+                             hs_algo_kind_name(sim_kind), r, i, ms[i], want);
+            }
+        }
+        printf("# %s: the guard's scale of 4 device peers in 3 rounds without copying x\n",
+               hs_algo_kind_name(sim_kind));
+        x_bytes = 0;
+        hs_sim_free(s);
+    }
+    sim_kind = HS_ALGO_CHOCO;
+    hs_dataset_free(ds);
+}
+
 /* One simulated job with peers 1 and 2 on the device and 0 and 3 on the CPU backend
  * (hs_sim_cfg.peer_be) against the all-CPU job. On the reference device the two are equal bit
  * for bit. On a GPU the local steps' kernels round differently from the CPU's (the gossip is
@@ -469,6 +518,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_host_path_stays, fresh),
         cmocka_unit_test_setup(test_sim_on_device, fresh),
         cmocka_unit_test_setup(test_x_copy_fails, fresh),
+        cmocka_unit_test_setup(test_guard_scale_on_device, fresh),
         cmocka_unit_test_setup(test_sim_mixed_peers, fresh),
         cmocka_unit_test_setup(test_momentum_mixed_peers, fresh),
         cmocka_unit_test_setup(test_optim_on_device, fresh),
