@@ -70,6 +70,10 @@ typedef struct hs_exchange_ops {
      * algorithms). Returns the number written to out (at most max). */
     int (*drain)(hs_exchange *ex, hs_msg *out, int max);
     void (*stats)(hs_exchange *ex, hs_exchange_stats *out);
+    /* Seconds on the exchange's clock, which recv's timeouts run on (the simulator's virtual
+     * time); NULL: the host's monotonic clock. For algorithms that weigh a wait against their
+     * own pace (SGP). */
+    double (*now)(hs_exchange *ex);
 } hs_exchange_ops;
 
 struct hs_exchange {

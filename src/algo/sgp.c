@@ -7,12 +7,16 @@
  * peer slows nobody. With --staleness TAU > 0 a peer waits (up to the receive timeout) for the
  * shares of round r - TAU from in-neighbours that keep up; one that misses the wait is marked
  * lagging and not waited for again until its shares catch up (stragglers and crashed peers never
- * stall the others). Mass is conserved: a compressed share C(p x) leaves its compression error
+ * stall the others): a share is waited for at most SGP_WAIT_ROUNDS of this peer's own rounds
+ * (their time outside the wait), so a peer that computes several times slower is found lagging
+ * at its first late share instead of holding everyone to its pace for as long as the receive
+ * timeout allows. Mass is conserved: a compressed share C(p x) leaves its compression error
  * p x - C(p x) with the sender, so the sum of all x (and of all w), shares in flight included,
  * is unchanged by a round. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "algo/algo_internal.h"
 #include "core/error_internal.h"
@@ -20,6 +24,10 @@
 
 /* The largest push-sum weight a share may carry: weights sum to the number of peers. */
 #define SGP_MAX_WEIGHT 1e9
+/* The longest staleness wait, in this peer's own rounds. A peer that keeps up is late by less
+ * than a round (its share was sent about when ours was); one that computes 4x slower, with
+ * staleness 1, by about 3: waiting for it would run every peer at its pace (docs/WAN.md). */
+#define SGP_WAIT_ROUNDS 2.0
 
 static int sgp_check_compressor(const hs_compressor *c) {
     const char *name = hs_compressor_name(c);
@@ -52,7 +60,16 @@ typedef struct sgp_state {
     hs_msg *msgs;
     int cap_msgs;
     int lossless; /* the compressor reproduces its input exactly */
+    double t_pull;  /* the exchange's clock when the last pull ended; 0: no pull yet */
+    double round_s; /* mean seconds of this peer's rounds outside the pull; 0: none yet */
 } sgp_state;
+
+static double sgp_now(hs_exchange *ex) {
+    if (ex->ops->now) return ex->ops->now(ex);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int sgp_init(hs_algo *a, const float *x0) {
     (void)x0;
@@ -257,6 +274,14 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         }
         if (n < s->cap_msgs) break;
     }
+    /* This round's time outside the pull (the local steps and the push), averaged: what a
+     * peer that keeps up may keep us waiting. */
+    double now = sgp_now(ex);
+    if (s->t_pull > 0 && now > s->t_pull)
+        s->round_s = s->round_s > 0 ? 0.75 * s->round_s + 0.25 * (now - s->t_pull) : now - s->t_pull;
+    int timeout_ms = a->cfg.recv_timeout_ms;
+    if (s->round_s > 0 && SGP_WAIT_ROUNDS * s->round_s * 1e3 < timeout_ms)
+        timeout_ms = (int)ceil(SGP_WAIT_ROUNDS * s->round_s * 1e3);
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
     if (a->cfg.staleness > 0 && r >= s->first_round + (uint64_t)a->cfg.staleness) {
         uint64_t old = r - (uint64_t)a->cfg.staleness;
@@ -269,7 +294,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             /* Everything that had arrived was drained above: this receive blocks. */
             a->stats.waits++;
             hs_buf *b = NULL;
-            int got = ex->ops->recv(ex, sn->id, old, a->cfg.recv_timeout_ms, &b);
+            int got = ex->ops->recv(ex, sn->id, old, timeout_ms, &b);
             if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
                 sn->lagging = 1;
                 a->stats.missing++;
@@ -283,6 +308,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             hs_buf_unref(b);
         }
     }
+    s->t_pull = sgp_now(ex);
     if (nshares) a->stats.staleness_mean /= nshares;
     a->stats.disagreement = nshares ? dis / ((double)nshares * (double)d) : 0.0;
     a->stats.push_weight = s->w;

@@ -300,5 +300,5 @@ static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     out->bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
 }
 
-const hs_exchange_ops hs__net_exchange_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats};
+const hs_exchange_ops hs__net_exchange_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats, NULL};
 
