@@ -7,10 +7,11 @@
  * peer slows nobody. With --staleness TAU > 0 a peer waits (up to the receive timeout) for the
  * shares of round r - TAU from in-neighbours that keep up; one that misses the wait is marked
  * lagging and not waited for again until its shares catch up (stragglers and crashed peers never
- * stall the others): a share is waited for at most SGP_WAIT_ROUNDS of this peer's own rounds
- * (their time outside the wait), so a peer that computes several times slower is found lagging
- * at its first late share instead of holding everyone to its pace for as long as the receive
- * timeout allows. Mass is conserved: a compressed share C(p x) leaves its compression error
+ * stall the others): a share is waited for at most SGP_WAIT_ROUNDS times this peer's own round
+ * (its time outside the wait) plus the wait its most punctual other in-neighbour usually costs
+ * (what the links cost everyone), so a peer that computes several times slower is found lagging
+ * at a late share instead of holding everyone to its pace for as long as the receive timeout
+ * allows, while links that delay every share alike are still waited for. Mass is conserved: a compressed share C(p x) leaves its compression error
  * p x - C(p x) with the sender, so the sum of all x (and of all w), shares in flight included,
  * is unchanged by a round. */
 #include <math.h>
@@ -24,9 +25,10 @@
 
 /* The largest push-sum weight a share may carry: weights sum to the number of peers. */
 #define SGP_MAX_WEIGHT 1e9
-/* The longest staleness wait, in this peer's own rounds. A peer that keeps up is late by less
- * than a round (its share was sent about when ours was); one that computes 4x slower, with
- * staleness 1, by about 3: waiting for it would run every peer at its pace (docs/WAN.md). */
+/* The longest staleness wait, in this peer's own rounds (each with the most punctual
+ * in-neighbour's usual wait). A peer that keeps up is late by less than that (its share was
+ * sent about when ours was); one that computes 4x slower, with staleness 1, by about 3 rounds:
+ * waiting for it would run every peer at its pace (docs/WAN.md). */
 #define SGP_WAIT_ROUNDS 2.0
 
 static int sgp_check_compressor(const hs_compressor *c) {
@@ -47,6 +49,7 @@ typedef struct sender {
     uint32_t id;
     uint64_t next_round; /* rounds below this one have all been received */
     int lagging;
+    double wait_s; /* mean seconds its shares kept this peer waiting; < 0: never needed */
 } sender;
 
 typedef struct sgp_state {
@@ -155,6 +158,7 @@ static sender *find_sender(sgp_state *s, uint32_t id, uint64_t first_round) {
     n->id = id;
     n->next_round = first_round;
     n->lagging = 0;
+    n->wait_s = -1;
     return n;
 }
 
@@ -255,6 +259,22 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     return 0;
 }
 
+/* The longest wait for a share of sn: SGP_WAIT_ROUNDS times this peer's own round plus the
+ * usual wait of its most punctual other in-neighbour that keeps up (what the links cost
+ * everyone). Without such a one (a single in-neighbour, or none measured yet) the receive
+ * timeout: nothing then tells sn's lateness from the links'. */
+static int wait_budget_ms(const hs_algo *a, const sgp_state *s, const sender *sn) {
+    double links = -1;
+    for (int i = 0; i < s->n_snd; i++) {
+        const sender *o = &s->snd[i];
+        if (o == sn || o->lagging || o->wait_s < 0) continue;
+        if (links < 0 || o->wait_s < links) links = o->wait_s;
+    }
+    if (links < 0 || !(s->round_s > 0)) return a->cfg.recv_timeout_ms;
+    double b = SGP_WAIT_ROUNDS * (s->round_s + links) * 1e3;
+    return b < a->cfg.recv_timeout_ms ? (int)ceil(b) : a->cfg.recv_timeout_ms;
+}
+
 static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     size_t d = a->d;
@@ -279,9 +299,6 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     double now = sgp_now(ex);
     if (s->t_pull > 0 && now > s->t_pull)
         s->round_s = s->round_s > 0 ? 0.75 * s->round_s + 0.25 * (now - s->t_pull) : now - s->t_pull;
-    int timeout_ms = a->cfg.recv_timeout_ms;
-    if (s->round_s > 0 && SGP_WAIT_ROUNDS * s->round_s * 1e3 < timeout_ms)
-        timeout_ms = (int)ceil(SGP_WAIT_ROUNDS * s->round_s * 1e3);
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
     if (a->cfg.staleness > 0 && r >= s->first_round + (uint64_t)a->cfg.staleness) {
         uint64_t old = r - (uint64_t)a->cfg.staleness;
@@ -290,11 +307,18 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         for (int i = 0; i < ov.n_in; i++) {
             sender *sn = find_sender(s, ov.in[i].id, old);
             if (!sn) return hs__err(HS_ENOMEM, "sgp: out of memory");
-            if (sn->lagging || sn->next_round > old) continue;
+            if (sn->lagging) continue;
+            if (sn->next_round > old) { /* in already: no wait */
+                sn->wait_s = sn->wait_s > 0 ? 0.75 * sn->wait_s : 0;
+                continue;
+            }
             /* Everything that had arrived was drained above: this receive blocks. */
             a->stats.waits++;
             hs_buf *b = NULL;
-            int got = ex->ops->recv(ex, sn->id, old, timeout_ms, &b);
+            double t0 = sgp_now(ex);
+            int got = ex->ops->recv(ex, sn->id, old, wait_budget_ms(a, s, sn), &b);
+            double w = sgp_now(ex) - t0;
+            sn->wait_s = sn->wait_s > 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
             if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
                 sn->lagging = 1;
                 a->stats.missing++;
