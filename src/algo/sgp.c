@@ -11,9 +11,9 @@
  * (its time outside the wait) plus the wait its most punctual other in-neighbour usually costs
  * (what the links cost everyone), so a peer that computes several times slower is found lagging
  * at a late share instead of holding everyone to its pace for as long as the receive timeout
- * allows, while links that delay every share alike are still waited for. Mass is conserved: a compressed share C(p x) leaves its compression error
- * p x - C(p x) with the sender, so the sum of all x (and of all w), shares in flight included,
- * is unchanged by a round. */
+ * allows, while links that delay every share alike are still waited for. Mass is conserved: a
+ * compressed share C(p x) leaves its compression error p x - C(p x) with the sender, so the sum
+ * of all x (and of all w), shares in flight included, is unchanged by a round. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,7 +298,8 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
      * peer that keeps up may keep us waiting. */
     double now = sgp_now(ex);
     if (s->t_pull > 0 && now > s->t_pull)
-        s->round_s = s->round_s > 0 ? 0.75 * s->round_s + 0.25 * (now - s->t_pull) : now - s->t_pull;
+        s->round_s = s->round_s > 0 ? 0.75 * s->round_s + 0.25 * (now - s->t_pull)
+                                    : now - s->t_pull;
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
     if (a->cfg.staleness > 0 && r >= s->first_round + (uint64_t)a->cfg.staleness) {
         uint64_t old = r - (uint64_t)a->cfg.staleness;
@@ -318,7 +319,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             double t0 = sgp_now(ex);
             int got = ex->ops->recv(ex, sn->id, old, wait_budget_ms(a, s, sn), &b);
             double w = sgp_now(ex) - t0;
-            sn->wait_s = sn->wait_s > 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
+            sn->wait_s = sn->wait_s >= 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
             if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
                 sn->lagging = 1;
                 a->stats.missing++;

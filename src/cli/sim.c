@@ -18,7 +18,16 @@
 #include "sim/linktime.h"
 #include "wan/profile.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME, S_CPU_PEERS, S_LINK_HEADERS, S_LINK_TCP };
+enum {
+    S_N = 'n',
+    S_LATENCY = 256,
+    S_SAVE_DIR,
+    S_LINKS,
+    S_STEP_TIME,
+    S_CPU_PEERS,
+    S_LINK_HEADERS,
+    S_LINK_TCP
+};
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},

@@ -152,7 +152,8 @@ double hs__linktime_arrival(hs__linktime *lt, int i, int j, size_t bytes, double
     double rtt = pr->delay_s + p->pair[j * p->n + i].delay_s;
     stage(lt, &s, &e, &lt->up[i], p->up_bps[i], bits, j, rtt);
     if (pr->bucket >= 0)
-        stage(lt, &s, &e, &lt->link[pr->bucket], p->bucket_bps[pr->bucket], bits, i * p->n + j, rtt);
+        stage(lt, &s, &e, &lt->link[pr->bucket], p->bucket_bps[pr->bucket], bits, i * p->n + j,
+              rtt);
     s += pr->delay_s;
     e += pr->delay_s;
     stage(lt, &s, &e, &lt->down[j], p->down_bps[j], bits, i, rtt);

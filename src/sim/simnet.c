@@ -190,7 +190,8 @@ static int sim_drain(hs_exchange *ex, hs_msg *out, int max) {
 static void sim_stats(hs_exchange *ex, hs_exchange_stats *out) { *out = ep_of(ex)->st; }
 static double sim_now(hs_exchange *ex) { return ep_of(ex)->clock; }
 
-static const hs_exchange_ops sim_ops = {sim_view, sim_send, sim_recv, sim_drain, sim_stats, sim_now};
+static const hs_exchange_ops sim_ops = {sim_view,  sim_send,  sim_recv,
+                                        sim_drain, sim_stats, sim_now};
 
 void hs_simnet_free(hs_simnet *s) {
     if (!s) return;

@@ -204,7 +204,8 @@ static void test_tcp_models(void **state) {
             assert_int_equal(hs__linktime_set_tcp(lt, models[m]), 0);
             const hs__linktime_tcp *t = hs__linktime_tcp_model(lt);
             double a = hs__linktime_arrival(lt, 0, 1, (size_t)B, 0);
-            if (a != D + dur) fail_msg("%s: lone message at %.17g, expected D + 8B/R", models[m], a);
+            if (a != D + dur)
+                fail_msg("%s: lone message at %.17g, expected D + 8B/R", models[m], a);
             /* Sent at once, it waits 0.2 s and passes in 0.2 s: 0.4 s > 0.35 s overflows reno's
              * queue; bbr counts any wait; fluid none. */
             double b = hs__linktime_arrival(lt, 0, to2, (size_t)B, 0);
