@@ -89,6 +89,11 @@ typedef struct hs_exchange_ops {
      * the total leaves the rest to be dropped by its next call. */
     int (*recv_piece)(hs_exchange *ex, uint32_t from, uint64_t round, uint64_t at,
                       int timeout_ms, hs_piece *out);
+
+    /* Seconds on the exchange's clock, which recv's timeouts run on (the simulator's virtual
+     * time); NULL: the host's monotonic clock. For algorithms that weigh a wait against their
+     * own pace (SGP). */
+    double (*now)(hs_exchange *ex);
 } hs_exchange_ops;
 
 struct hs_exchange {

@@ -7,12 +7,17 @@
  * peer slows nobody. With --staleness TAU > 0 a peer waits (up to the receive timeout) for the
  * shares of round r - TAU from in-neighbours that keep up; one that misses the wait is marked
  * lagging and not waited for again until its shares catch up (stragglers and crashed peers never
- * stall the others). Mass is conserved: a compressed share C(p x) leaves its compression error
- * p x - C(p x) with the sender, so the sum of all x (and of all w), shares in flight included,
- * is unchanged by a round. */
+ * stall the others): a share is waited for at most SGP_WAIT_ROUNDS times this peer's own round
+ * (its time outside the wait) plus the wait its most punctual other in-neighbour usually costs
+ * (what the links cost everyone), so a peer that computes several times slower is found lagging
+ * at a late share instead of holding everyone to its pace for as long as the receive timeout
+ * allows, while links that delay every share alike are still waited for. Mass is conserved: a
+ * compressed share C(p x) leaves its compression error p x - C(p x) with the sender, so the sum
+ * of all x (and of all w), shares in flight included, is unchanged by a round. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "algo/algo_internal.h"
 #include "compress/device.h"
@@ -22,6 +27,11 @@
 
 /* The largest push-sum weight a share may carry: weights sum to the number of peers. */
 #define SGP_MAX_WEIGHT 1e9
+/* The longest staleness wait, in this peer's own rounds (each with the most punctual
+ * in-neighbour's usual wait). A peer that keeps up is late by less than that (its share was
+ * sent about when ours was); one that computes 4x slower, with staleness 1, by about 3 rounds:
+ * waiting for it would run every peer at its pace (docs/WAN.md). */
+#define SGP_WAIT_ROUNDS 2.0
 
 static int sgp_check_compressor(const hs_compressor *c) {
     const char *name = hs_compressor_name(c);
@@ -41,6 +51,7 @@ typedef struct sender {
     uint32_t id;
     uint64_t next_round; /* rounds below this one have all been received */
     int lagging;
+    double wait_s; /* mean seconds its shares kept this peer waiting; < 0: never needed */
 } sender;
 
 typedef struct sgp_state {
@@ -58,7 +69,16 @@ typedef struct sgp_state {
      * memory; z and res stay the host's: eval_point and from_eval_point take a host x, their
      * _be forms a device one. */
     float *dkeep, *dshare, *dres;
+    double t_pull;  /* the exchange's clock when the last pull ended; 0: no pull yet */
+    double round_s; /* mean seconds of this peer's rounds outside the pull; 0: none yet */
 } sgp_state;
+
+static double sgp_now(hs_exchange *ex) {
+    if (ex->ops->now) return ex->ops->now(ex);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int sgp_init(hs_algo *a, const float *x0) {
     (void)x0;
@@ -240,6 +260,7 @@ static sender *find_sender(sgp_state *s, uint32_t id, uint64_t first_round) {
     n->id = id;
     n->next_round = first_round;
     n->lagging = 0;
+    n->wait_s = -1;
     return n;
 }
 
@@ -349,6 +370,22 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     return 0;
 }
 
+/* The longest wait for a share of sn: SGP_WAIT_ROUNDS times this peer's own round plus the
+ * usual wait of its most punctual other in-neighbour that keeps up (what the links cost
+ * everyone). Without such a one (a single in-neighbour, or none measured yet) the receive
+ * timeout: nothing then tells sn's lateness from the links'. */
+static int wait_budget_ms(const hs_algo *a, const sgp_state *s, const sender *sn) {
+    double links = -1;
+    for (int i = 0; i < s->n_snd; i++) {
+        const sender *o = &s->snd[i];
+        if (o == sn || o->lagging || o->wait_s < 0) continue;
+        if (links < 0 || o->wait_s < links) links = o->wait_s;
+    }
+    if (links < 0 || !(s->round_s > 0)) return a->cfg.recv_timeout_ms;
+    double b = SGP_WAIT_ROUNDS * (s->round_s + links) * 1e3;
+    return b < a->cfg.recv_timeout_ms ? (int)ceil(b) : a->cfg.recv_timeout_ms;
+}
+
 static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     size_t d = a->d;
@@ -371,6 +408,12 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         if (err < 0) return err;
         if (n < s->cap_msgs) break;
     }
+    /* This round's time outside the pull (the local steps and the push), averaged: what a
+     * peer that keeps up may keep us waiting. */
+    double now = sgp_now(ex);
+    if (s->t_pull > 0 && now > s->t_pull)
+        s->round_s = s->round_s > 0 ? 0.75 * s->round_s + 0.25 * (now - s->t_pull)
+                                    : now - s->t_pull;
     /* Bounded staleness for the peers that keep up: wait for the shares of round r - TAU. */
     if (a->cfg.staleness > 0 && r >= s->first_round + (uint64_t)a->cfg.staleness) {
         uint64_t old = r - (uint64_t)a->cfg.staleness;
@@ -379,11 +422,18 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         for (int i = 0; i < ov.n_in; i++) {
             sender *sn = find_sender(s, ov.in[i].id, old);
             if (!sn) return hs__err(HS_ENOMEM, "sgp: out of memory");
-            if (sn->lagging || sn->next_round > old) continue;
+            if (sn->lagging) continue;
+            if (sn->next_round > old) { /* in already: no wait */
+                sn->wait_s = sn->wait_s > 0 ? 0.75 * sn->wait_s : 0;
+                continue;
+            }
             /* Everything that had arrived was drained above: this receive blocks. */
             a->stats.waits++;
             hs_buf *b = NULL;
-            int got = ex->ops->recv(ex, sn->id, old, a->cfg.recv_timeout_ms, &b);
+            double t0 = sgp_now(ex);
+            int got = ex->ops->recv(ex, sn->id, old, wait_budget_ms(a, s, sn), &b);
+            double w = sgp_now(ex) - t0;
+            sn->wait_s = sn->wait_s >= 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
             if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
                 sn->lagging = 1;
                 a->stats.missing++;
@@ -398,6 +448,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             if (err < 0) return err;
         }
     }
+    s->t_pull = sgp_now(ex);
     if (nshares) a->stats.staleness_mean /= nshares;
     a->stats.disagreement = nshares ? dis / ((double)nshares * (double)d) : 0.0;
     a->stats.push_weight = s->w;

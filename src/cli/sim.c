@@ -18,7 +18,16 @@
 #include "sim/linktime.h"
 #include "wan/profile.h"
 
-enum { S_N = 'n', S_LATENCY = 256, S_SAVE_DIR, S_LINKS, S_STEP_TIME, S_CPU_PEERS, S_LINK_HEADERS };
+enum {
+    S_N = 'n',
+    S_LATENCY = 256,
+    S_SAVE_DIR,
+    S_LINKS,
+    S_STEP_TIME,
+    S_CPU_PEERS,
+    S_LINK_HEADERS,
+    S_LINK_TCP
+};
 
 static const hs_cli_opt sim_opts[] = {
     {"peers", S_N, "N", "number of simulated peers (default: 8)"},
@@ -37,6 +46,10 @@ static const hs_cli_opt sim_opts[] = {
     {"link-headers", S_LINK_HEADERS, "BYTES",
      "with --links: IP and TCP header bytes each packet adds to a message (default: 52, as "
      "Linux with TCP timestamps; 0: a message costs its payload only)"},
+    {"link-tcp", S_LINK_TCP, "MODEL",
+     "with --links: fluid (every link passes its full rate), reno or bbr: the share of a busy "
+     "link TCP gets, as measured with that congestion control in tools/wan (docs/WAN.md; "
+     "default: fluid)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -45,7 +58,7 @@ typedef struct sim_args {
     int n;
     double latency, step_time;
     int latency_set, step_time_set, link_headers, link_headers_set;
-    const char *save_dir, *links, *cpu_peers;
+    const char *save_dir, *links, *cpu_peers, *link_tcp;
     long rounds;
 } sim_args;
 
@@ -67,6 +80,7 @@ static int handle(void *ctx, int key, const char *v) {
     case S_LINK_HEADERS:
         a->link_headers_set = 1;
         return hs__cli_int("--link-headers", v, 0, 1000, &a->link_headers);
+    case S_LINK_TCP: a->link_tcp = v; return 0;
     }
     return hs__cli_usage_error("internal: unhandled option %d", key);
 }
@@ -129,6 +143,7 @@ int hs__cmd_sim(int argc, char **argv) {
         return -hs__cli_usage_error("--latency and --links: the profile's delays replace --latency");
     if (!a.links && a.step_time_set) return -hs__cli_usage_error("--step-time needs --links");
     if (!a.links && a.link_headers_set) return -hs__cli_usage_error("--link-headers needs --links");
+    if (!a.links && a.link_tcp) return -hs__cli_usage_error("--link-tcp needs --links");
     if ((rc = hs__cli_precheck(a.ro.model, a.ro.metrics, a.ro.topology, a.n, a.ro.seed)) < 0)
         return -rc;
     double *slow = calloc((size_t)a.n, sizeof(double));
@@ -206,6 +221,10 @@ int hs__cmd_sim(int argc, char **argv) {
         goto out;
     }
     if (profile) hs__sim_set_link_headers(sim, a.link_headers);
+    if (a.link_tcp && hs__sim_set_link_tcp(sim, a.link_tcp) < 0) {
+        exit_code = -hs__cli_usage_error("--link-tcp %s", hs_error_message());
+        goto out;
+    }
     if (a.ro.metrics && (err = hs_metrics_open(&metrics, a.ro.metrics, 0)) < 0) {
         fprintf(stderr, "hearsay sim: %s\n", hs_error_message());
         exit_code = HS_EXIT_USAGE;

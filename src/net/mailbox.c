@@ -452,6 +452,10 @@ static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     out->bytes_recv = __atomic_load_n(&net->st.ex.bytes_recv, __ATOMIC_RELAXED);
 }
 
-const hs_exchange_ops hs__net_exchange_ops = {ex_view, ex_send, ex_recv, ex_drain, ex_stats,
-                                              ex_recv_piece};
+const hs_exchange_ops hs__net_exchange_ops = {.view = ex_view,
+                                              .send = ex_send,
+                                              .recv = ex_recv,
+                                              .drain = ex_drain,
+                                              .stats = ex_stats,
+                                              .recv_piece = ex_recv_piece};
 

@@ -27,6 +27,28 @@ void hs__linktime_set_headers(hs__linktime *lt, int headers);
 /* What `bytes` of payload are on the wire (bytes itself with no headers set). */
 double hs__linktime_wire_bytes(const hs__linktime *lt, double bytes);
 
+/* How TCP shares a congested stage (hs__linktime_set_tcp): the fraction of the stage's rate a
+ * message gets when its connection has the stage alone and when it waits behind another
+ * connection's message, and when a stage counts as congested: on_overflow, when a message's
+ * wait plus its own time there exceeds the profile's queue_ms plus its round trip (the
+ * drop-tail queue overflows: reno); else whenever it waits behind another message (bbr). */
+typedef struct hs__linktime_tcp {
+    const char *name;
+    double share_alone, share_shared;
+    int on_overflow;
+} hs__linktime_tcp;
+
+/* Picks the TCP model by name: "fluid" (the default: every stage passes its full rate, so a
+ * message's time is exactly its bytes / rate after its wait), "reno" or "bbr" (measured
+ * shares). HS_EINVAL for another name. */
+int hs__linktime_set_tcp(hs__linktime *lt, const char *name);
+const hs__linktime_tcp *hs__linktime_tcp_model(const hs__linktime *lt);
+/* Whether model m counts a message that waits `wait` seconds at a stage and then takes `dur`
+ * there as congested, with the drop-tail queue of queue_s and a round trip of rtt seconds.
+ * Never for "fluid". */
+int hs__linktime_congested(const hs__linktime_tcp *m, double wait, double dur, double queue_s,
+                           double rtt);
+
 /* The virtual time (seconds) at which a message of `bytes` bytes that i sends to j at time t
  * has fully arrived. Messages queue behind earlier ones on every rate-limited stage they share
  * (call in order of sending time). A stage passes a message as a fluid: it starts when the
@@ -55,6 +77,8 @@ int hs__sim_set_links(hs_sim *s, const hs__wan_profile *p, double step_s);
 /* Messages and the all-reduce cost their bytes on the wire (hs__linktime_set_headers); call
  * after hs__sim_set_links. */
 void hs__sim_set_link_headers(hs_sim *s, int headers);
+/* The TCP model of the links (hs__linktime_set_tcp); call after hs__sim_set_links. */
+int hs__sim_set_link_tcp(hs_sim *s, const char *model);
 /* Peer i's progress in rounds of a normal peer: its rounds when lockstep; in virtual time its
  * clock without links, with links its rounds times its compute factor (its clock counts its
  * waits too). A job of N rounds ends when every peer's progress reaches N. */

@@ -188,6 +188,10 @@ void hs__sim_set_link_headers(hs_sim *s, int headers) {
     if (s->links) hs__linktime_set_headers(s->links, headers);
 }
 
+int hs__sim_set_link_tcp(hs_sim *s, const char *model) {
+    return s->links ? hs__linktime_set_tcp(s->links, model) : 0;
+}
+
 double hs__sim_progress(const hs_sim *s, int i) {
     if (s->sync) return (double)s->eng[i].r;
     /* With links a peer's clock also counts its waits, so its progress is its rounds, each

@@ -145,13 +145,18 @@ static void take(endpoint *e, int k, hs_buf **out) {
 }
 
 /* The sender's message of `round`. In virtual time a message already sent but not yet arrived
- * is waited for: the receiver's clock moves to its arrival. One not sent at all cannot be
- * waited for in a single-threaded simulation and times out at once. */
+ * is waited for: the receiver's clock moves to its arrival, or with links (clocks in seconds)
+ * by timeout_ms when it arrives later than that (HS_ETIMEDOUT; it stays queued). One not sent
+ * at all cannot be waited for in a single-threaded simulation and times out at once. */
 static int sim_recv(hs_exchange *ex, uint32_t from, uint64_t round, int timeout_ms, hs_buf **out) {
-    (void)timeout_ms;
     endpoint *e = ep_of(ex);
     for (int k = 0; k < e->nq; k++)
         if (e->q[k].from == from && e->q[k].round == round) {
+            double limit = e->clock + timeout_ms * 1e-3;
+            if (e->net->links && timeout_ms >= 0 && e->q[k].arrival > limit) {
+                e->clock = limit;
+                return HS_ETIMEDOUT;
+            }
             if (e->q[k].arrival > e->clock) e->clock = e->q[k].arrival;
             take(e, k, out);
             return 0;
@@ -183,9 +188,14 @@ static int sim_drain(hs_exchange *ex, hs_msg *out, int max) {
 }
 
 static void sim_stats(hs_exchange *ex, hs_exchange_stats *out) { *out = ep_of(ex)->st; }
+static double sim_now(hs_exchange *ex) { return ep_of(ex)->clock; }
 
-static const hs_exchange_ops sim_ops = {sim_view, sim_send, sim_recv, sim_drain, sim_stats,
-                                        NULL};
+static const hs_exchange_ops sim_ops = {.view = sim_view,
+                                        .send = sim_send,
+                                        .recv = sim_recv,
+                                        .drain = sim_drain,
+                                        .stats = sim_stats,
+                                        .now = sim_now};
 
 void hs_simnet_free(hs_simnet *s) {
     if (!s) return;

@@ -270,7 +270,8 @@ static void o_stats(hs_exchange *ex, hs_exchange_stats *out) {
     outage *o = ex->impl;
     o->inner->ops->stats(o->inner, out);
 }
-static const hs_exchange_ops outage_ops = {o_view, o_send, o_recv, o_drain, o_stats, NULL};
+static const hs_exchange_ops outage_ops = {.view = o_view, .send = o_send, .recv = o_recv,
+                                           .drain = o_drain, .stats = o_stats};
 
 /* Both ends drop the edge in the same rounds, so the mix stays symmetric and the average of all
  * three is kept exactly through the outage; once they hear from each other again their replicas

@@ -80,7 +80,9 @@ static int p_recv_piece(hs_exchange *ex, uint32_t from, uint64_t r, uint64_t at,
     return 0;
 }
 
-static const hs_exchange_ops pex_ops = {p_view, p_send, p_recv, p_drain, p_stats, p_recv_piece};
+static const hs_exchange_ops pex_ops = {.view = p_view, .send = p_send, .recv = p_recv,
+                                        .drain = p_drain, .stats = p_stats,
+                                        .recv_piece = p_recv_piece};
 
 enum { D = 5003 };
 

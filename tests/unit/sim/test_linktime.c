@@ -1,7 +1,8 @@
 /* Unit tests of the simulator's link time (src/sim/linktime.c) from tools/wan's profiles: a
  * two-peer exchange of B bytes over rate R and delay D takes D + 8B/R virtual seconds, to the
  * float; messages queue on shared links; a receive that waits (D-PSGD) is held up by a slow
- * link where a drain (SGP) is not; the ring all-reduce follows the alpha-beta model. */
+ * link where a drain (SGP) is not; the ring all-reduce follows the alpha-beta model; the TCP
+ * models slow only what their rule counts as congested. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,6 +184,54 @@ static void test_headers(void **state) {
     hs__wan_profile_free(p);
 }
 
+/* The TCP models' decision. 20 Mbit/s, 50 ms each way, queue_ms 250: a round trip of 0.1 s,
+ * so reno's queue overflows once a message waits and passes for more than 0.35 s. A lone
+ * message is exactly D + 8B/R under every model; what waits is stretched by 1 / share, the
+ * share of one connection alone or of one taking turns with another. */
+static void test_tcp_models(void **state) {
+    (void)state;
+    hs__wan_profile *p = parse("{\"peers\": 3, \"delay_ms\": 50, \"rate_mbit\": 20}");
+    const double D = 0.05, R = 20e6, B = 500000, dur = 8 * B / R; /* 0.2 s */
+    hs__linktime *lt = NULL;
+    assert_int_equal(hs__linktime_new(&lt, p), 0);
+    assert_int_equal(hs__linktime_set_tcp(lt, "cubic"), HS_EINVAL);
+    assert_string_equal(hs__linktime_tcp_model(lt)->name, "fluid");
+    const char *models[] = {"fluid", "bbr", "reno"};
+    for (int m = 0; m < 3; m++) {
+        for (int to2 = 1; to2 <= 2; to2++) { /* the second message: same connection, another */
+            hs__linktime_free(lt);
+            assert_int_equal(hs__linktime_new(&lt, p), 0);
+            assert_int_equal(hs__linktime_set_tcp(lt, models[m]), 0);
+            const hs__linktime_tcp *t = hs__linktime_tcp_model(lt);
+            double a = hs__linktime_arrival(lt, 0, 1, (size_t)B, 0);
+            if (a != D + dur)
+                fail_msg("%s: lone message at %.17g, expected D + 8B/R", models[m], a);
+            /* Sent at once, it waits 0.2 s and passes in 0.2 s: 0.4 s > 0.35 s overflows reno's
+             * queue; bbr counts any wait; fluid none. */
+            double b = hs__linktime_arrival(lt, 0, to2, (size_t)B, 0);
+            double share = to2 == 1 ? t->share_alone : t->share_shared;
+            int congested = m > 0;
+            double want = D + dur + (congested ? dur / share : dur);
+            if (fabs(b - want) > 1e-12)
+                fail_msg("%s, second message to %d: at %.17g, expected %.17g", models[m], to2, b,
+                         want);
+            assert_true(congested ? b > D + 2 * dur + 0.01 : b == D + 2 * dur);
+        }
+        /* A wait short of the queue: reno passes at the full rate, bbr does not. */
+        hs__linktime_free(lt);
+        assert_int_equal(hs__linktime_new(&lt, p), 0);
+        assert_int_equal(hs__linktime_set_tcp(lt, models[m]), 0);
+        assert_int_equal(hs__linktime_congested(hs__linktime_tcp_model(lt), 0.1, 0.2, 0.25, 0.1),
+                         m == 1);
+        assert_int_equal(hs__linktime_congested(hs__linktime_tcp_model(lt), 0.0, 0.2, 0.25, 0.1),
+                         0);
+        assert_int_equal(hs__linktime_congested(hs__linktime_tcp_model(lt), 0.2, 0.2, 0.25, 0.1),
+                         m > 0);
+    }
+    hs__linktime_free(lt);
+    hs__wan_profile_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_peers),
@@ -190,6 +239,7 @@ int main(void) {
         cmocka_unit_test(test_wait_or_drain),
         cmocka_unit_test(test_allreduce),
         cmocka_unit_test(test_headers),
+        cmocka_unit_test(test_tcp_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
