@@ -2,7 +2,8 @@
  * decision about each arriving part of a DATA message, fed in order, duplicated by a copy sent
  * again, overlapping, with a gap, out of order, with a total or round that disagrees; which
  * waiting piece a reader takes next; and a reader in stream mode handing each part up on its
- * own (never a buffer of the message's size), refusing a corrupt part before its bytes. */
+ * own (never a buffer of the message's size), refusing a corrupt part before its bytes; and the
+ * flow control's slow-peer decision (hs__conn_slow) under HOLD, capped on the sender's side. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
