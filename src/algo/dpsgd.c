@@ -147,8 +147,8 @@ static int mix_block(hs_algo *a, mix_stream *m) {
 
 static int mix_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uint64_t total,
                      void *ctx) {
-    (void)off;
     mix_stream *m = ctx;
+    uint64_t end = off + len;
     while (len && m->head_have < sizeof(m->head)) {
         m->head[m->head_have++] = *p++;
         len--;
@@ -158,6 +158,11 @@ static int mix_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uin
         int err = hs__compress_f32_head(a->comp, m->head + 1, (size_t)(total - 1));
         if (err < 0) return err;
     }
+    /* A message that ends inside its head was never checked: not a model (else it would count
+     * as mixed, with nothing of it mixed). */
+    if (m->head_have < sizeof(m->head) && end >= total)
+        return hs__err(HS_EPROTO, "a dpsgd message of %llu bytes, shorter than its %zu-byte head",
+                       (unsigned long long)total, sizeof(m->head));
     while (len) {
         size_t k = sizeof(m->blk) - m->blk_have;
         if (k > len) k = len;

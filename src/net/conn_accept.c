@@ -287,8 +287,7 @@ void hs__conn_tick(hs__transport *tr, uint64_t now) {
          * holds its reads on purpose within that time (its application is busy: HOLD), or this
          * side holds its own reads of it (both busy: neither HOLD can pass the other's full
          * socket; this side's own application ends the hold, and the count starts again). */
-        if (c->inflight > 0 && !hs__conn_holding(c, now) && now - c->last_progress_us > peer_to &&
-            now - c->held_us > peer_to) {
+        if (hs__conn_slow(c, now, peer_to)) {
             hs__conn_close(c, HS_ETIMEDOUT, 0, HS_LOG_WARN,
                            "slow: %zu bytes not written for %llu ms (the peer does not read)",
                            c->inflight, (unsigned long long)((now - c->last_progress_us) / 1000));

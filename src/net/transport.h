@@ -182,6 +182,16 @@ struct hs__conn {
 static inline int hs__conn_holding(const struct hs__conn *c, uint64_t now) {
     return c->reading_paused == 2 && now - c->paused_us < HS__HOLD_MAX_US;
 }
+/* Whether bytes in flight on c, unwritten for longer than peer_to, make the other side a slow
+ * peer (hs__conn_tick closes it): not while this side holds its own reads of it, nor while the
+ * other side says HOLD, but that only until the bytes have waited HS__HOLD_MAX_US and peer_to
+ * more: the cap is kept here too, or a peer that says HOLD forever (buggy, malicious) and never
+ * reads would pin the connection and its queue, and never be judged. */
+static inline int hs__conn_slow(const struct hs__conn *c, uint64_t now, uint64_t peer_to) {
+    uint64_t stalled = now - c->last_progress_us;
+    int held = now - c->held_us <= peer_to && stalled <= HS__HOLD_MAX_US + peer_to;
+    return c->inflight > 0 && !hs__conn_holding(c, now) && stalled > peer_to && !held;
+}
 
 /* What the transport tells the layer above (owner is hs__transport.owner). */
 typedef struct hs__transport_events {

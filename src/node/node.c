@@ -482,9 +482,13 @@ static int recover(hs_node *n, int err) {
     hs__node_set_tag(n->self);
     hs__log_set_peer(n->rank, n->self);
     if ((err = n->m.renew(n->m.ctx, n->self)) < 0 || (err = hs__node_terms_read(&n->w, &n->jt)) < 0 ||
-        (err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0 ||
-        (err = adopt_welcome(n)) < 0)
+        (err = hs__node_timeline_get(n->w.snapshot->data + 24, &n->tl)) < 0)
         return err;
+    /* A member at its first step welcomes with the terms alone (publish): this peer keeps its
+     * vector, as a joiner does in hs__node_begin (adopting nothing would be a format error). */
+    if (n->w.snapshot->len > HS__NODE_TERMS_BYTES && (err = adopt_welcome(n)) < 0) return err;
+    hs_buf_unref(n->w.snapshot);
+    n->w.snapshot = NULL;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
     if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
     n->r = n->w.join_round;

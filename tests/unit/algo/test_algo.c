@@ -702,6 +702,28 @@ static void test_save_load(void **state) {
             assert_int_equal(hs_algo_save(b.a[i], s2), 0);
             assert_int_equal(s1->len, s2->len);
             assert_memory_equal(s1->data, s2->data, s1->len);
+            if (k == 0) { /* D-PSGD (no replicas): a version-2 state, with d zeros as own */
+                uint32_t cl = 0;
+                memcpy(&cl, s1->data + 20, 4);
+                size_t at = 36 + cl, zeros = 40 * sizeof(float);
+                hs_buf *v2;
+                assert_int_equal(hs_buf_new(&v2, s1->len + zeros), 0);
+                memcpy(v2->data, s1->data, at);
+                memset(v2->data + at, 0, zeros);
+                memcpy(v2->data + at + zeros, s1->data + at, s1->len - at);
+                v2->data[4] = 2;
+                v2->len = s1->len + zeros;
+                assert_int_equal(hs_algo_load(b.a[i], v2->data, v2->len), 0);
+                hs_buf_unref(s2);
+                assert_int_equal(hs_buf_new(&s2, 0), 0);
+                assert_int_equal(hs_algo_save(b.a[i], s2), 0);
+                assert_int_equal(s1->len, s2->len);
+                assert_memory_equal(s1->data, s2->data, s1->len);
+                /* Version 3 has no own vector: a version-3 head over version-2 bytes is refused. */
+                v2->data[4] = 3;
+                assert_true(hs_algo_load(b.a[i], v2->data, v2->len) < 0);
+                hs_buf_unref(v2);
+            }
             /* Corruptions are refused and leave the state as it was. */
             assert_true(hs_algo_load(b.a[i], s1->data, s1->len - 1) < 0);
             s1->data[0] ^= 1;

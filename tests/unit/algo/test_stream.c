@@ -27,6 +27,7 @@ typedef struct pex {
     size_t nan_at;  /* value index made NaN (SIZE_MAX: none) */
     size_t stop_at; /* bytes handed up before the "timeout" */
     int bad_type;   /* the payload's type byte changed */
+    size_t cut_to;  /* the message handed up as one of this many bytes (0: as it is) */
     int pieces;
 } pex;
 
@@ -71,6 +72,7 @@ static int p_recv_piece(hs_exchange *ex, uint32_t from, uint64_t r, uint64_t at,
             memcpy(e->cur->data + 1 + 12 + 4 * e->nan_at, &nan, 4);
         }
         if (e->bad_type) e->cur->data[0] = 2;
+        if (e->cut_to) e->cur->len = e->cut_to;
     }
     if (at >= e->stop_at) return HS_ETIMEDOUT;
     size_t n = sizes[e->pieces++ % (sizeof(sizes) / sizeof(sizes[0]))];
@@ -127,7 +129,7 @@ static void run(pex *e, size_t mixed, int missing) {
     hs_algo_stats st;
     hs_algo_get_stats(a[0], &st);
     assert_int_equal(st.missing, missing);
-    assert_true(e->pieces > 3 || e->bad_type);
+    assert_true(e->pieces > 3 || e->bad_type || e->cut_to);
     hs_buf_unref(e->cur);
     for (int i = 0; i < 2; i++) {
         hs_algo_free(a[i]);
@@ -165,12 +167,24 @@ static void test_bad_head_mixes_nothing(void **state) {
     run(&e, 0, 1);
 }
 
+/* A whole message shorter than its head (the sender's total says so): nothing to mix, and
+ * the neighbour is missing, not taken as mixed; one whose head is complete but whose values
+ * are short is refused by the head's length check. */
+static void test_short_message_is_missing(void **state) {
+    (void)state;
+    pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX, .cut_to = 5};
+    run(&e, 0, 1);
+    pex f = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX, .cut_to = 1 + 12 + 4 * 100};
+    run(&f, 0, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_mix_to_the_bit),
         cmocka_unit_test(test_bad_value_stops_at_its_block),
         cmocka_unit_test(test_cut_message),
         cmocka_unit_test(test_bad_head_mixes_nothing),
+        cmocka_unit_test(test_short_message_is_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * decision about each arriving part of a DATA message, fed in order, duplicated by a copy sent
  * again, overlapping, with a gap, out of order, with a total or round that disagrees; which
  * waiting piece a reader takes next; and a reader in stream mode handing each part up on its
- * own (never a buffer of the message's size), refusing a corrupt part before its bytes. */
+ * own (never a buffer of the message's size), refusing a corrupt part before its bytes; and the
+ * flow control's slow-peer decision (hs__conn_slow) under HOLD, capped on the sender's side. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,11 +175,45 @@ static void test_reader_streams(void **state) {
     hs__reader_free(&r);
 }
 
+/* HOLD excuses unwritten bytes only for as long as a holder may hold (HS__HOLD_MAX_US): a peer
+ * that says HOLD every heartbeat and never reads (buggy or malicious) is judged slow like one
+ * that says nothing, instead of pinning the connection and its queue forever. Virtual time. */
+static void test_hold_expires(void **state) {
+    (void)state;
+    const uint64_t peer_to = 10u * 1000000, t0 = 1000u * 1000000;
+    hs__conn *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->inflight = 4096;
+    c->last_progress_us = t0; /* its last byte written */
+    /* No HOLD: slow once peer_to passed. */
+    assert_false(hs__conn_slow(c, t0 + peer_to / 2, peer_to));
+    assert_true(hs__conn_slow(c, t0 + peer_to + 1, peer_to));
+    /* HOLD said every second: a busy application within the cap is not slow. */
+    uint64_t now = t0 + peer_to + 1;
+    for (; now < t0 + HS__HOLD_MAX_US; now += 1000000) {
+        c->held_us = now;
+        assert_false(hs__conn_slow(c, now + 1, peer_to));
+    }
+    /* Still said, but the bytes have waited past the cap and peer_to more: slow. */
+    for (; now < t0 + HS__HOLD_MAX_US + 3 * peer_to; now += 1000000) c->held_us = now;
+    assert_true(hs__conn_slow(c, now + 1, peer_to));
+    /* Bytes written again: a new hold is excused again. */
+    c->last_progress_us = now;
+    c->held_us = now + peer_to;
+    assert_false(hs__conn_slow(c, now + 2 * peer_to, peer_to));
+    /* Nothing in flight is never slow. */
+    c->inflight = 0;
+    c->held_us = 0;
+    assert_false(hs__conn_slow(c, now + 10 * HS__HOLD_MAX_US, peer_to));
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_order),       cmocka_unit_test(test_resent_copy),
         cmocka_unit_test(test_refused),        cmocka_unit_test(test_dropped_message),
         cmocka_unit_test(test_fits),           cmocka_unit_test(test_reader_streams),
+        cmocka_unit_test(test_hold_expires),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

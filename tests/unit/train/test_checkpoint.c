@@ -211,12 +211,35 @@ static void test_dir_check(void **state) {
     assert_non_null(strstr(hs_error_message(), under));
 }
 
+/* A state whose runs of zeros are read by leaving the zeroed buffer untouched (read_sparse):
+ * real zeros, a -0.0f (not zero bytes), lone bytes at the 64 KiB read chunks' edges and at the
+ * very end, a chunk all zeros, all load to the same bytes. */
+static void test_zero_runs(void **state) {
+    (void)state;
+    size_t len = 3 * 65536 + 123;
+    uint8_t *st = calloc(1, len);
+    assert_non_null(st);
+    float negz = -0.0f;
+    memcpy(st + 4096, &negz, 4);
+    st[65535] = 1;
+    st[65536] = 2;
+    st[2 * 65536 + 7] = 0x80;
+    st[len - 1] = 9;
+    write_round(2, 41, st, len);
+    hs_checkpoint ck;
+    assert_int_equal(hs_checkpoint_newest(dir, 2, "mlp:4-3", &ck), 0);
+    assert_int_equal(ck.state_len, len);
+    assert_memory_equal(ck.state, st, len);
+    hs_checkpoint_clear(&ck);
+    free(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_every_byte_covered),
         cmocka_unit_test(test_stale_tmp_removed), cmocka_unit_test(test_rotation),
         cmocka_unit_test(test_timelines),
-        cmocka_unit_test(test_dir_check),
+        cmocka_unit_test(test_dir_check),          cmocka_unit_test(test_zero_runs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
