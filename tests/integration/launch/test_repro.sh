@@ -98,7 +98,7 @@ for k, v in {"algo": "choco", "compress": "topk:0.05:fp16", "topology": "ring", 
              "hidden": "64,32", "batch": 64, "momentum": 0.9, "weight-decay": 0.0001,
              "lr-schedule": "cosine", "seed": "11", "peers": 3, "partition": "iid",
              "on-divergence": "stop", "optimizer": "sgd", "rounds": 20,
-             "momentum-kind": "qg"}.items():
+             "momentum-kind": "hybrid"}.items():
     assert c.get(k) == v, (k, c.get(k), v)
 assert isinstance(c.get("gamma-c"), float) and 0 < c["gamma-c"] <= 1, c.get("gamma-c")
 assert "name" not in c
