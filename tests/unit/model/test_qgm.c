@@ -1,5 +1,5 @@
 /* Unit tests of quasi-global momentum (--momentum-kind qg) and its hybrid form: the updates
- * against a hand computation (heavy ball and Nesterov, several local steps, lr 0), the
+ * against a hand computation (heavy ball and Nesterov, several local steps, lr 0, an lr without a float inverse), the
  * refusals, the local kind left as it was, and seeded simulations on Dirichlet shards that
  * train and repeat. */
 #include <math.h>
@@ -152,6 +152,33 @@ static void test_hybrid_by_hand(void **state) {
     assert_int_equal(hs_optim_round_end(o, x), 0);
     near2(mg, -0.1875, 0.375);
     hs_optim_free(o);
+    hs_backend_close(be);
+}
+
+/* A round whose summed lr has no float inverse (a subnormal lr, 1e-39 here: 1 / lr_sum rounds
+ * to infinity) adds nothing to the buffer, as a round at lr 0. Dividing by it filled the buffer
+ * with NaN (0 * inf wherever the round left x alone), and the next step made x NaN; both
+ * kinds, qg's mhat and hybrid's mg. */
+static void test_lr_without_inverse(void **state) {
+    (void)state;
+    hs_backend *be = cpu();
+    for (int hyb = 0; hyb < 2; hyb++) {
+        hs_optim *o = kind_optim(be, hyb ? "hybrid" : "qg", 2, 1e-39f, 0.5f, 0);
+        float *buf = hs_optim_state(o, hyb);
+        buf[0] = 0.5f;
+        buf[1] = -0.5f;
+        float x[2] = {1.0f, -1.0f}, g[2] = {0.0f, 0.0f};
+        assert_int_equal(hs_optim_round_begin(o, x), 0);
+        assert_int_equal(hs_optim_step(o, x, g, 0, NULL), 0);
+        x[1] = -1.5f; /* the gossip moved element 1 only */
+        assert_int_equal(hs_optim_round_end(o, x), 0);
+        if (!isfinite(buf[0]) || !isfinite(buf[1]))
+            fail_msg("%s: buffer (%g, %g)", hyb ? "hybrid" : "qg", (double)buf[0],
+                     (double)buf[1]);
+        assert_int_equal(hs_optim_step(o, x, g, 1, NULL), 0);
+        assert_true(isfinite(x[0]) && isfinite(x[1]));
+        hs_optim_free(o);
+    }
     hs_backend_close(be);
 }
 
@@ -361,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_update_by_hand),
         cmocka_unit_test(test_hybrid_by_hand),
         cmocka_unit_test(test_local_unchanged),
+        cmocka_unit_test(test_lr_without_inverse),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_checkpoint_of_another_kind),
         cmocka_unit_test(test_sim_dpsgd),
