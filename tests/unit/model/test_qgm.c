@@ -1,7 +1,7 @@
 /* Unit tests of quasi-global momentum (--momentum-kind qg) and its hybrid form: the updates
- * against a hand computation (heavy ball and Nesterov, several local steps, lr 0, an lr without a float inverse), the
- * refusals, the local kind left as it was, and seeded simulations on Dirichlet shards that
- * train and repeat. */
+ * against a hand computation (heavy ball and Nesterov, several local steps, lr 0, an lr
+ * without a float inverse), the refusals, a checkpoint of another kind, the local kind left
+ * as it was, and seeded simulations on Dirichlet shards that train and repeat. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
