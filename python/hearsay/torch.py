@@ -150,6 +150,9 @@ class Gossip:
     def _use_qg(self, opt: torch.optim.Optimizer, params: List[torch.nn.Parameter]) -> None:
         _check_qg(opt, self.node)
         self._qg = QuasiGlobal(opt, self.flat, params)
+        # Rounds follow while the job runs, and with overlap until its last one is collected.
+        self._qg.active = lambda: self.node.running or (
+            self._pipe is not None and self._pipe.in_flight())
         self.momentum_kind = "qg"
 
     @property
