@@ -17,7 +17,7 @@ a round's first step snapshots it and x, later steps of the same round start fro
 again, and the round's end writes the new mhat into the buffer. So torch's optimizer
 state_dict() carries mhat and a resumed optimizer goes on with it."""
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -39,7 +39,8 @@ def qg_refusal(opt: torch.optim.Optimizer) -> Optional[str]:
 class QuasiGlobal:
     """Quasi-global momentum for the parameters of opt that are views of flat (the gossiped
     vector); other parameters keep torch's local momentum. Hooks opt.step (begin/accumulate);
-    round_end() is called after each gossip round with flat as the round left it."""
+    round_end() is called after each gossip round with flat as the round left it; active()
+    says whether the job runs."""
 
     def __init__(self, opt: torch.optim.Optimizer, flat: torch.Tensor,
                  params: List[torch.nn.Parameter]) -> None:
@@ -66,6 +67,8 @@ class QuasiGlobal:
         self.mhat = torch.zeros_like(flat)  # the buffer at the round's start
         self.lr_sum = [0.0] * len(opt.param_groups)
         self.in_round = False
+        # Whether the job runs (Gossip sets it): outside it the steps are torch's own.
+        self.active: Callable[[], bool] = lambda: True
         inner = opt.step
 
         # wraps: an lr scheduler made before marks opt.step and warns when the mark is gone.
@@ -82,6 +85,10 @@ class QuasiGlobal:
 
     @torch.no_grad()
     def _before_step(self) -> None:
+        if not self.active():
+            # No round will end (the job is over): torch's own heavy ball from the buffer the
+            # last round left, not every step reset to that mhat (a momentum that stood still).
+            return
         if not self.in_round:
             # The round's first step: x and the buffer as the last round (or a load) left them.
             self.x0.copy_(self.flat)

@@ -108,7 +108,8 @@ class Gossip:
     PyTorch example qg cost 0.8 point at a constant lr and 5 with a cosine decay
     (docs/RESULTS.md, "PyTorch defaults"). It is meant for skewed (non-IID) shards, where
     `hearsay sim` measured it 0.5-1.5 points above local momentum (not measured through
-    hearsay.torch). `g.momentum_kind` says which one runs."""
+    hearsay.torch). `g.momentum_kind` says which one runs. Outside the job (before start(),
+    after its last round) opt's steps are torch's own heavy ball again."""
 
     def __init__(self, module: torch.nn.Module, node: Optional[Node] = None,
                  allow_local_buffers: bool = False, overlap: bool = False,
@@ -150,6 +151,9 @@ class Gossip:
     def _use_qg(self, opt: torch.optim.Optimizer, params: List[torch.nn.Parameter]) -> None:
         _check_qg(opt, self.node)
         self._qg = QuasiGlobal(opt, self.flat, params)
+        # Rounds follow while the job runs, and with overlap until its last one is collected.
+        self._qg.active = lambda: self.node.running or (
+            self._pipe is not None and self._pipe.in_flight())
         self.momentum_kind = "qg"
 
     @property

@@ -242,6 +242,9 @@ int hs_optim_round_end(hs_optim *o, const float *x_host) {
      * that several local steps (or a scheduled lr) give the per-step scale of the gradients
      * the buffer stands for. */
     float inv = (float)(1.0 / o->lr_sum), mu = o->cfg.momentum, c = 1.0f - mu;
+    /* Rates summing below 1 / FLT_MAX (a subnormal lr) have no float inverse: 0 * inf would
+     * fill the buffer with NaN. Such a round adds nothing, as one at lr 0. */
+    if (isinf(inv)) return 0;
     const float *x0 = o->x0;
     size_t n = o->n;
     if (o->mg) return hybrid_round_end(o, x_host, inv);

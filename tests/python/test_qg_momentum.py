@@ -96,7 +96,21 @@ def gossip_peer(rank, opts, out, overlap):
                 errs.append((buffer_flat(opt, model) - mhat).abs().max().item())
                 if not going:
                     break
-        out[rank] = (errs, moved)
+            if going:
+                g.step()  # overlap: the job's last round, collected (False)
+            # After the job's last round opt goes on as torch's SGD: its heavy ball from the
+            # buffer the last round left (a later step of the same "round" reset it to that
+            # buffer, so the momentum stood still at beta mhat + g).
+            buf = buffer_flat(opt, model)
+            for _ in range(2):
+                xb, yb = torch.randn(8, 4, generator=gen), torch.randint(0, 2, (8,), generator=gen)
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                gr = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).double()
+                opt.step()
+                buf = BETA * buf + gr
+            after = (buffer_flat(opt, model) - buf).abs().max().item()
+        out[rank] = (errs, moved, after)
     except Exception as e:  # reported by the main thread
         out[rank] = e
 
@@ -122,7 +136,9 @@ def check_gossip(overlap):
         assert r in out, f"peer {r} did not finish"
         if isinstance(out[r], Exception):
             raise out[r]
-        errs, moved = out[r]
+        errs, moved, after = out[r]
+        assert after < 1e-5, \
+            f"peer {r} (overlap {overlap}): after the job, heavy ball off by {after}"
         assert len(errs) >= 5, f"peer {r}: {len(errs)} rounds"
         # The gossip moved the parameters (else the rule would not tell qg from local).
         assert moved > 1e-3, f"peer {r}: the rounds moved x by {moved} only"

@@ -1,7 +1,7 @@
 /* Unit tests of quasi-global momentum (--momentum-kind qg) and its hybrid form: the updates
- * against a hand computation (heavy ball and Nesterov, several local steps, lr 0), the
- * refusals, the local kind left as it was, and seeded simulations on Dirichlet shards that
- * train and repeat. */
+ * against a hand computation (heavy ball and Nesterov, several local steps, lr 0, an lr
+ * without a float inverse), the refusals, a checkpoint of another kind, the local kind left
+ * as it was, and seeded simulations on Dirichlet shards that train and repeat. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -155,6 +155,33 @@ static void test_hybrid_by_hand(void **state) {
     hs_backend_close(be);
 }
 
+/* A round whose summed lr has no float inverse (a subnormal lr, 1e-39 here: 1 / lr_sum rounds
+ * to infinity) adds nothing to the buffer, as a round at lr 0. Dividing by it filled the buffer
+ * with NaN (0 * inf wherever the round left x alone), and the next step made x NaN; both
+ * kinds, qg's mhat and hybrid's mg. */
+static void test_lr_without_inverse(void **state) {
+    (void)state;
+    hs_backend *be = cpu();
+    for (int hyb = 0; hyb < 2; hyb++) {
+        hs_optim *o = kind_optim(be, hyb ? "hybrid" : "qg", 2, 1e-39f, 0.5f, 0);
+        float *buf = hs_optim_state(o, hyb);
+        buf[0] = 0.5f;
+        buf[1] = -0.5f;
+        float x[2] = {1.0f, -1.0f}, g[2] = {0.0f, 0.0f};
+        assert_int_equal(hs_optim_round_begin(o, x), 0);
+        assert_int_equal(hs_optim_step(o, x, g, 0, NULL), 0);
+        x[1] = -1.5f; /* the gossip moved element 1 only */
+        assert_int_equal(hs_optim_round_end(o, x), 0);
+        if (!isfinite(buf[0]) || !isfinite(buf[1]))
+            fail_msg("%s: buffer (%g, %g)", hyb ? "hybrid" : "qg", (double)buf[0],
+                     (double)buf[1]);
+        assert_int_equal(hs_optim_step(o, x, g, 1, NULL), 0);
+        assert_true(isfinite(x[0]) && isfinite(x[1]));
+        hs_optim_free(o);
+    }
+    hs_backend_close(be);
+}
+
 /* The local kind is what it always was: the buffer takes the gradients, and the round
  * boundaries are no-ops. */
 static void test_local_unchanged(void **state) {
@@ -222,6 +249,50 @@ static void test_refusals(void **state) {
         assert_int_equal(hs_trainer_new(&t, be, &tc, ds, &ac, 0), HS_EINVAL);
         assert_non_null(strstr(hs_error_message(), hs_algo_kind_name(refused[i])));
         assert_null(t);
+    }
+    hs_dataset_free(ds);
+    hs_backend_close(be);
+}
+
+/* A checkpoint of another momentum kind is refused with a message that names
+ * --momentum-kind: choco's default was qg (one state vector) before hybrid (two), so an older
+ * run resumed at the defaults lands here, and "--momentum must match" sent its user to a flag
+ * that was already right. Also hybrid's two vectors into a run of one. */
+static void test_checkpoint_of_another_kind(void **state) {
+    (void)state;
+    hs_backend *be = cpu();
+    hs_dataset *ds;
+    hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
+    assert_int_equal(hs_dataset_synthetic(&ds, &sc), 0);
+    hs_trainer_cfg tc;
+    memset(&tc, 0, sizeof(tc));
+    hs_mlp_cfg mc;
+    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "4", ds->classes), 0);
+    hs_model_spec_mlp(&tc.model, &mc);
+    hs_optim_cfg_default(&tc.optim);
+    tc.batch = 8;
+    tc.local_steps = 1;
+    hs_algo_cfg ac;
+    hs_algo_cfg_default(&ac);
+    const hs_momentum_kind from[] = {HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL, HS_MOMENTUM_HYBRID},
+                           to[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG};
+    for (int i = 0; i < 3; i++) {
+        hs_trainer *a, *b;
+        tc.optim.momentum_kind = from[i];
+        assert_int_equal(hs_trainer_new(&a, be, &tc, ds, &ac, 0), 0);
+        tc.optim.momentum_kind = to[i];
+        assert_int_equal(hs_trainer_new(&b, be, &tc, ds, &ac, 0), 0);
+        hs_buf *ck;
+        assert_int_equal(hs_buf_new(&ck, 0), 0);
+        assert_int_equal(hs_trainer_save(a, ck), 0);
+        assert_int_equal(hs_trainer_load(b, ck->data, ck->len, 1), HS_EMISMATCH);
+        const char *m = hs_error_message();
+        if (!strstr(m, "--momentum-kind") || !strstr(m, hs_momentum_kind_name(to[i])))
+            fail_msg("%s into %s: %s", hs_momentum_kind_name(from[i]),
+                     hs_momentum_kind_name(to[i]), m);
+        hs_buf_unref(ck);
+        hs_trainer_free(a);
+        hs_trainer_free(b);
     }
     hs_dataset_free(ds);
     hs_backend_close(be);
@@ -317,7 +388,9 @@ int main(void) {
         cmocka_unit_test(test_update_by_hand),
         cmocka_unit_test(test_hybrid_by_hand),
         cmocka_unit_test(test_local_unchanged),
+        cmocka_unit_test(test_lr_without_inverse),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_checkpoint_of_another_kind),
         cmocka_unit_test(test_sim_dpsgd),
         cmocka_unit_test(test_sim_choco),
     };
