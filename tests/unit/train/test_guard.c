@@ -375,6 +375,36 @@ static void test_restart_warms_up_again(void **st) {
     hs_guard_free(g);
 }
 
+/* A peer that rejoins from an older model, under sign:512: the distance jumps at the restart
+ * and is pulled in as a damped oscillation (launch-resume: 5.9e-8 at the rejoin, 1.1e-8, 2.6e-8
+ * and on; period about 45-85 rounds), each rise from a trough many times over at a kept pace,
+ * each peak lower than the last. `tau` > 0 damps it; < 0 makes the oscillation grow. Returns
+ * the first round with a verdict, or -1. */
+static long feed_rejoin(double tau) {
+    hs_guard *g = guard(HS_ALGO_CHOCO, HS_GUARD_STOP);
+    uint64_t s = 7;
+    long hit = -1;
+    for (long r = 1; r <= 800 && hit < 0; r++) {
+        if (r == 101) hs_guard_restart(g, 100);
+        double t = (double)(r - 101);
+        double lc = r <= 100 ? 0.0 : 2.5 * exp(-t / tau) * cos(2 * M_PI * t / 80);
+        hs_guard_obs o = obs((double)r, 1e-8 * exp(lc) * noise(&s, 1.05));
+        if (hs_guard_observe(g, &o) != HS_GUARD_OK) hit = r;
+    }
+    hs_guard_free(g);
+    return hit;
+}
+
+/* The damped transient after a restart is not drift: its rises stay below its first peak.
+ * A growing oscillation passes it and is caught. */
+static void test_rejoin_transient_is_not_drift(void **st) {
+    (void)st;
+    assert_int_equal(feed_rejoin(300), -1);
+    long hit = feed_rejoin(-300);
+    printf("# growing oscillation after a restart: stopped at round %ld\n", hit);
+    assert_true(hit > 100 && hit <= 400);
+}
+
 /* A survivor's estimate after its neighbour's BYE (issue 19; docs/RESULTS.md, "A guard stop
  * with the default compressor after churn"): falling slowly from 3.26e-9 at round 560 to
  * 2.83e-9 at 605, the pair; the neighbour leaves at 606 while the view that drops it comes in
@@ -467,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_different_starts),
         cmocka_unit_test(test_membership_step_is_not_growth),
         cmocka_unit_test(test_restart_warms_up_again),
+        cmocka_unit_test(test_rejoin_transient_is_not_drift),
         cmocka_unit_test(test_leave_restarts_warm_up),
         cmocka_unit_test(test_advice_names_the_knob),
         cmocka_unit_test(test_policy_parse),
