@@ -9,9 +9,11 @@
  * lagging and not waited for again until its shares catch up (stragglers and crashed peers never
  * stall the others): a share is waited for at most SGP_WAIT_ROUNDS times this peer's own round
  * (its time outside the wait) plus the wait its most punctual other in-neighbour usually costs
- * (what the links cost everyone), so a peer that computes several times slower is found lagging
- * at a late share instead of holding everyone to its pace for as long as the receive timeout
- * allows, while links that delay every share alike are still waited for. Mass is conserved: a
+ * (what the links cost everyone), once the sender's share before was already that late (one
+ * late share, a pause of a busy host, is waited for in full), so a peer that computes several
+ * times slower is found lagging at its second late share instead of holding everyone to its
+ * pace for as long as the receive timeout allows, while links that delay every share alike are
+ * still waited for. Mass is conserved: a
  * compressed share C(p x) leaves its compression error p x - C(p x) with the sender, so the sum
  * of all x (and of all w), shares in flight included, is unchanged by a round. */
 #include <math.h>
@@ -32,6 +34,9 @@
  * sent about when ours was); one that computes 4x slower, with staleness 1, by about 3 rounds:
  * waiting for it would run every peer at its pace (docs/WAN.md). */
 #define SGP_WAIT_ROUNDS 2.0
+/* The shortest such budget: a share of a consensus-only round of a millisecond that a busy host
+ * delays by a few is not a lagging peer. */
+#define SGP_WAIT_MIN_S 0.1
 
 static int sgp_check_compressor(const hs_compressor *c) {
     const char *name = hs_compressor_name(c);
@@ -51,6 +56,7 @@ typedef struct sender {
     uint32_t id;
     uint64_t next_round; /* rounds below this one have all been received */
     int lagging;
+    int late;      /* its last awaited share came later than the budget */
     double wait_s; /* mean seconds its shares kept this peer waiting; < 0: never needed */
 } sender;
 
@@ -260,6 +266,7 @@ static sender *find_sender(sgp_state *s, uint32_t id, uint64_t first_round) {
     n->id = id;
     n->next_round = first_round;
     n->lagging = 0;
+    n->late = 0;
     n->wait_s = -1;
     return n;
 }
@@ -370,19 +377,29 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     return 0;
 }
 
-/* The longest wait for a share of sn: SGP_WAIT_ROUNDS times this peer's own round plus the
- * usual wait of its most punctual other in-neighbour that keeps up (what the links cost
- * everyone). Without such a one (a single in-neighbour, or none measured yet) the receive
- * timeout: nothing then tells sn's lateness from the links'. */
-static int wait_budget_ms(const hs_algo *a, const sgp_state *s, const sender *sn) {
+/* The longest wait for a share of sn, in seconds: SGP_WAIT_ROUNDS times this peer's own round
+ * plus the usual wait of its most punctual other in-neighbour that keeps up (what the links
+ * cost everyone), at least SGP_WAIT_MIN_S. Without such a one (a single in-neighbour, or none
+ * measured yet): -1, nothing then tells sn's lateness from the links'. */
+static double wait_budget_s(const sgp_state *s, const sender *sn) {
     double links = -1;
     for (int i = 0; i < s->n_snd; i++) {
         const sender *o = &s->snd[i];
         if (o == sn || o->lagging || o->wait_s < 0) continue;
         if (links < 0 || o->wait_s < links) links = o->wait_s;
     }
-    if (links < 0 || !(s->round_s > 0)) return a->cfg.recv_timeout_ms;
-    double b = SGP_WAIT_ROUNDS * (s->round_s + links) * 1e3;
+    if (links < 0 || !(s->round_s > 0)) return -1;
+    double b = SGP_WAIT_ROUNDS * (s->round_s + links);
+    return b > SGP_WAIT_MIN_S ? b : SGP_WAIT_MIN_S;
+}
+
+/* The receive's timeout for sn's share: the budget only for a sender whose previous share was
+ * already later than it. One late share (a pause of a loaded host) is waited for in full, up to
+ * the receive timeout, so it costs no mass: only a sender late twice running, as a peer that
+ * computes several times slower is, is let go. */
+static int wait_ms(const hs_algo *a, const sender *sn, double budget) {
+    if (budget < 0 || !sn->late) return a->cfg.recv_timeout_ms;
+    double b = budget * 1e3;
     return b < a->cfg.recv_timeout_ms ? (int)ceil(b) : a->cfg.recv_timeout_ms;
 }
 
@@ -425,14 +442,16 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             if (sn->lagging) continue;
             if (sn->next_round > old) { /* in already: no wait */
                 sn->wait_s = sn->wait_s > 0 ? 0.75 * sn->wait_s : 0;
+                sn->late = 0;
                 continue;
             }
             /* Everything that had arrived was drained above: this receive blocks. */
             a->stats.waits++;
             hs_buf *b = NULL;
-            double t0 = sgp_now(ex);
-            int got = ex->ops->recv(ex, sn->id, old, wait_budget_ms(a, s, sn), &b);
+            double t0 = sgp_now(ex), budget = wait_budget_s(s, sn);
+            int got = ex->ops->recv(ex, sn->id, old, wait_ms(a, sn, budget), &b);
             double w = sgp_now(ex) - t0;
+            sn->late = budget >= 0 && w > budget;
             sn->wait_s = sn->wait_s >= 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
             if (got == HS_ETIMEDOUT || got == HS_ECONNRESET) {
                 sn->lagging = 1;

@@ -4,7 +4,8 @@
  * PUNCT compute 0.1 s a round, SLOW 2.5x or 5x longer. Without the bound FAST would wait for
  * every late share (as a networked peer does for up to its receive timeout) and run at SLOW's
  * pace in both cases. With SLOW its only in-neighbour (two peers), nothing tells SLOW's
- * lateness from the links', so it is waited for. */
+ * lateness from the links', so it is waited for. A peer that keeps pace but pauses once is
+ * waited for in full: only a second late share in a row is let go. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,10 +87,12 @@ static hs_algo_stats stats_of(const pair *s, int i) {
 
 /* FAST's 40 rounds. SLOW's shares go out ahead of them, as on a network (every slow round
  * whose compute ends within a second of FAST's clock), so that a wait for one is a wait for a
- * share already on its way; PUNCT runs each round just before FAST. */
-static void run(pair *s, double slow) {
+ * share already on its way; PUNCT runs each round just before FAST. SLOW's round pause_at (if
+ * any) takes 3 s longer: a pause of its host. */
+static void run_pausing(pair *s, double slow, uint64_t pause_at) {
     while (s->r[FAST] < 40) {
-        while (s->clock[SLOW] < s->clock[FAST] + 1.0) round_of(s, SLOW, slow);
+        while (s->clock[SLOW] < s->clock[FAST] + 1.0)
+            round_of(s, SLOW, slow + (s->r[SLOW] == pause_at ? 3.0 : 0.0));
         if (s->n > 2) round_of(s, PUNCT, 0.1);
         round_of(s, FAST, 0.1);
     }
@@ -98,6 +101,8 @@ static void run(pair *s, double slow) {
            s->n, slow, s->clock[FAST], (unsigned long long)st.waits,
            (unsigned long long)st.wait_timeouts);
 }
+
+static void run(pair *s, double slow) { run_pausing(s, slow, UINT64_MAX); }
 
 /* 2.5x slower: each of SLOW's shares is 0.15 s late, within two of FAST's rounds (PUNCT's
  * shares cost nothing): it is waited for every round, and FAST runs at SLOW's pace. */
@@ -130,6 +135,20 @@ static void test_slow_peer_not_waited_for(void **state) {
 
 /* Two peers: SLOW is FAST's only in-neighbour, so its lateness may be the links' (a thin WAN
  * delays every share alike): it is waited for, 5x slower or not. */
+/* SLOW keeps FAST's pace but pauses once for 3 s: its late share is waited for in full
+ * (no timeout, so no mass left in flight for the job's end), and FAST, caught up, never waits
+ * long again. With a budget for every share it would be let go and marked lagging. */
+static void test_one_pause_waited_for(void **state) {
+    (void)state;
+    pair s;
+    pair_new(&s, 3);
+    run_pausing(&s, 0.1, 20);
+    hs_algo_stats st = stats_of(&s, FAST);
+    assert_int_equal(st.wait_timeouts, 0);
+    assert_true(s.clock[FAST] > 40 * 0.1 + 2.0);
+    pair_free(&s);
+}
+
 static void test_single_in_neighbour_waited_for(void **state) {
     (void)state;
     pair s;
@@ -145,6 +164,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_waits_within_two_rounds),
         cmocka_unit_test(test_slow_peer_not_waited_for),
+        cmocka_unit_test(test_one_pause_waited_for),
         cmocka_unit_test(test_single_in_neighbour_waited_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
