@@ -445,6 +445,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
         return;
     }
     hs_buf *snap = net->snap ? hs_buf_ref(net->snap) : NULL;
+    hs_buf *head = snap && net->snap_head ? hs_buf_ref(net->snap_head) : NULL;
     uint64_t snap_round = net->snap_round;
     uint64_t round = net->cur_round;
     uv_mutex_unlock(&net->mu);
@@ -464,17 +465,20 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     w.config_len = net->s_app_config ? (uint32_t)strlen(net->s_app_config) : 0;
     w.snap_round = snap ? snap_round : 0;
     w.snap = snap ? snap->data : NULL;
-    w.snap_len = snap ? snap->len : 0;
+    w.snap_len = snap ? (head ? head->len : 0) + snap->len : 0;
     hs_buf *b;
     int err = hs_buf_new(&b, 4096 + w.config_len + mv->m.n * 64u);
     if (err == 0) {
         /* The snapshot goes from the published buffer itself, after the other fields. */
-        if ((err = hs__wire_welcome_encode_head(b, &w)) == 0)
+        if ((err = hs__wire_welcome_encode_head(b, &w)) == 0 && head)
+            err = hs_buf_append(b, head->data, head->len);
+        if (err == 0)
             err = snap ? hs__send_conn_tail(c, HS__T_WELCOME, round, b, snap)
                        : hs__send_conn(c, HS__T_WELCOME, round, b);
         hs_buf_unref(b);
     }
     hs_buf_unref(snap);
+    hs_buf_unref(head);
     pj->done = 1;
     if (err < 0) {
         net->tr.ops->close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,

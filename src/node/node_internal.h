@@ -135,6 +135,12 @@ int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
 /* --resume's newest checkpoint of this shard into *ck: 1; none (said in the log, unless
  * --resume=require, which makes it an error): 0. */
 int hs__node_resume_load(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck);
+/* A checkpoint's state is as large as the model: a joiner would hold it beside the WELCOME's
+ * snapshot. shed frees the file's bytes (the rest of *ck stays); state reads them again, the
+ * same file (rank, round and timeline), validated completely: 0, or HS_ENOENT / the read's
+ * error when it is gone or changed. */
+void hs__node_ck_shed(hs_checkpoint *ck);
+int hs__node_ck_state(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck);
 /* A resumed peer not yet in a job (err: how its own start or rendezvous ended) rejoins through
  * the checkpoint's members (nc->bootstrap then names the one that let it in, copied to addr);
  * when none answers and it is the job's first peer, it starts the job alone (*alone = 1),

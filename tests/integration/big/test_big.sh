@@ -67,7 +67,7 @@ phase() {
     done
     local x0=() hwm
     for r in 0 1; do
-        read -r _ steps _ x _ _ _ _ _ hwm _ vec _ <"$tmp/$name$r.out" ||
+        read -r _ steps _ x _ _ _ _ _ hwm _ vec _ _ _ _ _ shwm _ <"$tmp/$name$r.out" ||
             fail "$name: peer $r printed no report"
         local w=$want
         [[ $want == log ]] && w=$(sed -n 's/.*starting at round \([0-9]*\), ending at round \([0-9]*\):.*/\2 - \1/p' \
@@ -76,7 +76,8 @@ phase() {
         [[ $steps == $((w)) && $steps -ge 1 ]] || fail "$name: peer $r ran $steps rounds, not $((w))"
         x0+=("$x")
         echo "$name: peer $r: $steps rounds, x[0] = $x, peak $((hwm / 1024)) MiB =" \
-            "$(awk -v h="$hwm" -v v="$vec" 'BEGIN { printf "%.2f", h / v }') vectors of $((vec / 1024)) MiB"
+            "$(awk -v h="$hwm" -v v="$vec" 'BEGIN { printf "%.2f", h / v }') vectors of $((vec / 1024)) MiB" \
+            "($(awk -v h="$shwm" -v v="$vec" 'BEGIN { printf "%.2f", h / v }') once started)"
         awk -v h="$hwm" -v v="$vec" -v m="$max" 'BEGIN { exit !(h <= m * v) }' ||
             fail "$name: peer $r peaked at $hwm kB, over $max vectors of $vec kB"
     done
