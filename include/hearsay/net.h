@@ -208,6 +208,9 @@ int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback);
 /* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
  * should publish at its next safe point. */
 int hs_net_snapshot_wanted(hs_net *net);
+/* Join requests not yet answered (WELCOME or refusal): a snapshot withdrawn now would reach
+ * the joiners admitted with the application's wait only after the next publication. */
+int hs_net_welcomes_pending(hs_net *net);
 
 /* The newest member list this peer knows (which may take effect at a later round), owned by the
  * caller (free()). *version and *eff_round may be NULL. */

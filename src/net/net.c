@@ -437,6 +437,10 @@ int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback) {
     return 0;
 }
 
+int hs_net_welcomes_pending(hs_net *net) {
+    return __atomic_load_n(&net->welcomes_open, __ATOMIC_ACQUIRE);
+}
+
 int hs_net_snapshot_wanted(hs_net *net) {
     uv_mutex_lock(&net->mu);
     int w = net->snap_wanted;

@@ -191,6 +191,7 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
 enum { TERMS, MODEL, DROP, RETERM };
 static int publish(hs_node *n, uint64_t round, int what) {
     if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
+                         hs_net_welcomes_pending(n->net) > 0 ||
                          (n->snap->len < HS__NODE_SNAP_KEEP_MAX &&
                           hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms)))
         return 0;
@@ -446,7 +447,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
      * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
     if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
-        hs__node_await_unheld(n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
+        hs__node_await_unheld(n->net, n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&

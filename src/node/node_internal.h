@@ -208,9 +208,11 @@ int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, i
 double hs__node_now(void);
 /* The log's tag of this thread's lines: "peer ID". */
 void hs__node_set_tag(uint32_t self);
-/* Waits (at most timeout_ms, or until *stop) until no more than `holders` references to b are
- * left, as a WELCOME that sends it drops its own once written: 1, or 0 when they stayed. */
-int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop);
+/* Waits (at most timeout_ms, or until *stop) until net answered every join request and no more
+ * than `holders` references to b are left, as a WELCOME that sends it drops its own once
+ * written (a joiner admitted by the wait takes it first): 1, or 0 when they stayed. */
+int hs__node_await_unheld(hs_net *net, hs_buf *b, int holders, int timeout_ms,
+                          atomic_int *stop);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
  * defaults filled, combinations checked, CHOCO's automatic step computed. */
