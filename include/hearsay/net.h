@@ -197,6 +197,9 @@ int hs_net_listen_port(const hs_net *net);
  * the round at which the join arrived; an application that never publishes one welcomes
  * joiners at once, without a snapshot. */
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot);
+/* As hs_net_publish_snapshot, the snapshot being head's bytes (head may be NULL) then body's:
+ * a body published again under a new head (a model unchanged, new terms) is not copied. */
+int hs_net_publish_snapshot_parts(hs_net *net, uint64_t round, hs_buf *head, hs_buf *body);
 /* As hs_net_publish_snapshot at round, but fallback (one reference taken) is not fresh for
  * any joiner: WELCOMEs wait for a published one (hs_net_snapshot_wanted), and fallback goes only
  * to those that waited past snapshot_timeout_ms. Drops the reference to the snapshot published
@@ -205,6 +208,9 @@ int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback);
 /* 1 when a joiner waits for a snapshot newer than the last published one: the training thread
  * should publish at its next safe point. */
 int hs_net_snapshot_wanted(hs_net *net);
+/* Join requests not yet answered (WELCOME or refusal): a snapshot withdrawn now would reach
+ * the joiners admitted with the application's wait only after the next publication. */
+int hs_net_welcomes_pending(hs_net *net);
 
 /* The newest member list this peer knows (which may take effect at a later round), owned by the
  * caller (free()). *version and *eff_round may be NULL. */

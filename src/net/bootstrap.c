@@ -304,6 +304,14 @@ int hs__bs_on_welcome(hs_net *net, hs__conn *c, hs_buf *pay) {
 
 /* ------------------------------------------------------------------ member side */
 
+/* Join requests with a connection and no answer yet, for hs_net_welcomes_pending. */
+static void count_open(hs_net *net) {
+    int k = 0;
+    for (int i = 0; i < net->n_pjoins; i++)
+        k += !net->pjoins[i].done && net->pjoins[i].conn;
+    __atomic_store_n(&net->welcomes_open, k, __ATOMIC_RELEASE);
+}
+
 static hs__pending_join *pjoin_by_nonce(hs_net *net, uint64_t nonce) {
     for (int i = 0; i < net->n_pjoins; i++)
         if (net->pjoins[i].nonce == nonce)
@@ -368,6 +376,7 @@ void hs__bs_on_join(hs_net *net, hs__conn *c, const hs__join *j, uint64_t resume
     pj->round_at_request = hs__net_round(net);
     pj->resume_round = resume_round;
     HS_LOGI("join request from %s (listening at %s)", c->remote, j->addr);
+    count_open(net);
     /* A first peer listening on a wildcard address learns here what the joiners dial. */
     if (net->tr.listen_wildcard && !net->s_advertise &&
         (!strncmp(net->advertise, "0.0.0.0:", 8) || !strncmp(net->advertise, "[::]:", 5))) {
@@ -405,6 +414,7 @@ void hs__bs_on_join_ack(hs_net *net, const hs__join *ack) {
         return;
     if (ack->id == HS__ID_NONE) {
         pj->done = 1;
+        count_open(net);
         if (pj->conn) {
             hs__send_reason(net, NULL, pj->conn, HS__T_REFUSE, HS__REFUSE_LIMIT, ack->addr);
             net->tr.ops->close(pj->conn, HS_EAUTH, 0, HS_LOG_WARN, "join refused: %s", ack->addr);
@@ -445,6 +455,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
         return;
     }
     hs_buf *snap = net->snap ? hs_buf_ref(net->snap) : NULL;
+    hs_buf *head = snap && net->snap_head ? hs_buf_ref(net->snap_head) : NULL;
     uint64_t snap_round = net->snap_round;
     uint64_t round = net->cur_round;
     uv_mutex_unlock(&net->mu);
@@ -464,17 +475,20 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
     w.config_len = net->s_app_config ? (uint32_t)strlen(net->s_app_config) : 0;
     w.snap_round = snap ? snap_round : 0;
     w.snap = snap ? snap->data : NULL;
-    w.snap_len = snap ? snap->len : 0;
+    w.snap_len = snap ? (head ? head->len : 0) + snap->len : 0;
     hs_buf *b;
     int err = hs_buf_new(&b, 4096 + w.config_len + mv->m.n * 64u);
     if (err == 0) {
         /* The snapshot goes from the published buffer itself, after the other fields. */
-        if ((err = hs__wire_welcome_encode_head(b, &w)) == 0)
+        if ((err = hs__wire_welcome_encode_head(b, &w)) == 0 && head)
+            err = hs_buf_append(b, head->data, head->len);
+        if (err == 0)
             err = snap ? hs__send_conn_tail(c, HS__T_WELCOME, round, b, snap)
                        : hs__send_conn(c, HS__T_WELCOME, round, b);
         hs_buf_unref(b);
     }
     hs_buf_unref(snap);
+    hs_buf_unref(head);
     pj->done = 1;
     if (err < 0) {
         net->tr.ops->close(c, err, 0, HS_LOG_ERROR, "WELCOME for peer %u: %s", pj->id,
@@ -499,6 +513,7 @@ static void try_welcome(hs_net *net, hs__pending_join *pj) {
 void hs__bs_try_welcomes(hs_net *net) {
     for (int i = 0; i < net->n_pjoins; i++)
         try_welcome(net, &net->pjoins[i]);
+    count_open(net);
 }
 
 void hs__bs_conn_gone(hs_net *net, hs__conn *c) {
@@ -511,4 +526,5 @@ void hs__bs_conn_gone(hs_net *net, hs__conn *c) {
             if (p && p->m.pending_conn == c)
                 p->m.pending_conn = NULL;
         }
+    count_open(net);
 }

@@ -391,14 +391,21 @@ uint32_t hs_net_self(const hs_net *net) { return net->self; }
 int hs_net_listen_port(const hs_net *net) { return net->tr.listen_port; }
 
 int hs_net_publish_snapshot(hs_net *net, uint64_t round, hs_buf *snapshot) {
-    if (!snapshot)
+    return hs_net_publish_snapshot_parts(net, round, NULL, snapshot);
+}
+
+int hs_net_publish_snapshot_parts(hs_net *net, uint64_t round, hs_buf *head, hs_buf *body) {
+    if (!body)
         return hs__err(HS_EINVAL, "publish snapshot: no buffer");
-    if (snapshot->len > net->cfg.max_message)
+    size_t len = (head ? head->len : 0) + body->len;
+    if (len > net->cfg.max_message)
         return hs__err(HS_EINVAL, "snapshot of %zu bytes is over the max message of %llu",
-                       snapshot->len, (unsigned long long)net->cfg.max_message);
+                       len, (unsigned long long)net->cfg.max_message);
     uv_mutex_lock(&net->mu);
     hs_buf_unref(net->snap);
-    net->snap = hs_buf_ref(snapshot);
+    hs_buf_unref(net->snap_head);
+    net->snap = hs_buf_ref(body);
+    net->snap_head = head ? hs_buf_ref(head) : NULL;
     net->snap_round = round;
     net->snap_ever = 1;
     net->snap_stale = 0;
@@ -418,7 +425,9 @@ int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback) {
     if (!fallback) return hs__err(HS_EINVAL, "withdraw snapshot: no fallback");
     uv_mutex_lock(&net->mu);
     hs_buf_unref(net->snap);
+    hs_buf_unref(net->snap_head);
     net->snap = hs_buf_ref(fallback);
+    net->snap_head = NULL;
     net->snap_stale = 1;
     net->snap_ever = 1;
     /* As a publication at `round`: membership changes take effect after it. */
@@ -426,6 +435,10 @@ int hs_net_withdraw_snapshot(hs_net *net, uint64_t round, hs_buf *fallback) {
         __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
     uv_mutex_unlock(&net->mu);
     return 0;
+}
+
+int hs_net_welcomes_pending(hs_net *net) {
+    return __atomic_load_n(&net->welcomes_open, __ATOMIC_ACQUIRE);
 }
 
 int hs_net_snapshot_wanted(hs_net *net) {
@@ -645,6 +658,7 @@ void hs_net_free(hs_net *net) {
         hs_buf_unref(net->mail[i].buf);
     free(net->mail);
     hs_buf_unref(net->snap);
+    hs_buf_unref(net->snap_head);
     free(net->pjoins);
     free(net->view_in);
     free(net->view_out);

@@ -150,6 +150,8 @@ struct hs_net {
     int n_mail, cap_mail;
     uint64_t cur_round;  /* (mu) the training thread's newest round */
     hs_buf *snap;        /* (mu) */
+    hs_buf *snap_head;   /* (mu) bytes sent before snap (or NULL): one body, several heads */
+    int welcomes_open;   /* (atomic; loop thread writes) join requests not yet answered */
     uint64_t snap_round; /* (mu) */
     int snap_wanted;     /* (mu) */
     int snap_ever;       /* (mu) the application publishes snapshots */

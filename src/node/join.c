@@ -317,9 +317,11 @@ int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap) {
     return 0;
 }
 
-int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop) {
+int hs__node_await_unheld(hs_net *net, hs_buf *b, int holders, int timeout_ms,
+                          atomic_int *stop) {
     double end = hs__node_now() + 1e-3 * timeout_ms;
-    while (b && __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > holders && !*stop) {
+    while (b && (__atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > holders ||
+                 hs_net_welcomes_pending(net) > 0) && !*stop) {
         if (hs__node_now() >= end) return 0;
         sleep_s(stop, 0.01);
     }

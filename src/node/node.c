@@ -184,32 +184,39 @@ int hs_node_checkpoint(hs_node *n, const char *dir) {
 }
 
 /* Joiners get the terms and timeline, then (MODEL) the model's snapshot; with the terms alone
- * they keep their own model. DROP: once no WELCOME holds it (refs: the node's, the runtime's)
- * and joiners' wait is over (at once for a large one), it goes, not to stay a copy of the model
- * (WELCOMEs wait for one). */
-enum { TERMS, MODEL, DROP };
+ * they keep their own model. RETERM: the model last published, unchanged since, under the
+ * job's current terms (one copy of the model, not two, while a WELCOME still sends the old).
+ * DROP: once no WELCOME holds it (refs: the node's, the runtime's) and joiners' wait is over
+ * (at once for a large one), it goes, not to stay a copy of the model (WELCOMEs wait for one). */
+enum { TERMS, MODEL, DROP, RETERM };
 static int publish(hs_node *n, uint64_t round, int what) {
     if (what == DROP && (!n->snap || __atomic_load_n(&n->snap->refs, __ATOMIC_ACQUIRE) > 2 ||
+                         hs_net_welcomes_pending(n->net) > 0 ||
                          (n->snap->len < HS__NODE_SNAP_KEEP_MAX &&
                           hs__node_now() - n->snap_t < 1e-3 * n->nc.snapshot_timeout_ms)))
         return 0;
+    if (what == RETERM && !n->snap) what = MODEL;
     /* A caller's vector at step 0 is kept by its joiners (vec.c): no model to carry. */
     if (what == MODEL && n->vec && n->m.steps(n->m.ctx) == 0) what = TERMS;
     uint8_t t[HS__NODE_TERMS_BYTES];
     memcpy(t, &n->jt, 24); /* end, rounds, wait */
     hs__node_timeline_put(&n->tl, t + 24);
-    hs_buf *b = NULL;
-    int err = hs_buf_new(&b, sizeof(t) + (what == MODEL ? sizeof(float) * n->d + 4096 : 0));
-    if (err == 0 && (err = hs_buf_append(b, t, sizeof(t))) == 0 &&
-        (what != MODEL || (err = n->m.snapshot(n->m.ctx, b)) == 0))
+    hs_buf *b = NULL, *body = what == RETERM ? hs_buf_ref(n->snap) : NULL;
+    int err = hs_buf_new(&b, sizeof(t));
+    if (err == 0 && (err = hs_buf_append(b, t, sizeof(t))) == 0 && what == MODEL &&
+        (err = hs_buf_new(&body, sizeof(float) * n->d + 4096)) == 0)
+        err = n->m.snapshot(n->m.ctx, body);
+    if (err == 0)
         err = what == DROP ? hs_net_withdraw_snapshot(n->net, round, b)
+              : body       ? hs_net_publish_snapshot_parts(n->net, round, b, body)
                            : hs_net_publish_snapshot(n->net, round, b);
     if (err == 0 && what != TERMS) {
         hs_buf_unref(n->snap);
-        n->snap = what == MODEL ? hs_buf_ref(b) : NULL;
+        n->snap = body ? hs_buf_ref(body) : NULL;
         n->snap_t = hs__node_now();
     }
     hs_buf_unref(b);
+    hs_buf_unref(body);
     return err;
 }
 
@@ -237,6 +244,7 @@ int hs__node_connect(hs_node *n) {
     if (cfg->resume) {
         if ((err = hs__node_resume_load(cfg, n->sig, &n->ck)) < 0) return err;
         n->have_ck = err;
+        hs__node_ck_shed(&n->ck); /* read again to load it, once no WELCOME's model is here */
     }
     hs_net_config *nc = &n->nc;
     *nc = cfg->net;
@@ -311,6 +319,7 @@ int hs__node_connect(hs_node *n) {
                                         wtl && n->w.snapshot->len > HS__NODE_TERMS_BYTES,
                                         n->restart, &n->have_ck, &n->ck, &n->tl)) < 0)
         return err;
+    hs__node_ck_shed(&n->ck);
     /* This peer's own terms hold until it learns the job's. */
     n->jt = (hs__node_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
     if (n->restart)
@@ -351,9 +360,11 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
     const hs__node_cfg *cfg = &n->cfg;
     int err;
     if (n->have_ck) {
-        err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
-        free(n->ck.data); /* loaded: the file's bytes, a copy of the state, need not stay */
-        n->ck.data = NULL, n->ck.state = NULL, n->ck.state_len = 0;
+        hs_buf_unref(n->w.snapshot); /* not adopted: gone before the checkpoint's bytes come */
+        n->w.snapshot = NULL;
+        if ((err = hs__node_ck_state(cfg, n->sig, &n->ck)) == 0)
+            err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+        hs__node_ck_shed(&n->ck); /* loaded: the file's bytes, a copy of the state, go */
         if (err < 0) return err;
         n->jt.end = n->ck.end_round;
         HS_LOGI("resumed model and optimizer at local step %ld", m->steps(m->ctx));
@@ -412,29 +423,31 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         free(mem);
         if (eff > r) r = eff;
         if (n->restart) {
+            int what = RETERM; /* the model published before the wait, unless loaded now */
             if (hs__node_restart_agree(cfg, n->rank, n->sig, &n->tl, r, &n->ck, n->have_ck,
                                        n_wait) > 0) {
+                what = MODEL;
                 n->have_ck = 1;
-                err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
-                free(n->ck.data); /* loaded, as above */
-                n->ck.data = NULL, n->ck.state = NULL, n->ck.state_len = 0;
+                if ((err = hs__node_ck_state(cfg, n->sig, &n->ck)) == 0)
+                    err = m->load(m->ctx, n->ck.state, n->ck.state_len, 0);
+                hs__node_ck_shed(&n->ck); /* loaded, as above */
                 if (err < 0) return err;
             }
             n->restart = 0;
             n->jt.wait = n_wait;
-            if ((err = publish(n, r, MODEL)) < 0) return err;
+            if ((err = publish(n, r, what)) < 0) return err;
         }
         /* Every peer that waited computes the same first round, hence the same end; joiners
          * arriving from now on learn it from the snapshot, published again at once. */
         if (!n->jt.end) {
             n->jt.end = r + (uint64_t)n->jt.rounds;
-            if ((err = publish(n, r, MODEL)) < 0) return err;
+            if ((err = publish(n, r, RETERM)) < 0) return err;
         }
     }
     /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
      * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
     if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
-        hs__node_await_unheld(n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
+        hs__node_await_unheld(n->net, n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&

@@ -135,6 +135,12 @@ int hs__node_resume_pick(const hs__node_cfg *cfg, int rank, const char *sig,
 /* --resume's newest checkpoint of this shard into *ck: 1; none (said in the log, unless
  * --resume=require, which makes it an error): 0. */
 int hs__node_resume_load(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck);
+/* A checkpoint's state is as large as the model: a joiner would hold it beside the WELCOME's
+ * snapshot. shed frees the file's bytes (the rest of *ck stays); state reads them again, the
+ * same file (rank, round and timeline), validated completely: 0, or HS_ENOENT / the read's
+ * error when it is gone or changed. */
+void hs__node_ck_shed(hs_checkpoint *ck);
+int hs__node_ck_state(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck);
 /* A resumed peer not yet in a job (err: how its own start or rendezvous ended) rejoins through
  * the checkpoint's members (nc->bootstrap then names the one that let it in, copied to addr);
  * when none answers and it is the job's first peer, it starts the job alone (*alone = 1),
@@ -202,9 +208,11 @@ int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, i
 double hs__node_now(void);
 /* The log's tag of this thread's lines: "peer ID". */
 void hs__node_set_tag(uint32_t self);
-/* Waits (at most timeout_ms, or until *stop) until no more than `holders` references to b are
- * left, as a WELCOME that sends it drops its own once written: 1, or 0 when they stayed. */
-int hs__node_await_unheld(hs_buf *b, int holders, int timeout_ms, atomic_int *stop);
+/* Waits (at most timeout_ms, or until *stop) until net answered every join request and no more
+ * than `holders` references to b are left, as a WELCOME that sends it drops its own once
+ * written (a joiner admitted by the wait takes it first): 1, or 0 when they stayed. */
+int hs__node_await_unheld(hs_net *net, hs_buf *b, int holders, int timeout_ms,
+                          atomic_int *stop);
 
 /* options.c: the options resolved into cfg (strings borrowed from o) for a model of d floats:
  * defaults filled, combinations checked, CHOCO's automatic step computed. */

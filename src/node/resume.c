@@ -4,6 +4,7 @@
  * every welcome snapshot. */
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error_internal.h"
@@ -122,6 +123,33 @@ int hs__node_resume_load(const hs__node_cfg *cfg, const char *sig, hs_checkpoint
                        cfg->checkpoint_dir, mine, other);
     }
     return 1;
+}
+
+void hs__node_ck_shed(hs_checkpoint *ck) {
+    free(ck->data);
+    ck->data = NULL, ck->state = NULL, ck->state_len = 0, ck->len = 0;
+}
+
+int hs__node_ck_state(const hs__node_cfg *cfg, const char *sig, hs_checkpoint *ck) {
+    if (ck->data) return 0;
+    hs_checkpoint c;
+    memset(&c, 0, sizeof(c));
+    hs_timeline t = ck->timeline;
+    int err = cfg->checkpoint_dir ? hs_checkpoint_find(cfg->checkpoint_dir, ck->rank, sig, &t,
+                                                       ck->round, &c)
+                                  : HS_ENOENT;
+    if (err == 0 && (c.round != ck->round || c.timeline.id != ck->timeline.id)) {
+        hs_checkpoint_clear(&c);
+        err = HS_ENOENT;
+    }
+    if (err < 0)
+        return hs__err(err == HS_ENOENT ? HS_ENOENT : err,
+                       "--resume: the checkpoint of shard %d, round %llu, in %s is gone or "
+                       "changed since the start", ck->rank, (unsigned long long)ck->round,
+                       cfg->checkpoint_dir ? cfg->checkpoint_dir : "(no directory)");
+    hs_checkpoint_clear(ck);
+    *ck = c;
+    return 0;
 }
 
 int hs__node_resume_rejoin(const hs_checkpoint *ck, hs_net_config *nc, int join_ms, int first,

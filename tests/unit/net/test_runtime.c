@@ -201,7 +201,7 @@ static void test_join_and_exchange(void **state) {
 
 /* A snapshot of 10 MiB, ten times max_frame (PART frames): the joiner gets it byte for byte, and
  * it is the WELCOME's own buffer (the snapshot moved to its front, so its capacity still has
- * the room of the WELCOME's other fields), not a copy. */
+ * the room of the WELCOME's other fields), not a copy. Then the same in two parts. */
 static void test_big_snapshot(void **state) {
     (void)state;
     hs_net_config c;
@@ -223,7 +223,20 @@ static void test_big_snapshot(void **state) {
     assert_memory_equal(w.snapshot->data, snap->data, n);
     assert_true(w.snapshot->cap > n);
     hs_net_welcome_clear(&w);
+    /* The same body published again under a head of its own (a node's new terms, its model
+     * unchanged): a joiner gets the head's bytes then the body's, one snapshot. */
+    hs_buf *head = vec(-3, 10);
+    assert_int_equal(hs_net_publish_snapshot_parts(a, 1, head, snap), 0);
+    hs_net *b2 = join(&j, &w);
+    assert_non_null(w.snapshot);
+    assert_int_equal(w.snapshot->len, 40 + n);
+    assert_memory_equal(w.snapshot->data, head->data, 40);
+    assert_memory_equal(w.snapshot->data + 40, snap->data, n);
+    assert_true(w.snapshot_round == 1);
+    hs_net_welcome_clear(&w);
+    hs_buf_unref(head);
     hs_buf_unref(snap);
+    hs_net_free(b2);
     hs_net_free(b);
     hs_net_free(a);
 }
