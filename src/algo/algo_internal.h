@@ -151,6 +151,8 @@ int hs__algo_to_device(hs_algo *a, hs_backend *be);
 int hs__algo_decode_dev(hs_algo *a, hs__nbr *n, uint64_t key, const uint8_t *p, size_t len,
                         size_t at, float *acc);
 /* D-PSGD's device round (dpsgd_dev.c), which dpsgd.c hands begin and pull in device mode. */
+/* 0 for a D-PSGD message (its first byte says a model), else HS_EPROTO naming n. */
+int hs__dpsgd_check_type(const hs__nbr *n, const uint8_t *p, size_t len);
 typedef struct hs__dpsgd_dev hs__dpsgd_dev;
 int hs__dpsgd_dev_new(hs_algo *a, hs_backend *be, hs__dpsgd_dev **out);
 void hs__dpsgd_dev_free(hs_algo *a, hs__dpsgd_dev *s);

@@ -135,11 +135,7 @@ static int mix_block(hs_algo *a, mix_stream *m) {
     size_t n = m->blk_have / 4;
     int err = hs__compress_f32_check(a->comp, m->blk, n, m->k);
     if (err < 0) return err;
-    float t[1024], b[1024];
-    memcpy(t, m->blk, sizeof(float) * n);
-    memcpy(b, m->xr + 4 * m->k, sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) t[i] = m->w * (t[i] - b[i]);
-    m->sq += hs__step_sq(m->x + m->k, t, 1.0f, n);
+    m->sq += mix_values(m->x + m->k, m->blk, m->xr + 4 * m->k, m->w, n); /* one block */
     m->k += n;
     m->blk_have = 0;
     return 0;
@@ -187,17 +183,24 @@ typedef struct mix_ctx {
     double sq;
 } mix_ctx;
 
+int hs__dpsgd_check_type(const hs__nbr *n, const uint8_t *p, size_t len) {
+    if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
+        return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id,
+                       len ? p[0] : -1);
+    return 0;
+}
+
 /* Only the message of the current round is mixed; older ones (from a round in which the
  * neighbour was late) are consumed and dropped: D-PSGD keeps no replicas. */
 static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                        void *vctx) {
     mix_ctx *c = vctx;
-    if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
-        return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id, len ? p[0] : -1);
+    int err = hs__dpsgd_check_type(n, p, len);
+    if (err < 0) return err;
     if (c->used == -1) return 0; /* a stale round: drop */
     if (c->mode == MIX_VALUES) {
         const uint8_t *xj;
-        int err = hs__compress_f32_values(a->comp, p + 1, len - 1, &xj);
+        err = hs__compress_f32_values(a->comp, p + 1, len - 1, &xj);
         if (err < 0) return err;
         c->sq = mix_values(c->x, xj, c->xr, c->w, a->d);
         c->used = 1;
@@ -206,7 +209,7 @@ static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p,
     if (c->mode == MIX_BUF) memset(c->buf, 0, sizeof(float) * a->d);
     /* In place, -x_r + C(x_j) is C(x_j) - x_r to the bit (IEEE subtraction is the addition of
      * the negation); on error the buffer is unchanged. */
-    int err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
+    err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
     if (err == 0) c->used = 1;
     return err;
 }

@@ -67,11 +67,9 @@ typedef struct dev_ctx {
 static int apply_dev(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                      void *vctx) {
     dev_ctx *c = vctx;
-    if (len < 1 || p[0] != HS_PAYLOAD_DELTA)
-        return hs__err(HS_EPROTO, "peer %u sent a payload of type %d to dpsgd", n->id,
-                       len ? p[0] : -1);
-    if (c->used == -1) return 0;
-    int err = a->be->ops->fill(a->be, c->s->xj, a->d, c->fill);
+    int err = hs__dpsgd_check_type(n, p, len);
+    if (err < 0 || c->used == -1) return err;
+    err = a->be->ops->fill(a->be, c->s->xj, a->d, c->fill);
     if (err == 0)
         err = hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id, round, c->s->xj,
                                          a->d, 1.0f);
