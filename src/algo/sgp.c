@@ -19,10 +19,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "algo/algo_internal.h"
 #include "compress/device.h"
+#include "core/clock.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "tensor/gossip_ops.h"
@@ -80,10 +80,7 @@ typedef struct sgp_state {
 } sgp_state;
 
 static double sgp_now(hs_exchange *ex) {
-    if (ex->ops->now) return ex->ops->now(ex);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return ex->ops->now ? ex->ops->now(ex) : hs__mono_s();
 }
 
 static int sgp_init(hs_algo *a, const float *x0) {

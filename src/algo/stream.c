@@ -1,25 +1,18 @@
 /* A neighbour's message taken as it arrives, in pieces (algo_internal.h, hs__algo_recv_pieces):
  * a reader that folds each piece into its vector at once never holds the message whole (a
  * model of several GB is mixed through a few MiB). Training thread. */
-#include <time.h>
-
 #include "algo/algo_internal.h"
+#include "core/clock.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int hs__algo_recv_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                          hs__piece_fn fn, void *ctx, uint64_t *taken) {
-    double end = now_s() + 1e-3 * timeout_ms;
+    double end = hs__mono_s() + 1e-3 * timeout_ms;
     uint64_t at = 0, total = 1;
     int err = 0, done = 0;
     while (!done) {
-        double left = end - now_s();
+        double left = end - hs__mono_s();
         int wait_ms = timeout_ms < 0 ? -1 : left > 0 ? (int)(1e3 * left) : 0;
         hs_piece pc;
         err = ex->ops->recv_piece(ex, n->id, r, at, wait_ms, &pc);

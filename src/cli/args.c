@@ -6,10 +6,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/clock.h"
 
 const char *hs__cli_cmd = "";
 
@@ -194,11 +194,7 @@ void hs__cli_install_signals(void) {
 int hs__cli_interrupted(void) { return got_signal != 0; }
 int hs__cli_signal(void) { return (int)got_signal; }
 
-double hs__cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double hs__cli_now(void) { return hs__mono_s(); }
 
 void hs__cli_upper(char *out, size_t cap, const char *s) {
     size_t i = 0;

@@ -13,15 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "node/node_internal.h"
 
-double hs__node_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double hs__node_now(void) { return hs__mono_s(); }
 
 static void sleep_s(atomic_int *stop, double s) {
     if (s <= 0) return;

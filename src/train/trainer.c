@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "algo/algo_internal.h"
+#include "core/clock.h"
 #include "core/error_internal.h"
 #include "hearsay/trainer.h"
 #include "model/devshard.h"
@@ -219,12 +219,6 @@ float *hs_trainer_gossip_x(hs_trainer *t) {
     return dev_x(t);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The round's local steps queue their losses into t->loss; the host waits for them once, at
  * the round's end, where x comes back anyway (on a host backend, after every step: free, and
  * a divergence stops at its own step). A non-finite loss is HS_EDIVERGED naming its step. */
@@ -235,7 +229,7 @@ int hs_trainer_local(hs_trainer *t, uint64_t r, hs_round_stats *st) {
 
 int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
     if (n < 1) return hs__err(HS_EINVAL, "trainer: %d local steps", n);
-    double t0 = now_s();
+    double t0 = hs__mono_s();
     int samples = 0, err;
     float lr = 0;
     /* Where the device holds x the steps change it there from here on, also when one fails. */
@@ -266,7 +260,7 @@ int hs_trainer_local_n(hs_trainer *t, int n, hs_round_stats *st) {
         st->loss = tot.loss / n;
         st->samples = samples;
         st->lr = lr;
-        st->compute_s = now_s() - t0;
+        st->compute_s = hs__mono_s() - t0;
     }
     return 0;
 }
