@@ -233,6 +233,14 @@ static hs_algo_kind sim_kind = HS_ALGO_CHOCO;
 static const char *sim_compress = "topk:0.1";
 static long sim_steps = 6; /* the cosine schedule's length: lr 0 from round 3 on */
 
+/* The simulated jobs' data: 600 synthetic samples of 16 features in 4 classes. */
+static hs_dataset *sim_data(void) {
+    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
+    hs_dataset *ds;
+    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    return ds;
+}
+
 /* The simulator on backend be: 4 peers training an MLP with sim_kind. */
 static hs_sim *new_sim(hs_backend *be, hs_backend *const *peer_be, const hs_dataset *ds,
                        hs_momentum_kind mk) {
@@ -337,9 +345,7 @@ static void sim_case(const hs_dataset *ds, hs_momentum_kind mk) {
 
 static void test_sim_on_device(void **state) {
     (void)state;
-    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
-    hs_dataset *ds;
-    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_dataset *ds = sim_data();
     sim_case(ds, HS_MOMENTUM_LOCAL);
     sim_case(ds, HS_MOMENTUM_QG);
     /* The trainers hand BEER, DCD and D-PSGD the parameters too, and SGP an x beside them
@@ -365,9 +371,7 @@ static void test_sim_on_device(void **state) {
  * of quasi-global momentum (whose close reads x). */
 static void test_x_copy_fails(void **state) {
     (void)state;
-    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
-    hs_dataset *ds;
-    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_dataset *ds = sim_data();
     hs_buf *b;
     assert_int_equal(hs_buf_new(&b, 64), 0);
     for (int qg = 0; qg < 2; qg++) {
@@ -410,9 +414,7 @@ static void test_x_copy_fails(void **state) {
  * the parameters themselves, SGP an x beside them (the guard's is z = x / w). */
 static void test_guard_scale_on_device(void **state) {
     (void)state;
-    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
-    hs_dataset *ds;
-    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_dataset *ds = sim_data();
     const hs_algo_kind kinds[] = {HS_ALGO_CHOCO, HS_ALGO_SGP};
     for (int k = 0; k < 2; k++) {
         sim_kind = kinds[k];
@@ -458,9 +460,7 @@ static void test_guard_scale_on_device(void **state) {
  * 1e-3 of the all-CPU job's, and the consensus distance within 5% of it. */
 static void test_sim_mixed_peers(void **state) {
     (void)state;
-    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
-    hs_dataset *ds;
-    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_dataset *ds = sim_data();
     hs_backend *cpu;
     hs_backend_cfg bc = {1, 0};
     assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);
@@ -583,9 +583,7 @@ static size_t mom_job(hs_backend *be, hs_backend *const *peer_be, const hs_datas
  * round's close and x after the local steps for the gossip's share (hybrid_round_end). */
 static void test_momentum_mixed_peers(void **state) {
     (void)state;
-    hs_synth_cfg dc = {600, 16, 4, 4.0f, 11, 0};
-    hs_dataset *ds;
-    assert_int_equal(hs_dataset_synthetic(&ds, &dc), 0);
+    hs_dataset *ds = sim_data();
     hs_backend *cpu;
     hs_backend_cfg bc = {1, 0};
     assert_int_equal(hs_backend_open(&cpu, HS_DEVICE_CPU, &bc), 0);

@@ -14,16 +14,14 @@
 
 #include "hearsay/error.h"
 #include "net/transport.h"
+#include "part_frames.h"
 
 /* A PART frame of n bytes of a message into out (headers then n filler bytes); its length. */
 static size_t part(uint8_t *out, uint8_t type, uint16_t flags, uint32_t id, uint64_t total,
                    uint64_t off, size_t n, uint64_t round) {
-    hs__hdr h = {HS__WIRE_VERSION, HS__T_PART, 0, 1, HS__PART_HDR_LEN + n, round};
-    hs__wire_hdr_encode(out, &h);
-    hs__part p = {type, flags, id, total, off};
-    hs__wire_part_encode(out + HS__HDR_LEN, &p);
-    memset(out + HS__HDR_LEN + HS__PART_HDR_LEN, 0x5a, n);
-    return HS__HDR_LEN + HS__PART_HDR_LEN + n;
+    size_t at = part_head(out, type, flags, id, total, off, n, round);
+    memset(out + at, 0x5a, n);
+    return at + n;
 }
 
 static void reader_for_parts(hs__reader *r, uint64_t max_msg) {
@@ -32,20 +30,6 @@ static void reader_for_parts(hs__reader *r, uint64_t max_msg) {
     r->max_len[HS__T_DATA] = 4096;
     r->max_len[HS__T_HEARTBEAT] = HS__HB_LEN;
     r->max_msg[HS__T_DATA] = max_msg;
-}
-
-/* Feeds n bytes; returns the last feed's result (a frame: *p set). */
-static int feed_all(hs__reader *r, const uint8_t *b, size_t n, hs__hdr *h, hs_buf **p) {
-    size_t used;
-    int ret = 0;
-    while (n) {
-        ret = hs__reader_feed(r, b, n, &used, h, p);
-        if (ret != 0 || used == n)
-            return ret;
-        b += used;
-        n -= used;
-    }
-    return ret;
 }
 
 static void test_parts_roundtrip(void **state) {

@@ -17,6 +17,7 @@
 #include "hearsay/error.h"
 #include "net/pieces.h"
 #include "net/transport.h"
+#include "part_frames.h"
 
 static void test_in_order(void **state) {
     (void)state;
@@ -106,26 +107,9 @@ static void test_fits(void **state) {
 /* A PART frame of message `id` (DATA), bytes [off, off + n) of total, filled with (off + i). */
 static size_t part(uint8_t *out, uint32_t id, uint64_t total, uint64_t off, size_t n,
                    uint64_t round) {
-    hs__hdr h = {HS__WIRE_VERSION, HS__T_PART, 0, 1, HS__PART_HDR_LEN + n, round};
-    hs__wire_hdr_encode(out, &h);
-    hs__part p = {HS__T_DATA, 0, id, total, off};
-    hs__wire_part_encode(out + HS__HDR_LEN, &p);
-    for (size_t i = 0; i < n; i++)
-        out[HS__HDR_LEN + HS__PART_HDR_LEN + i] = (uint8_t)(off + i);
-    return HS__HDR_LEN + HS__PART_HDR_LEN + n;
-}
-
-static int feed(hs__reader *r, const uint8_t *b, size_t n, hs__hdr *h, hs_buf **p) {
-    size_t used;
-    int ret = 0;
-    while (n) {
-        ret = hs__reader_feed(r, b, n, &used, h, p);
-        if (ret != 0 || used == n)
-            return ret;
-        b += used;
-        n -= used;
-    }
-    return ret;
+    size_t at = part_head(out, HS__T_DATA, 0, id, total, off, n, round);
+    for (size_t i = 0; i < n; i++) out[at + i] = (uint8_t)(off + i);
+    return at + n;
 }
 
 static void test_reader_streams(void **state) {
@@ -141,7 +125,7 @@ static void test_reader_streams(void **state) {
     hs_buf *p = NULL;
     for (uint64_t off = 0; off < 3 * 4096; off += 4096) {
         size_t n = part(buf, 1, total, off, 4096, 9);
-        assert_int_equal(feed(&r, buf, n, &h, &p), 1);
+        assert_int_equal(feed_all(&r, buf, n, &h, &p), 1);
         assert_int_equal(h.type, HS__T_PART);
         assert_int_equal(h.round, 9);
         assert_int_equal(p->len, HS__PART_HDR_LEN + 4096); /* this part alone */
@@ -165,10 +149,10 @@ static void test_reader_streams(void **state) {
     r.max_len[HS__T_PART] = HS__PART_HDR_LEN + HS__PART_SIZE;
     r.max_msg[HS__T_DATA] = 8192;
     n = part(buf, 1, 8192, 0, 4096, 9);
-    assert_int_equal(feed(&r, buf, n, &h, &p), 0);
+    assert_int_equal(feed_all(&r, buf, n, &h, &p), 0);
     assert_non_null(r.msg.buf);
     n = part(buf, 1, 8192, 4096, 4096, 9);
-    assert_int_equal(feed(&r, buf, n, &h, &p), 1);
+    assert_int_equal(feed_all(&r, buf, n, &h, &p), 1);
     assert_int_equal(h.type, HS__T_DATA);
     assert_int_equal(p->len, 8192);
     hs_buf_unref(p);
