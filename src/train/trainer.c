@@ -333,13 +333,18 @@ int hs_trainer_write_params(hs_trainer *t, const char *path) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
-/* The optimizer's state as checkpoints and snapshots carry it: u32 kind (hs_optim_kind), u32
+/* The optimizer's state as checkpoints and snapshots carry it: u32 kind (hs_optim_kind in the
+ * low byte, the momentum kind plus one in the second, 0 in files from before it), u32
  * number of vectors (0: plain SGD, 1: SGD's velocity, 2: AdamW's m then v), u64 step count,
  * then the vectors (d floats each). */
 static int put_optim(void *ctx, hs_buf *out) {
     hs_trainer *t = ctx;
     int err, nv = hs_optim_nstate(t->opt);
-    if ((err = hs__put_u32(out, (uint32_t)hs_optim_config(t->opt)->kind)) < 0 ||
+    const hs_optim_cfg *oc = hs_optim_config(t->opt);
+    /* The momentum kind rides in the kind word's second byte, plus one: files written before
+     * it was recorded have 0 there and are judged by their count of vectors alone. */
+    uint32_t word = (uint32_t)oc->kind | (uint32_t)(oc->momentum_kind + 1) << 8;
+    if ((err = hs__put_u32(out, word)) < 0 ||
         (err = hs__put_u32(out, (uint32_t)nv)) < 0 ||
         (err = hs__put_u64(out, hs_optim_count(t->opt))) < 0)
         return err;
@@ -358,23 +363,30 @@ static int put_optim(void *ctx, hs_buf *out) {
  * (state: 2 d floats), changing nothing. */
 static int get_optim(hs_trainer *t, const uint8_t **p, const uint8_t *end, const char *what,
                      float *state, uint64_t *count) {
-    uint32_t kind, nv;
+    uint32_t word, nv;
     int err;
-    if ((err = hs__get_u32(p, end, &kind)) < 0 || (err = hs__get_u32(p, end, &nv)) < 0 ||
+    if ((err = hs__get_u32(p, end, &word)) < 0 || (err = hs__get_u32(p, end, &nv)) < 0 ||
         (err = hs__get_u64(p, end, count)) < 0)
         return err;
     const hs_optim_cfg *oc = hs_optim_config(t->opt);
     int want = hs_optim_nstate(t->opt);
-    /* The momentum kind is not in the state, only its count of vectors: CHOCO's default went
-     * from qg (1) to hybrid (2), so an older run resumed at the defaults is refused here. */
-    if (kind != (uint32_t)oc->kind || nv != (uint32_t)want)
-        return hs__err(HS_EMISMATCH, "%s: optimizer %s with %u state vectors, this run %s with %d "
-                                     "(--momentum-kind %s): --optimizer, --momentum and "
+    uint32_t kind = word & 0xff, mk = word >> 8; /* mk: momentum kind + 1, 0 if not recorded */
+    if (mk > (uint32_t)HS_MOMENTUM_HYBRID + 1)
+        return hs__err(HS_EFORMAT, "%s: optimizer word 0x%x names no momentum kind", what, word);
+    /* local and qg keep one vector each, so only the recorded kind tells their files apart:
+     * qg's buffer taken for heavy ball's (or the reverse) would resume with the wrong
+     * momentum and no word said. */
+    if (kind != (uint32_t)oc->kind || nv != (uint32_t)want ||
+        (mk && nv && kind == HS_OPTIM_SGD && mk - 1 != (uint32_t)oc->momentum_kind))
+        return hs__err(HS_EMISMATCH, "%s: optimizer %s with %u state vectors%s%s%s, this run %s "
+                                     "with %d (--momentum-kind %s): --optimizer, --momentum and "
                                      "--momentum-kind must be those of the run that wrote it "
                                      "(sgd with momentum keeps 2 vectors under hybrid, 1 under "
                                      "local or qg; choco's default was qg before hybrid)",
                        what, kind <= 1 ? hs_optim_kind_name((hs_optim_kind)kind) : "unknown",
-                       nv, hs_optim_kind_name(oc->kind), want,
+                       nv, mk ? " (--momentum-kind " : "",
+                       mk ? hs_momentum_kind_name((hs_momentum_kind)(mk - 1)) : "",
+                       mk ? ")" : "", hs_optim_kind_name(oc->kind), want,
                        hs_momentum_kind_name(oc->momentum_kind));
     if (*count > (uint64_t)1 << 48)
         return hs__err(HS_EFORMAT, "%s: optimizer step %llu", what, (unsigned long long)*count);
