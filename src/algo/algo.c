@@ -13,6 +13,7 @@
 #include "core/hd.h"
 #include "core/error_internal.h"
 #include "core/log.h"
+#include "tensor/gossip_ops.h"
 
 /* Every algorithm, indexed by hs_algo_kind: adding one is an entry here. */
 static const hs__algo_ops *const algo_table[] = {
@@ -201,6 +202,7 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
         goto fail;
     }
     if ((err = hs_algo_check_compressor(cfg->kind, a->comp)) < 0) goto fail;
+    a->rscale = ops->uses_gamma_c ? hs__compress_replica_scale(a->comp) : 1.0f;
     a->dpub = d * (size_t)(ops->pub_vectors > 1 ? ops->pub_vectors : 1);
     if (!(a->own = calloc(a->dpub, sizeof(float))) || !(a->tmp = calloc(d, sizeof(float))) ||
         !(a->tmp2 = calloc(d, sizeof(float)))) {
@@ -234,6 +236,13 @@ fail:
     /* fini frees what init allocated, even in part; priv is freed either way. */
     hs_algo_free(a);
     return err;
+}
+
+int hs__algo_scale_diff(hs_algo *a, float *diff) {
+    if (a->rscale == 1.0f) return 0;
+    if (a->be) return a->be->ops->gossip->scale_to(a->be, diff, diff, a->d, a->rscale);
+    for (size_t k = 0; k < a->d; k++) diff[k] = diff[k] * a->rscale;
+    return 0;
 }
 
 hs_algo_kind hs_algo_kind_of(const hs_algo *a) { return a->cfg.kind; }

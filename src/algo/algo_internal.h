@@ -120,6 +120,7 @@ struct hs_algo {
                      then ghat (dpub floats; replicas of others start as x0 then zeros) */
     float *tmp;   /* scratch of d floats */
     float *tmp2;  /* scratch of d floats */
+    float rscale; /* choco, beer: a difference's factor before compression (hs__algo_scale_diff) */
     hs_buf *pool[4];  /* payload buffers for reuse (the pool holds one reference each) */
     uint8_t *present; /* scratch flags, one per in-neighbour */
     int present_cap;
@@ -263,8 +264,12 @@ void hs__beer_track(float *v, float *s_prev, float *dg, const float *mg, const f
 double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh, const float *v,
                            const float *h, float gamma, size_t d);
 
-/* The contraction of c on the consensus step's probe (step.c): v and out are scratch of c's d
- * floats. */
+/* Multiplies a difference about to be compressed (d floats, in the backend's memory in device
+ * mode) by a->rscale, hs__compress_replica_scale of the compressor; nothing when that is 1. */
+int hs__algo_scale_diff(hs_algo *a, float *diff);
+
+/* The contraction of c, with hs__compress_replica_scale applied, on the consensus step's probe
+ * (step.c): v and out are scratch of c's d floats. */
 int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *delta_probe);
 
 /* Little-endian serialisation helpers for save/load. */

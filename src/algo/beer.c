@@ -205,19 +205,21 @@ double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh
 
 /* Encodes diff as vector `part` of msg and adds the decoded bytes to own[part], and -(sum_j
  * W_ij) times them to that part's mix. */
-static int put_part(hs_algo *a, hs_buf *msg, uint64_t r, int part, const float *diff) {
+static int put_part(hs_algo *a, hs_buf *msg, uint64_t r, int part, float *diff) {
     beer_state *s = a->priv;
     size_t at = msg->len, off = (size_t)part * a->d;
     uint64_t key = hs__part_round(r, part);
+    int err = hs__algo_scale_diff(a, diff);
+    if (err < 0) return err;
     if (!a->be) {
-        int err = hs_compress_encode(a->comp, diff, a->d, a->self, key, msg);
+        err = hs_compress_encode(a->comp, diff, a->d, a->self, key, msg);
         if (err < 0) return err;
         return hs_compress_decode_add2(a->comp, msg->data + at, msg->len - at, a->self, key,
                                        a->own + off, 1.0f, s->mix + off, -s->mix_wsum, a->d);
     }
     /* The same operations on the device's diff, own part and mix; the host's own part takes
      * the bytes too. */
-    int err = hs__compress_encode_be(a->comp, a->be, diff, a->d, a->self, key, msg);
+    err = hs__compress_encode_be(a->comp, a->be, diff, a->d, a->self, key, msg);
     if (err < 0 ||
         (err = hs__compress_decode_add2_be(a->comp, a->be, msg->data + at, msg->len - at,
                                            a->self, key, s->down + off, 1.0f, s->dmix + off,

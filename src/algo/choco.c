@@ -115,7 +115,7 @@ static int push_dev(hs_algo *a, uint64_t r, const float *x, hs_buf *msg) {
     hs_backend *be = a->be;
     size_t d = a->d;
     int err = be->ops->gossip->sub(be, s->ddiff, x, s->down, d);
-    if (err < 0 ||
+    if (err < 0 || (err = hs__algo_scale_diff(a, s->ddiff)) < 0 ||
         (err = hs__compress_encode_be(a->comp, be, s->ddiff, d, a->self, r, msg)) < 0 ||
         (err = hs__compress_decode_add2_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, r,
                                            s->down, 1.0f, s->dmix, -s->mix_wsum, d)) < 0)
@@ -146,6 +146,10 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         return err < 0 ? err : 0;
     }
     sub(diff, x, xh, d);
+    if ((err = hs__algo_scale_diff(a, diff)) < 0) {
+        hs_buf_unref(msg);
+        return err;
+    }
     /* xhat_i += q and m -= (sum_j W_ij) q, both from the bytes that travel. */
     if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
         (err = hs_compress_decode_add2(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh,

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 
 #include "algo/algo_internal.h"
+#include "compress/codec.h"
 #include "core/error_internal.h"
 #include "core/philox.h"
 #include "core/rng.h"
@@ -64,8 +65,9 @@ float hs_algo_default_gamma_c(double delta, double delta_probe) {
 #define SPARSE_SCALE 1.5f
 /* The most the ring's factor raises a step to: the sparsifiers' rule steps (top-k and random-k
  * up to 10%, 0.005-0.113) have ring limits 2.6-3.1x the rule; the quantizers' (sign, QSGD:
- * 0.2-0.36) have 1.3-2.1x, and QSGD with 4 levels in buckets of 64 diverged at 1.5x its 0.2 on
- * a ring of 4 in training (tests/integration/algo/test_choco_defaults.sh accepted). */
+ * 0.2-0.36) have 1.3-2.1x. (QSGD with 4 levels in buckets of 64 diverged at 1.5x its 0.2 on a
+ * ring of 4 in training; that was before its messages were rescaled, and it diverged at every
+ * step then: hs__compress_replica_scale.) */
 #define SPARSE_CAP 0.15f
 
 float hs_algo_scale_gamma_c(float gamma_c, int max_degree) {
@@ -86,9 +88,9 @@ int hs__algo_probe_delta(const hs_compressor *c, float *v, float *out, double *d
                        (hs__rng_double(&r) + hs__rng_double(&r)) - 2.0);
     int err = hs_compress_apply(c, v, d, 0, 0, out);
     if (err < 0) return hs__err_prefix(err, "consensus step: probing %s", hs_compressor_name(c));
-    double e = 0, n = 0;
+    double e = 0, n = 0, scale = hs__compress_replica_scale(c);
     for (size_t k = 0; k < d; k++) {
-        double dk = (double)out[k] - (double)v[k];
+        double dk = scale * (double)out[k] - (double)v[k];
         e += dk * dk;
         n += (double)v[k] * (double)v[k];
     }

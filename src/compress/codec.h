@@ -138,6 +138,21 @@ int hs__compress_f32_check(const hs_compressor *c, const uint8_t *v, size_t n, s
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;
 
+/* QSGD's error E||Q(v) - v||^2 / ||v||^2 on a flat bucket (every |v_i| equal): sqrt(B) / s - 1
+ * while s < sqrt(B). It is what limits CHOCO (hs__compress_replica_scale). */
+double hs__qsgd_flat_error(const hs_compressor *c);
+
+/* The factor CHOCO and BEER apply to a difference before they compress it, so that the
+ * replicas track: 1, or 1 / (1 + w) for QSGD whose error w on a flat vector reaches 1.
+ * A gossip difference x - xhat flattens as its large entries are sent, and an unbiased Q with
+ * w >= 1 then leaves an error at least as large as the difference: xhat drifts from x at any
+ * consensus step (qsgd:4 with buckets of 512, w = 4.66, was stopped by the guard at round 15
+ * with every gamma_c down to 0.015; qsgd:4:64, w = 1, at round 225). Q / (1 + w) is the
+ * rescaled QSGD of Koloskova et al. 2019 (section 3), a contraction with error w / (1 + w).
+ * Below 1 the unscaled Q already contracts and is kept (qsgd:16, w = 0.41, stays bounded for
+ * 10,000 rounds: test_step.c), as it was before. */
+float hs__compress_replica_scale(const hs_compressor *c);
+
 /* ---------------------------------------------------------------- little-endian access */
 
 static inline uint16_t hs__ld16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }

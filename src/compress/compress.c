@@ -132,6 +132,11 @@ double hs_compressor_delta(const hs_compressor *c) { return c->ops->delta(c); }
 
 int hs_compressor_contractive(const hs_compressor *c) { return hs_compressor_delta(c) > 0.0; }
 
+float hs__compress_replica_scale(const hs_compressor *c) {
+    double w = !c->ef && c->ops == &hs__cops_qsgd ? hs__qsgd_flat_error(c) : 0.0;
+    return w >= 1.0 ? (float)(1.0 / (1.0 + w)) : 1.0f;
+}
+
 hs_codec_id hs_compressor_codec(const hs_compressor *c) { return c->ops->id; }
 
 size_t hs_compressor_dim(const hs_compressor *c) { return c->d; }

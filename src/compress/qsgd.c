@@ -53,6 +53,14 @@ static double qsgd_delta(const hs_compressor *c) {
     return 1.0 / (1.0 + omega);
 }
 
+double hs__qsgd_flat_error(const hs_compressor *c) {
+    double b = (double)(c->bucket < c->d ? c->bucket : c->d), p = (double)c->s / sqrt(b);
+    /* Every |v_i| = |v| / sqrt(B): each element rounds between levels 0 and 1 with P(1) = p,
+     * variance (|v| / s)^2 p (1 - p), B of them. At p >= 1 the levels resolve a flat bucket
+     * (the error is at most B / (4 s^2) <= 1/4 of |v|^2). */
+    return p < 1.0 ? 1.0 / p - 1.0 : 0.0;
+}
+
 static size_t qsgd_max_bytes(const hs_compressor *c) {
     return HS__CHDR + 4 * n_buckets(c) + field_bytes(c);
 }

@@ -37,9 +37,10 @@
 #include "hearsay/trainer.h"
 #include "train/round.h"
 
+/* qsgd:4:128 is rescaled before CHOCO and BEER compress (hs__compress_replica_scale). */
 static const char *const specs[] = {"topk:0.03:fp16", "topk:0.1", "randk:0.1:unscaled",
-                                    "qsgd:16:128",    "sign:64",  "fp16",
-                                    "bf16",           "none"};
+                                    "qsgd:16:128",    "qsgd:4:128", "sign:64",
+                                    "fp16",           "bf16",       "none"};
 
 static void test_choco_mixed_job(void **state) {
     (void)state;
