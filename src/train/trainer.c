@@ -366,13 +366,14 @@ static int get_optim(hs_trainer *t, const uint8_t **p, const uint8_t *end, const
     const hs_optim_cfg *oc = hs_optim_config(t->opt);
     int want = hs_optim_nstate(t->opt);
     /* The momentum kind is not in the state, only its count of vectors: CHOCO's default went
-     * from qg (1) to hybrid (2), so an older run resumed at the defaults is refused here. */
+     * from qg (1) to hybrid (2) and then to local (1), so an older run resumed at the defaults
+     * is refused here. */
     if (kind != (uint32_t)oc->kind || nv != (uint32_t)want)
         return hs__err(HS_EMISMATCH, "%s: optimizer %s with %u state vectors, this run %s with %d "
                                      "(--momentum-kind %s): --optimizer, --momentum and "
                                      "--momentum-kind must be those of the run that wrote it "
                                      "(sgd with momentum keeps 2 vectors under hybrid, 1 under "
-                                     "local or qg; choco's default was qg before hybrid)",
+                                     "local or qg; choco's default was hybrid before local)",
                        what, kind <= 1 ? hs_optim_kind_name((hs_optim_kind)kind) : "unknown",
                        nv, hs_optim_kind_name(oc->kind), want,
                        hs_momentum_kind_name(oc->momentum_kind));
