@@ -5,7 +5,7 @@
 # ring, over TLS with a generated secret; peers find each other through a rendezvous file. Ends
 # with each peer's test accuracy. Measured (4 peers, 2 epochs, docs/RESULTS.md "sign:512 as
 # CHOCO's default"): mean 86.00%, 12.9 MB sent per peer, against 84.88% for the same peers alone
-# (train.py --alone); over seeds 1-3 (--seed) 1.25 points above alone on average.
+# (train.py --alone); over seeds 1-3 (--seed) 1.24 points above alone on average.
 #   examples/pytorch/run.sh [train.py flags, e.g. --algo dpsgd --compress none --epochs 5]
 # Environment: N (peers), PYTHON (default /usr/bin/python3), HEARSAY_LIB (libhearsay.so.0;
 # default: the one beside $HEARSAY or build/), HEARSAY_EXAMPLE_HOST (loopback address).
