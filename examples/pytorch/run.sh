@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # PyTorch example: N processes (default 8), each trains the CNN of fmnist.py on its IID
 # Fashion-MNIST shard and gossips its parameters through hearsay (hearsay.torch) with the
-# defaults (CHOCO-SGD, top-5% with fp16 values, the automatic consensus step) on a ring, over TLS
-# with a generated secret; peers find each other through a rendezvous file. Ends with each peer's
-# test accuracy. Measured (4 peers, 2 epochs, docs/RESULTS.md "PyTorch defaults"): mean 85.61%,
-# 14.6 MB sent per peer, against 84.88% for the same peers alone (train.py --alone); over seeds
-# 1-3 (--seed) 0.93 points above alone on average.
+# defaults (CHOCO-SGD, signs with one scale per 512 values, the automatic consensus step) on a
+# ring, over TLS with a generated secret; peers find each other through a rendezvous file. Ends
+# with each peer's test accuracy. Measured (4 peers, 2 epochs, docs/RESULTS.md "sign:512 as
+# CHOCO's default"): mean 86.00%, 12.9 MB sent per peer, against 84.88% for the same peers alone
+# (train.py --alone); over seeds 1-3 (--seed) 1.24 points above alone on average.
 #   examples/pytorch/run.sh [train.py flags, e.g. --algo dpsgd --compress none --epochs 5]
 # Environment: N (peers), PYTHON (default /usr/bin/python3), HEARSAY_LIB (libhearsay.so.0;
 # default: the one beside $HEARSAY or build/), HEARSAY_EXAMPLE_HOST (loopback address).

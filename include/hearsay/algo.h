@@ -76,11 +76,6 @@ const char *hs_algo_kind_default_topology(hs_algo_kind k);
 /* The staleness algorithm k uses when none is given (1 for sgp, 0 for the others); the node API
  * and the CLI share it. */
 int hs_algo_kind_default_staleness(hs_algo_kind k);
-/* 1 when the CLI's default momentum kind for algorithm k is quasi-global momentum in its hybrid
- * form (HS_MOMENTUM_HYBRID, hearsay/model.h), provided the run uses k's default compressor, SGD
- * with momentum and no outer step (choco: measured there; with top-1% qg diverged); the node
- * API leaves the optimizer to its caller. */
-int hs_algo_kind_default_qg(hs_algo_kind k);
 
 typedef struct hs_algo_cfg {
     hs_algo_kind kind;

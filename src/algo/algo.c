@@ -98,11 +98,6 @@ const char *hs_algo_kind_default_compress(hs_algo_kind k) {
     return o && o->default_compress ? o->default_compress : "none";
 }
 
-int hs_algo_kind_default_qg(hs_algo_kind k) {
-    const hs__algo_ops *o = hs__algo_ops_of(k);
-    return o && o->default_qg;
-}
-
 int hs_algo_kind_default_staleness(hs_algo_kind k) {
     const hs__algo_ops *o = hs__algo_ops_of(k);
     return o ? o->default_staleness : 0;

@@ -58,9 +58,6 @@ typedef struct hs__algo_ops {
     int qg_momentum;         /* quasi-global momentum (Lin et al. 2021) applies: the mixing step
                                 averages models with a doubly stochastic W, so the round's change
                                 of x is a descent direction the buffer may keep */
-    int default_qg;          /* quasi-global momentum, in its hybrid form, is the CLI's default
-                                with default_compress (and SGD with momentum, no outer step):
-                                measured there only */
     int drifts_with_compression; /* replicas drift with the compression error: the guard's
                                     advice on divergence is to compress less */
     int pub_vectors;         /* vectors of d floats in a replica (0 means 1): one per quantity

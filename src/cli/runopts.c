@@ -21,12 +21,12 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "(K: a fraction such as 0.01, or a count; S: levels; B: bucket size, default 512"
      HELP_PAD "for qsgd, the whole vector for sign). Refused: choco with randk:K (rescaled: use"
      HELP_PAD ":unscaled) or ef:; sgp with ef:; dpsgd with topk, sign or unscaled randk without"
-     HELP_PAD "ef:; dcd with a biased one (default: topk:0.05:fp16 for choco, topk:0.01 for beer,"
+     HELP_PAD "ef:; dcd with a biased one (default: sign:512 for choco, topk:0.01 for beer,"
      HELP_PAD "qsgd:16 for dcd, none otherwise)"},
     {"gamma-c", RO_GAMMA_C, "F", "CHOCO and BEER consensus step in (0, 1] (default: from the "
-                                 "compressor's contraction, times 1.5 up to 0.15 on a ring: 0.09 "
-                                 "for topk:0.05:fp16 there, 0.06 on denser graphs; printed at "
-                                 "start)"},
+                                 "compressor's contraction, times 1.5 up to 0.15 on a ring: 0.295 "
+                                 "for sign:512 on every graph, 0.02 for topk:0.01 on a ring; "
+                                 "printed at start)"},
     {"local-steps", RO_LOCAL_STEPS, "N", "optimizer steps per communication round (default: 1)"},
     {"outer-lr", RO_OUTER_LR, "F",
      "outer optimizer (SlowMo, DiLoCo) after each round's gossip: Nesterov step of rate F in"
@@ -62,8 +62,7 @@ const hs_cli_opt hs_runopts_table[] = {
      "local (heavy ball on the local gradients), qg: quasi-global momentum, whose buffer"
      HELP_PAD "follows each round's model change, gossip included (Lin et al. 2021), or hybrid:"
      HELP_PAD "the heavy ball on the gradients and a qg buffer of the gossip's share; qg and"
-     HELP_PAD "hybrid need dpsgd or choco, sgd and --momentum > 0 (default: hybrid for choco with"
-     HELP_PAD "its default compressor, sgd, --momentum > 0 and no outer step; local otherwise)"},
+     HELP_PAD "hybrid need dpsgd or choco, sgd and --momentum > 0 (default: local)"},
 #undef HELP_PAD
     {"weight-decay", RO_WD, "F", "weight decay, L2 for sgd, decoupled for adamw (default: 0.0001)"},
     {"lr-schedule", RO_SCHED, "S", "const, cosine or step (default: cosine)"},
@@ -127,7 +126,6 @@ int hs__runopts_handle(hs_runopts *o, int key, const char *v) {
     case RO_MOMENTUM: return hs__cli_float("--momentum", v, 0.0, 0.9999, &o->optim.momentum);
     case RO_NESTEROV: o->optim.nesterov = 1; return 0;
     case RO_MOMENTUM_KIND:
-        o->momentum_kind_set = 1;
         return hs_momentum_kind_parse(v, &o->optim.momentum_kind) < 0
                    ? hs__cli_usage_error("%s", hs_error_message())
                    : 0;
@@ -246,12 +244,6 @@ int hs__runopts_finish(hs_runopts *o) {
     }
     /* The algorithm's own default, as for its compressor and topology. */
     if (!o->staleness_set) o->algo.staleness = hs_algo_kind_default_staleness(o->algo.kind);
-    /* Hybrid momentum only where it was measured to train and stay bounded: the algorithm's
-     * own compressor (with top-1%, qg diverged). */
-    if (!o->momentum_kind_set && hs_algo_kind_default_qg(o->algo.kind) &&
-        o->optim.kind == HS_OPTIM_SGD && o->optim.momentum > 0.0f && !o->outer.on &&
-        !strcmp(o->compress, hs_algo_kind_default_compress(o->algo.kind)))
-        o->optim.momentum_kind = HS_MOMENTUM_HYBRID;
     if (o->optim.momentum_kind != HS_MOMENTUM_LOCAL) {
         const char *mk = hs_momentum_kind_name(o->optim.momentum_kind);
         /* The paper covers a mixing step that keeps the average of the models; SGP steps

@@ -39,7 +39,6 @@ typedef struct hs_runopts {
     char compress[96];
     int gamma_c_set;
     int staleness_set;     /* --staleness given: else the algorithm's default */
-    int momentum_kind_set; /* --momentum-kind given: else the algorithm's default */
     int local_steps;
     hs_outer_cfg outer; /* --outer-lr / --outer-momentum (on when either is given) */
     const char *topology;

@@ -574,14 +574,14 @@ static size_t mom_job(hs_backend *be, hs_backend *const *peer_be, const hs_datas
     return d;
 }
 
-/* CHOCO with its default compressor and momentum (hybrid: the heavy ball plus the gossip's
- * share of the round, two state vectors on the device), and with quasi-global momentum, peers
- * 1 and 2 on the device and 0 and 3 on the CPU backend, against the all-CPU job, after every
- * round and in the saved checkpoints; both resume mid-way, the device peers through the
- * device path (mom_job). On the reference device the two are the same bits; on a GPU the
- * local steps round differently (test_sim_mixed_peers), so x agrees within 1e-3 there. All on
- * the device, hybrid copies two vectors of d floats to the host per peer and round, x for the
- * round's close and x after the local steps for the gossip's share (hybrid_round_end). */
+/* CHOCO top-5% fp16 with hybrid momentum (the heavy ball plus the gossip's share of the round,
+ * two state vectors on the device; the default before sign:512), and with quasi-global
+ * momentum, peers 1 and 2 on the device and 0 and 3 on the CPU backend, against the all-CPU
+ * job, after every round and in the saved checkpoints; both resume mid-way, the device peers
+ * through the device path (mom_job). On the reference device the two are the same bits; on a
+ * GPU the local steps round differently (test_sim_mixed_peers), so x agrees within 1e-3 there.
+ * All on the device, hybrid copies two vectors of d floats to the host per peer and round, x
+ * for the round's close and x after the local steps for the gossip's share (hybrid_round_end). */
 static void test_momentum_mixed_peers(void **state) {
     (void)state;
     hs_dataset *ds = sim_data();

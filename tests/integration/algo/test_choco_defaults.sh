@@ -7,15 +7,15 @@
 #   long-run-N   the defaults on a ring of N peers with top-1% for 5,000 rounds: the consensus
 #                distance does not grow over the last 1,000 rounds and the final accuracy is within
 #                1 point of the best (EXTRA options, e.g. --gamma-c 0.1, show the check can fail)
-#   long-run-default-N  the same with CHOCO's defaults (top-5% fp16 and hybrid momentum)
+#   long-run-default-N  the same with CHOCO's defaults (sign:512 and local momentum)
 #   small-graphs  the defaults on the complete graphs of 2, 3 and 4 peers (spectral gap 1: the
 #                largest automatic step) for 800 rounds, where the loss goes to ~1e-4 and only
 #                the consensus dynamics are left: the guard never stops them and every run ends
-#                above 95% (sign:512 with hybrid momentum, a candidate default, is stopped at
-#                rounds 104-120 here: docs/RESULTS.md, "sign:512 after a resume")
-#   momentum-default  hybrid momentum (quasi-global on the gossip) is the default only for CHOCO
-#                with its default compressor, SGD with momentum and no outer step; every other
-#                run keeps local
+#                above 95% (sign:512 with hybrid momentum is stopped at rounds 104-120 here:
+#                docs/RESULTS.md, "sign:512 after a resume")
+#   momentum-default  CHOCO's default is sign:512 at its automatic step with local momentum, the
+#                pair measured for the default (hybrid or qg with sign:512 diverges on small
+#                graphs); every run keeps local momentum unless --momentum-kind asks otherwise
 # Every command is bounded by `timeout`; nothing runs in the background.
 set -uo pipefail
 hs=$1
@@ -82,22 +82,29 @@ accepted)
     ;;
 momentum-default)
     # kind FLAGS...: the momentum kind a one-round sim with FLAGS says it runs ("quasi-global",
-    # "hybrid"; nothing for local momentum).
+    # "hybrid"; nothing for local momentum), its start line kept in $tmp/out.
     kind() {
         timeout 60 "$hs" sim -n 4 --synthetic --subset 400 --test-subset 100 --hidden 8 \
             --rounds 1 "$@" >"$tmp/out" 2>&1 || fail "$*: $(tail -3 "$tmp/out")"
         sed -n 's/^hearsay sim: \([a-z-]*\) .*momentum, beta .*/\1/p' "$tmp/out"
     }
-    [[ $(kind) == hybrid ]] || fail "the defaults do not run hybrid momentum: $(cat "$tmp/out")"
-    [[ $(kind --compress topk:0.05:fp16) == hybrid ]] || fail "CHOCO's default compressor, given, lost hybrid"
-    for flags in "--compress topk:0.01" "--momentum-kind local" "--algo dpsgd" "--momentum 0" \
-        "--optimizer adamw" "--outer-lr 1" "--algo beer"; do
+    # step: the automatic consensus step and the compressor it was computed for, as printed.
+    step() { sed -n 's/.*gamma_c = \([0-9.]*\) (automatic: .* for \([^,]*\), .*/\1 \2/p' "$tmp/out"; }
+    [[ -z $(kind) ]] || fail "the defaults do not run local momentum: $(cat "$tmp/out")"
+    dflt=$(step)
+    [[ $dflt == *" sign:512" ]] || fail "the default compressor is not sign:512: $(cat "$tmp/out")"
+    [[ -z $(kind --compress sign:512) && $(step) == "$dflt" ]] ||
+        fail "sign:512 given: not the defaults' momentum and step ($dflt): $(cat "$tmp/out")"
+    for flags in "--compress topk:0.05:fp16" "--compress topk:0.01" "--algo dpsgd" \
+        "--momentum 0" "--optimizer adamw" "--outer-lr 1" "--algo beer"; do
         [[ -z $(kind $flags) ]] || fail "$flags: $(kind $flags) momentum, expected local"
     done
     [[ $(kind --momentum-kind qg) == quasi-global ]] || fail "--momentum-kind qg: $(cat "$tmp/out")"
-    [[ $(kind --compress topk:0.01 --momentum-kind hybrid) == hybrid ]] ||
-        fail "--momentum-kind hybrid not run with topk:0.01: $(cat "$tmp/out")"
-    echo "ok: hybrid by default for choco with topk:0.05:fp16 only; qg and hybrid when asked"
+    [[ $(kind --momentum-kind hybrid) == hybrid ]] ||
+        fail "--momentum-kind hybrid not run: $(cat "$tmp/out")"
+    [[ $(kind --compress topk:0.05:fp16 --momentum-kind hybrid) == hybrid ]] ||
+        fail "--momentum-kind hybrid not run with topk:0.05:fp16: $(cat "$tmp/out")"
+    echo "ok: choco defaults to sign:512 (gamma_c ${dflt% *}) with local momentum; qg and hybrid when asked"
     ;;
 small-graphs)
     for n in 2 3 4; do

@@ -94,11 +94,11 @@ replay)
 import json, sys
 c = json.load(open(sys.argv[1]))
 assert "peer_args" not in c, "raw peer arguments"
-for k, v in {"algo": "choco", "compress": "topk:0.05:fp16", "topology": "ring", "lr": 0.1,
+for k, v in {"algo": "choco", "compress": "sign:512", "topology": "ring", "lr": 0.1,
              "hidden": "64,32", "batch": 64, "momentum": 0.9, "weight-decay": 0.0001,
              "lr-schedule": "cosine", "seed": "11", "peers": 3, "partition": "iid",
              "on-divergence": "stop", "optimizer": "sgd", "rounds": 20,
-             "momentum-kind": "hybrid"}.items():
+             "momentum-kind": "local"}.items():
     assert c.get(k) == v, (k, c.get(k), v)
 assert isinstance(c.get("gamma-c"), float) and 0 < c["gamma-c"] <= 1, c.get("gamma-c")
 assert "name" not in c

@@ -255,10 +255,10 @@ static void test_refusals(void **state) {
 }
 
 /* A checkpoint of another momentum kind is refused with a message that names
- * --momentum-kind: choco's default was qg (one state vector) before hybrid (two), so an older
- * run resumed at the defaults lands here, and "--momentum must match" sent its user to a flag
- * that was already right. Also hybrid's two vectors into a run of one, and local and qg,
- * which keep one vector each: only the kind the file records tells them apart. */
+ * --momentum-kind: choco's default was qg (one state vector), then hybrid (two), then local
+ * (one), so an older run resumed at the defaults lands here, and "--momentum must match" sent
+ * its user to a flag that was already right. Also hybrid's two vectors into a run of one, and
+ * local and qg, which keep one vector each: only the kind the file records tells them apart. */
 static void test_checkpoint_of_another_kind(void **state) {
     (void)state;
     hs_backend *be = cpu();
@@ -276,10 +276,10 @@ static void test_checkpoint_of_another_kind(void **state) {
     hs_algo_cfg ac;
     hs_algo_cfg_default(&ac);
     const hs_momentum_kind from[] = {HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL, HS_MOMENTUM_HYBRID,
-                                     HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL},
+                                     HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL},
                            to[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG,
-                                   HS_MOMENTUM_LOCAL, HS_MOMENTUM_QG};
-    for (int i = 0; i < 5; i++) {
+                                   HS_MOMENTUM_LOCAL, HS_MOMENTUM_LOCAL, HS_MOMENTUM_QG};
+    for (int i = 0; i < 6; i++) {
         hs_trainer *a, *b;
         tc.optim.momentum_kind = from[i];
         assert_int_equal(hs_trainer_new(&a, be, &tc, ds, &ac, 0), 0);

@@ -482,22 +482,34 @@ static void test_defaults(void **state) {
     assert_int_equal(c.algo.recv_timeout_ms, 10000);
     assert_true(c.algo.gamma_c == 0.0f); /* automatic, resolved by the algorithm */
     assert_int_equal(c.algo.staleness, 0);
-    /* The guard is told the step the algorithm will resolve 0 to. */
+    /* The guard is told the step the algorithm will resolve 0 to; the default compressor's
+     * (sign:512) is above the ring's cap, so a ring leaves it as the rule gives it. */
     hs_compressor *cm;
     float g;
     assert_int_equal(hs_compressor_new(&cm, c.algo.compress, 1000, c.algo.seed), 0);
     assert_int_equal(hs_algo_auto_gamma_c(cm, &g, NULL), 0);
     hs_compressor_free(cm);
+    assert_int_equal(c.algo.max_degree, 2);
+    assert_true(c.guard.gamma_c == hs_algo_scale_gamma_c(g, 2));
     /* A ring has at most 2 neighbours at any size: a peer that does not know the job's size
      * (--bootstrap alone) takes the same 1.5x the rule as the peers that do, or CHOCO's edges
-     * would mix with two steps. */
+     * would mix with two steps. Shown with top-1%, whose rule is below the cap. */
+    assert_int_equal(hs_compressor_new(&cm, "topk:0.01", 1000, c.algo.seed), 0);
+    assert_int_equal(hs_algo_auto_gamma_c(cm, &g, NULL), 0);
+    hs_compressor_free(cm);
+    hs_node_options *o4;
+    assert_int_equal(hs_node_options_new(&o4), 0);
+    assert_int_equal(hs_node_options_set(o4, "compress", "topk:0.01"), 0);
+    assert_int_equal(hs_node_options_set(o4, "insecure", "1"), 0);
+    if (hs__node_options_resolve(o4, 1000, &c) < 0) fail_msg("%s", hs_error_message());
+    hs_node_options_free(o4);
     assert_int_equal(c.algo.max_degree, 2);
     assert_true(c.guard.gamma_c == hs_algo_scale_gamma_c(g, 2) && c.guard.gamma_c > g);
     float unknown_n = c.guard.gamma_c;
     /* With the job's size the peer knows its ring (2 neighbours) and takes 1.5x the rule, as
      * hs_algo_new will from the degree the configuration carries. */
-    hs_node_options *o4;
     assert_int_equal(hs_node_options_new(&o4), 0);
+    assert_int_equal(hs_node_options_set(o4, "compress", "topk:0.01"), 0);
     assert_int_equal(hs_node_options_set(o4, "world", "4"), 0);
     assert_int_equal(hs_node_options_set(o4, "insecure", "1"), 0);
     if (hs__node_options_resolve(o4, 1000, &c) < 0) fail_msg("%s", hs_error_message());
@@ -510,6 +522,7 @@ static void test_defaults(void **state) {
         char w[8];
         snprintf(w, sizeof(w), "%d", world);
         assert_int_equal(hs_node_options_new(&o4), 0);
+        assert_int_equal(hs_node_options_set(o4, "compress", "topk:0.01"), 0);
         assert_int_equal(hs_node_options_set(o4, "topology", "exponential"), 0);
         assert_int_equal(hs_node_options_set(o4, "world", w), 0);
         assert_int_equal(hs_node_options_set(o4, "insecure", "1"), 0);
