@@ -44,9 +44,11 @@ static int qsgd_unbiased(const hs_compressor *c) {
 /* QSGD is unbiased with E||Q(x) - x||^2 <= omega ||x||^2, omega = min(B/s^2, sqrt(B)/s) per
  * bucket of B elements (Alistarh et al. 2017, Lemma 3.1), and B is at most d. Q itself is a
  * contraction only when omega < 1; Q / (1 + omega) always is, with delta = 1 / (1 + omega)
- * (Koloskova et al. 2019, section 3), and that is the delta reported. hearsay's CHOCO sends Q
- * unscaled; for the step rule this delta is the conservative one, since qsgd's measured errors
- * on gossip differences are well below the worst case (docs/RESULTS.md, the gamma_c table). */
+ * (Koloskova et al. 2019, section 3), and that is the delta reported. hearsay's CHOCO and BEER
+ * send Q unscaled while its error on a flat bucket stays below 1, and Q times s / sqrt(B)
+ * beyond (hs__compress_replica_scale); for the step rule this delta is the conservative one,
+ * since qsgd's measured errors on gossip differences are well below the worst case
+ * (docs/RESULTS.md, the gamma_c table). */
 static double qsgd_delta(const hs_compressor *c) {
     double b = (double)(c->bucket < c->d ? c->bucket : c->d), s = (double)c->s;
     double omega = fmin(b / (s * s), sqrt(b) / s);

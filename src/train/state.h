@@ -24,7 +24,8 @@
 #define HS__VEC_STATE_MAGIC 0x564E5348u /* "HSNV" */
 #define HS__VEC_STATE_VERSION 2u
 
-/* What a state is made of. put_optim (NULL: no optimizer section) writes u32 kind, u32 number
+/* What a state is made of. put_optim (NULL: no optimizer section) writes u32 kind (the
+ * momentum kind plus one in its second byte, 0 in older files: train/trainer.c), u32 number
  * of vectors, u64 step count, then the vectors of d floats. */
 typedef struct hs__state_parts {
     size_t d;

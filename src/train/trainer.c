@@ -376,18 +376,21 @@ static int get_optim(hs_trainer *t, const uint8_t **p, const uint8_t *end, const
     /* local and qg keep one vector each, so only the recorded kind tells their files apart:
      * qg's buffer taken for heavy ball's (or the reverse) would resume with the wrong
      * momentum and no word said. Older files are judged by the count: CHOCO's default went
-     * from qg (1) to hybrid (2) and then to local (1). */
+     * from qg (1) to hybrid (2) and then to local (1). The recorded kind means something
+     * only for SGD's buffers (AdamW writes its configuration's unused one): it is compared and
+     * named only then. */
+    int file_mk = mk && nv && kind == HS_OPTIM_SGD;
     if (kind != (uint32_t)oc->kind || nv != (uint32_t)want ||
-        (mk && nv && kind == HS_OPTIM_SGD && mk - 1 != (uint32_t)oc->momentum_kind))
+        (file_mk && mk - 1 != (uint32_t)oc->momentum_kind))
         return hs__err(HS_EMISMATCH, "%s: optimizer %s with %u state vectors%s%s%s, this run %s "
                                      "with %d (--momentum-kind %s): --optimizer, --momentum and "
                                      "--momentum-kind must be those of the run that wrote it "
                                      "(sgd with momentum keeps 2 vectors under hybrid, 1 under "
                                      "local or qg; choco's default was hybrid before local)",
                        what, kind <= 1 ? hs_optim_kind_name((hs_optim_kind)kind) : "unknown",
-                       nv, mk ? " (--momentum-kind " : "",
-                       mk ? hs_momentum_kind_name((hs_momentum_kind)(mk - 1)) : "",
-                       mk ? ")" : "", hs_optim_kind_name(oc->kind), want,
+                       nv, file_mk ? " (--momentum-kind " : "",
+                       file_mk ? hs_momentum_kind_name((hs_momentum_kind)(mk - 1)) : "",
+                       file_mk ? ")" : "", hs_optim_kind_name(oc->kind), want,
                        hs_momentum_kind_name(oc->momentum_kind));
     if (*count > (uint64_t)1 << 48)
         return hs__err(HS_EFORMAT, "%s: optimizer step %llu", what, (unsigned long long)*count);

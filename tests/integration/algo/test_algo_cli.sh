@@ -121,7 +121,9 @@ sim-equals-net)
     # The same seeded synchronous run in the simulator and over the network runtime (4 TLS
     # processes) ends with bit-identical parameters on every peer after 20 rounds, quasi-global
     # and hybrid momentum included, and with batches split into 2 lanes (--threads 2: the
-    # simulator's peers share one backend's pool, each network peer has its own).
+    # simulator's peers share one backend's pool, each network peer has its own). Deterministic
+    # compressors only: qsgd and randk draw by the round's number, and the network job's first
+    # round (4, 8, ...) depends on when its peers joined.
     printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
     # "outer": 3 local steps a round and the outer Nesterov step (DiLoCo's 0.7 and 0.9).

@@ -301,6 +301,59 @@ static void test_checkpoint_of_another_kind(void **state) {
     hs_backend_close(be);
 }
 
+/* The optimizer word's second byte (the momentum kind plus one) as checkpoints and joiner
+ * snapshots carry it: a file from before it was recorded (0 there) is judged by its count of
+ * vectors alone, so a local file of then resumes under qg as it always did; a qg snapshot is
+ * refused by a local joiner as a checkpoint is by a local run; a byte that names no kind is a
+ * format error. Offsets: the checkpoint's head is 24 bytes, the snapshot's 20, then d floats. */
+static void test_momentum_kind_byte(void **state) {
+    (void)state;
+    hs_backend *be = cpu();
+    hs_dataset *ds;
+    hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
+    assert_int_equal(hs_dataset_synthetic(&ds, &sc), 0);
+    hs_trainer_cfg tc;
+    memset(&tc, 0, sizeof(tc));
+    hs_mlp_cfg mc;
+    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "4", ds->classes), 0);
+    hs_model_spec_mlp(&tc.model, &mc);
+    hs_optim_cfg_default(&tc.optim);
+    tc.batch = 8;
+    tc.local_steps = 1;
+    hs_algo_cfg ac;
+    hs_algo_cfg_default(&ac);
+    hs_trainer *local, *qg;
+    tc.optim.momentum_kind = HS_MOMENTUM_LOCAL;
+    assert_int_equal(hs_trainer_new(&local, be, &tc, ds, &ac, 0), 0);
+    tc.optim.momentum_kind = HS_MOMENTUM_QG;
+    assert_int_equal(hs_trainer_new(&qg, be, &tc, ds, &ac, 0), 0);
+    size_t d = hs_trainer_dim(local);
+    hs_buf *ck, *sn;
+    assert_int_equal(hs_buf_new(&ck, 0), 0);
+    assert_int_equal(hs_buf_new(&sn, 0), 0);
+    assert_int_equal(hs_trainer_save(local, ck), 0);
+    assert_int_equal(hs_trainer_snapshot(qg, sn), 0);
+    uint8_t *ck_mk = ck->data + 24 + 4 * d + 1, *sn_mk = sn->data + 20 + 4 * d + 1;
+    assert_int_equal(*ck_mk, HS_MOMENTUM_LOCAL + 1);
+    assert_int_equal(*sn_mk, HS_MOMENTUM_QG + 1);
+    assert_int_equal(hs_trainer_load(qg, ck->data, ck->len, 1), HS_EMISMATCH);
+    assert_int_equal(hs_trainer_adopt(local, sn->data, sn->len), HS_EMISMATCH);
+    assert_non_null(strstr(hs_error_message(), "model snapshot"));
+    *ck_mk = 0;
+    *sn_mk = 0;
+    assert_int_equal(hs_trainer_load(qg, ck->data, ck->len, 1), 0);
+    assert_int_equal(hs_trainer_adopt(local, sn->data, sn->len), 0);
+    *ck_mk = HS_MOMENTUM_HYBRID + 2;
+    assert_int_equal(hs_trainer_load(qg, ck->data, ck->len, 1), HS_EFORMAT);
+    assert_non_null(strstr(hs_error_message(), "names no momentum kind"));
+    hs_buf_unref(ck);
+    hs_buf_unref(sn);
+    hs_trainer_free(local);
+    hs_trainer_free(qg);
+    hs_dataset_free(ds);
+    hs_backend_close(be);
+}
+
 /* Mean training loss of the peers' last round. */
 static double sim_loss(hs_sim *s) {
     double l = 0;
@@ -394,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_lr_without_inverse),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_checkpoint_of_another_kind),
+        cmocka_unit_test(test_momentum_kind_byte),
         cmocka_unit_test(test_sim_dpsgd),
         cmocka_unit_test(test_sim_choco),
     };
