@@ -195,6 +195,8 @@ const hs__algo_ops hs__algo_choco = {
     .default_compress = "topk:0.05:fp16",
     .default_topology = "ring",
     .needs_replicas = 1,
+    /* The difference x - xhat_i lives from push's encode to its decode only. */
+    .tmp_idle = 1,
     .qg_momentum = 1,
     /* Hybrid momentum with its default compressor: qg's 0.39-0.75 (mean) / 0.78-1.39 (worst
      * peer) below D-PSGD on Dirichlet(0.5) shards become 0.37-0.60 / 0.76-1.38, and on IID
