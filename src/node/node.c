@@ -447,9 +447,14 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         }
     }
     /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
-     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
+     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. As
+     * long as a joiner's own wait: the 4 GB WELCOME of a 1B model took 24 s on loaded cores,
+     * and after the runtime's 5 s the first round was made beside it (3 vectors, not 2). */
     if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
-        hs__node_await_unheld(n->net, n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
+        hs__node_await_unheld(n->net, n->snap, 2,
+                              n->join_ms > n->nc.snapshot_timeout_ms ? n->join_ms
+                                                                     : n->nc.snapshot_timeout_ms,
+                              &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&

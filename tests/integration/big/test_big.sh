@@ -58,8 +58,9 @@ phases=" ${BIG_PHASES:-dpsgd choco} "
 # their report lines (WANT_STEPS: the rounds each must have run; "log": from the round it
 # started at to the job's end, as its log says).
 phase() {
-    local name=$1 stop=$2 want=$3 max=$4 r
+    local name=$1 stop=$2 want=$3 max=$4 r t0
     shift 4
+    t0=$(date +%s)
     local -a ppids=()
     for r in 0 1; do
         local args=()
@@ -100,6 +101,7 @@ phase() {
     done
     awk -v a="${x0[0]}" -v b="${x0[1]}" 'BEGIN { d = a - b; exit !(d < 0.3 && d > -0.3) }' ||
         fail "$name: the peers drifted apart: x[0] = ${x0[0]} and ${x0[1]}"
+    echo "$name: $(($(date +%s) - t0)) s"
 }
 
 # D-PSGD: 5 rounds, stopped with a checkpoint (as SIGTERM does), then resumed to the job's end
