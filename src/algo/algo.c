@@ -208,10 +208,12 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
      * at a round's start): left untouched, a large one takes no memory until then; so do the
      * scratch vectors of an algorithm that does not use them (D-PSGD with one neighbour),
      * zeroed by calloc, not written (malloc's debug fill, MALLOC_PERTURB_, would touch them). */
-    if (ops->needs_replicas) memcpy(a->own, x0, sizeof(float) * d);
     if (ops->uses_gamma_c && cfg->gamma_c == 0.0f) {
         double delta = hs_compressor_delta(a->comp), dp = 0;
-        if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->tmp2, &dp)) < 0) goto fail;
+        /* The probe's two vectors are tmp and own, which x0 then overwrites (every algorithm
+         * with a consensus step keeps replicas), not tmp2: CHOCO never uses tmp2 otherwise,
+         * and written once it would stay resident all run (a vector of 4 GB at 1B). */
+        if ((err = hs__algo_probe_delta(a->comp, a->tmp, a->own, &dp)) < 0) goto fail;
         a->cfg.gamma_c =
             hs_algo_scale_gamma_c(hs_algo_default_gamma_c(delta, dp), cfg->max_degree);
         /* The CLI prints the value once per process (hs__runopts_choco_step). */
@@ -219,6 +221,7 @@ int hs_algo_new(hs_algo **out, const hs_algo_cfg *cfg, uint32_t self, size_t d, 
                 ops->name, (double)a->cfg.gamma_c, hs_compressor_name(a->comp), delta, dp,
                 cfg->max_degree);
     }
+    if (ops->needs_replicas) memcpy(a->own, x0, sizeof(float) * d);
     if (ops->priv_size && !(a->priv = calloc(1, ops->priv_size))) {
         err = hs__err(HS_ENOMEM, "%s: out of memory", ops->name);
         goto fail;
@@ -269,6 +272,8 @@ int hs__algo_lends_round_x(const hs_algo *a) { return a && a->ops->round_x != NU
 const void *hs__algo_round_x(const hs_algo *a) {
     return a && a->ops->round_x ? a->ops->round_x(a) : NULL;
 }
+
+float *hs__algo_idle_vector(hs_algo *a) { return a && a->ops->tmp_idle ? a->tmp : NULL; }
 
 int hs_algo_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) {
     return a->ops->begin ? a->ops->begin(a, ex, r, x) : 0;
@@ -708,7 +713,10 @@ int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, u
     int ok = 0;
     for (int i = 0; i < v->n_in; i++) {
         hs__nbr *n = hs__algo_nbr(a, v->in[i].id);
-        int got = hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica, acc);
+        int got = hs__algo_replica_streams(a, ex, n, r)
+                      ? hs__algo_recv_replica_pieces(a, ex, n, r, acc)
+                      : hs__algo_catch_up(a, ex, n, r, a->cfg.recv_timeout_ms, hs__apply_replica,
+                                          acc);
         if (got < 0) return got;
         present[i] = (uint8_t)(got && n->synced);
         ok += present[i];

@@ -92,6 +92,9 @@ typedef struct hs__algo_ops {
     /* x as it was at the round's begin (d little-endian fp32, possibly unaligned), while the
      * algorithm holds it between begin and pull; NULL otherwise (hs__algo_round_x). */
     const void *(*round_x)(const hs_algo *a);
+    /* 1 when a->tmp is scratch of push and pull alone, dead from one round to the next: the
+     * owner of x may keep its vector there between rounds (hs__algo_idle_vector). */
+    int tmp_idle;
     /* Moves the per-round vector work onto backend be (hs__algo_to_device): allocates the
      * device state; NULL: the algorithm has no device path. */
     int (*to_device)(hs_algo *a, hs_backend *be);
@@ -225,6 +228,15 @@ int hs__algo_send_replica(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, ui
                           hs_buf *delta);
 int hs__algo_recv_replicas(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
                            uint8_t *present, float *acc);
+/* replica_stream.c: whether in-neighbour n's message of round r is taken in pieces as it
+ * arrives (a large dense delta or full replica on an exchange with recv_piece, host memory,
+ * one vector a replica, n's replica current up to r - 1); then hs__algo_recv_pieces' result,
+ * the message applied to n's replica and (acc, as hs__apply_replica) the running mix. Not all of
+ * it in time loses the replica (a full one is asked for): the rest is not kept for later. */
+int hs__algo_replica_streams(const hs_algo *a, const hs_exchange *ex, const hs__nbr *n,
+                             uint64_t r);
+int hs__algo_recv_replica_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r,
+                                 float *acc);
 /* Applies a FULL, DELTA or DELTA_PARTS payload of neighbour n to its replica (an
  * hs__apply_fn). ctx is NULL or an accumulator (float *, a->dpub values: one vector per part)
  * kept equal to sum_j W_ij rep_j up to a constant: a delta of an in-neighbour is added to it
@@ -288,5 +300,9 @@ int hs__get_floats(const uint8_t **p, const uint8_t *end, float *dst, size_t n);
 const void *hs__algo_round_x(const hs_algo *a);
 /* Whether a's kind holds the round's x that way (ops->round_x). */
 int hs__algo_lends_round_x(const hs_algo *a);
+/* A vector of d floats that a does not use between rounds (ops->tmp_idle), for the owner of x
+ * to keep its vector in between its calls instead of a copy of its own (node/vec.c: CHOCO);
+ * NULL when there is none. Any push or pull overwrites it. */
+float *hs__algo_idle_vector(hs_algo *a);
 
 #endif

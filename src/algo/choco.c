@@ -203,6 +203,8 @@ const hs__algo_ops hs__algo_choco = {
     .default_compress = "sign:512",
     .default_topology = "ring",
     .needs_replicas = 1,
+    /* The difference x - xhat_i lives from push's encode to its decode only. */
+    .tmp_idle = 1,
     .qg_momentum = 1,
     .priv_size = sizeof(choco_state),
     .check_compressor = choco_check_compressor,

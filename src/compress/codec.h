@@ -134,6 +134,15 @@ int hs__compress_values_raw(const hs_compressor *c);
  * each run of n values, the first being value `first`, checked before it is used. */
 int hs__compress_f32_head(const hs_compressor *c, const uint8_t *hdr, size_t len);
 int hs__compress_f32_check(const hs_compressor *c, const uint8_t *v, size_t n, size_t first);
+/* A dense cast's message (none, fp16, bf16 without error feedback) in runs (dense.c): the bytes
+ * of one value (0 for any other compressor); the header (its first HS__CHDR bytes) of a message
+ * of len bytes, checked as a decode checks it; then each run of n values (the first being value
+ * `first`) checked finite and added, acc += alpha C and acc2 += alpha2 C (acc2 may be NULL),
+ * in the operations of hs_compress_decode_add2. Nothing is added from a run that fails. */
+size_t hs__compress_dense_width(const hs_compressor *c);
+int hs__compress_dense_head(const hs_compressor *c, const uint8_t *hdr, size_t len);
+int hs__compress_dense_add(const hs_compressor *c, const uint8_t *v, size_t n, size_t first,
+                           float *acc, float alpha, float *acc2, float alpha2);
 
 extern const hs__cops hs__cops_none, hs__cops_fp16, hs__cops_bf16, hs__cops_topk,
     hs__cops_randk, hs__cops_qsgd, hs__cops_sign;

@@ -2,6 +2,7 @@
  * error-feedback wrapper, and dispatch to the operators' tables (what the operators share is in
  * codec.c, below them). Threading as in
  * hearsay/compress.h: encode needs exclusive access, everything else only reads. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,13 +89,21 @@ int hs_compressor_new(hs_compressor **out, const char *spec, size_t d, uint64_t 
     hs_compressor *c = NULL;
     int err;
     if (!spec) return hs__err(HS_EINVAL, "compressor: no spec");
-    if (d < 1 || d > HS_COMPRESS_MAX_D)
+    if (d < 1 || d > HS_COMPRESS_MAX_D_DENSE)
         return hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is not in 1..%zu", spec, d,
-                       HS_COMPRESS_MAX_D);
+                       HS_COMPRESS_MAX_D_DENSE);
     if (!(c = calloc(1, sizeof(*c)))) return hs__err(HS_ENOMEM, "compressor: out of memory");
     c->d = d;
     c->seed = seed;
     if ((err = parse_spec(c, spec)) < 0) goto fail;
+    if (d > HS_COMPRESS_MAX_D && c->ops != &hs__cops_none && c->ops != &hs__cops_fp16 &&
+        c->ops != &hs__cops_bf16) {
+        err = hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is over %zu, the most its messages' "
+                                 "32-bit indices and offsets allow (none, fp16 and bf16 take "
+                                 "up to %zu)",
+                      spec, d, HS_COMPRESS_MAX_D, HS_COMPRESS_MAX_D_DENSE);
+        goto fail;
+    }
     if ((err = c->ops->init(c)) < 0) goto fail;
     if (c->ef) {
         c->residual = calloc(d, sizeof(float));
@@ -184,7 +193,7 @@ int hs_compress_encode(hs_compressor *c, const float *x, size_t d, uint32_t peer
         c->residual = xp;
     }
     out->len = len0 + n;
-    return (int)n;
+    return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 /* Whose message p is: named from the table of operators, which the operators' own header check

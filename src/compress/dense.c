@@ -95,6 +95,44 @@ int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
     return 0;
 }
 
+size_t hs__compress_dense_width(const hs_compressor *c) {
+    int dense = c->ops == &hs__cops_none || c->ops == &hs__cops_fp16 || c->ops == &hs__cops_bf16;
+    return dense && !c->ef ? fmt_of(c)->width : 0;
+}
+
+int hs__compress_dense_head(const hs_compressor *c, const uint8_t *hdr, size_t len) {
+    if (!hs__compress_dense_width(c))
+        return hs__err(HS_EINVAL, "compressor %s: not a dense cast", c->name);
+    int err = hs__ccheck_codec(c, hdr, len);
+    return err < 0 ? err : hs__dense_check_head(c, hdr, len);
+}
+
+/* The adds of dense_decode, over values [first, first + n): the kernels give the same bits
+ * whatever the run's length, so a message taken in runs adds what it adds whole. */
+int hs__compress_dense_add(const hs_compressor *c, const uint8_t *v, size_t n, size_t first,
+                           float *acc, float alpha, float *acc2, float alpha2) {
+    const dense_fmt *f = fmt_of(c);
+    if (f->width == 4) {
+        int err = hs__dense_check_f32(c, v, n, first);
+        if (err < 0) return err;
+    } else if (hs__c16_max_mag(v, n) >= f->inf_mag) {
+        size_t i = 0;
+        while ((hs__ld16(v + 2 * i) & 0x7FFFu) < f->inf_mag) i++;
+        return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name, first + i);
+    }
+    for (int k = 0; k < 2; k++) {
+        float *a = k ? acc2 : acc, al = k ? alpha2 : alpha;
+        if (!a) continue;
+        if (c->ops->id == HS_CODEC_NONE)
+            hs__cf32_add(v, n, a, al);
+        else if (c->ops->id == HS_CODEC_FP16)
+            hs__cf16_add(v, n, a, al);
+        else
+            hs__cbf16_add(v, n, a, al);
+    }
+    return 0;
+}
+
 static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, uint32_t peer,
                         uint64_t round, float *acc, float alpha) {
     (void)peer;

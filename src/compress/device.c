@@ -26,6 +26,7 @@
  * or its unpacked pairs, are put there before the device reads them.
  *
  * Threading as hearsay/compress.h; the backend is used by one thread at a time. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,7 +223,7 @@ int hs__compress_encode_be(hs_compressor *c, hs_backend *be, const float *x, siz
         if (err < 0) return err;
         if (err == 0) {
             out->len = len0 + n;
-            return (int)n;
+            return n > INT_MAX ? INT_MAX : (int)n;
         }
     }
     return host_encode(c, be, x, peer, round, out);

@@ -254,7 +254,9 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
-    nc->data_in_pieces = cfg->algo.kind == HS_ALGO_DPSGD; /* it reads with recv_piece */
+    /* They read with recv_piece (CHOCO a large model's messages): from the first message on,
+     * not the second (the first, taken whole, would cost CHOCO half a vector at fp16). */
+    nc->data_in_pieces = cfg->algo.kind == HS_ALGO_DPSGD || cfg->algo.kind == HS_ALGO_CHOCO;
     if (n->have_ck) nc->resume_round = n->ck.round, nc->resume_round_max = n->ck.end_round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */
@@ -445,9 +447,14 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         }
     }
     /* A large snapshot that WELCOMEs still send goes before the round's message is made, not
-     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. */
+     * beside it (on their connections the WELCOMEs go first anyway): node_open drops it. As
+     * long as a joiner's own wait: the 4 GB WELCOME of a 1B model took 24 s on loaded cores,
+     * and after the runtime's 5 s the first round was made beside it (3 vectors, not 2). */
     if (n->snap && n->snap->len >= HS__NODE_SNAP_KEEP_MAX)
-        hs__node_await_unheld(n->net, n->snap, 2, n->nc.snapshot_timeout_ms, &n->stop);
+        hs__node_await_unheld(n->net, n->snap, 2,
+                              n->join_ms > n->nc.snapshot_timeout_ms ? n->join_ms
+                                                                     : n->nc.snapshot_timeout_ms,
+                              &n->stop);
     n->first_round = n->r = r;
     char path[4096];
     if (cfg->metrics &&

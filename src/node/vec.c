@@ -1,9 +1,10 @@
 /* The public node entries over a caller-owned vector. Where the algorithm holds the round's x
- * itself from one call to the next (D-PSGD: the message it sent), the caller's vector is the
- * algorithm's x during each call and the node keeps no copy (a model of several GB costs one
- * vector less); otherwise the node keeps its own copy of x and exchanges the caller's vector
- * at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w: the node keeps the
- * numerator x and applies the caller's change of z to it. One thread. */
+ * itself from one call to the next (D-PSGD: the message it sent), or has a scratch vector that
+ * is dead from one round to the next to hold it in (CHOCO: its difference x - xhat_i), the
+ * caller's vector is the algorithm's x during each call and the node keeps no copy (a model of
+ * several GB costs one vector less); otherwise the node keeps its own copy of x and exchanges
+ * the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w:
+ * the node keeps the numerator x and applies the caller's change of z to it. One thread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,8 @@ typedef struct caller_vec {
     int lend;  /* the caller's vector is x during each call (no copy of ours) */
     int in_call;
     const void *between; /* lend, between calls: the vector the last call returned, as the
-                            algorithm holds it (the round's x_r) or in keep */
+                            algorithm holds it (the round's x_r), in its idle scratch, or in
+                            keep */
     float *keep;          /* lend: that vector when no round holds it (the job ended) */
     hs__outer *outer; /* the outer step after the gossip, or NULL */
     long steps; /* rounds stepped, counting those of an adopted snapshot */
@@ -181,6 +183,13 @@ static int give_back(caller_vec *v, float *x, int err) {
     v->in_call = 0;
     v->x = NULL;
     if ((v->between = hs__algo_round_x(v->algo))) return err;
+    float *idle = hs__algo_idle_vector(v->algo);
+    if (idle) {
+        /* Read by a checkpoint between calls; the next push overwrites it, in a call. */
+        memcpy(idle, x, sizeof(float) * v->d);
+        v->between = idle;
+        return err;
+    }
     if (!v->keep && !(v->keep = malloc(sizeof(float) * v->d)))
         return err < 0 ? err : hs__err(HS_ENOMEM, "node: out of memory for the final vector");
     memcpy(v->keep, x, sizeof(float) * v->d);
@@ -220,7 +229,7 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
     if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, x)) < 0 ||
         (err = hs__outer_new(&v->outer, &hs__node_config(n)->outer, d)) < 0)
         return err;
-    v->lend = !v->z && hs__algo_lends_round_x(v->algo);
+    v->lend = !v->z && (hs__algo_lends_round_x(v->algo) || hs__algo_idle_vector(v->algo));
     if (v->lend) {
         lend(v, x);
     } else {

@@ -178,8 +178,92 @@ static void test_short_message_is_missing(void **state) {
     run(&f, 0, 1);
 }
 
+/* CHOCO's replica of a neighbour taken in pieces (algo/replica_stream.c): with a message of 16
+ * MiB (4M fp32 values, the size from which it streams), two rounds give peer 0 the x of the
+ * whole-message path (the simulator's exchange, which has no recv_piece) to the bit; a message
+ * that stops midway, or carries a value that is not finite, loses the replica: a full one is
+ * asked for (resyncs), the neighbour missing, and x the same as for a message that did not
+ * come at all. */
+enum { DC = 1 << 22 };
+
+static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    assert_int_equal(hs_algo_kind_parse("choco", &cfg.kind), 0);
+    cfg.compress = "none";
+    cfg.gamma_c = 0.25f;
+    cfg.same_start = 1;
+    cfg.recv_timeout_ms = 0;
+    hs_topo *topo;
+    hs_simnet *sim;
+    assert_int_equal(hs_topo_new(&topo, "ring", 2, 5), 0);
+    assert_int_equal(hs_simnet_new(&sim, topo), 0);
+    hs_algo *a[2];
+    float *x[2];
+    for (int i = 0; i < 2; i++) {
+        x[i] = malloc(sizeof(float) * DC);
+        for (size_t k = 0; k < DC; k++) x[i][k] = (float)(k % 97) * 0.013f;
+        assert_int_equal(hs_algo_new(&a[i], &cfg, (uint32_t)i, DC, x[i]), 0);
+    }
+    hs_exchange *ex0 = hs_simnet_exchange(sim, 0);
+    if (e) {
+        e->inner = ex0;
+        e->ex.ops = &pex_ops;
+        e->ex.impl = e;
+        ex0 = &e->ex;
+    }
+    for (uint64_t r = 0; r < 2; r++) {
+        for (int i = 0; i < 2; i++) {
+            for (size_t k = 0; k < DC; k++) x[i][k] -= 0.1f * (x[i][k] - (float)i);
+            assert_int_equal(hs_algo_push(a[i], hs_simnet_exchange(sim, i), r, x[i]), 0);
+        }
+        for (int i = 0; i < 2; i++) hs_simnet_set_clock(sim, i, (double)r + 1.0);
+        assert_int_equal(hs_algo_pull(a[0], ex0, r, x[0]), 0);
+        assert_int_equal(hs_algo_pull(a[1], hs_simnet_exchange(sim, 1), r, x[1]), 0);
+        if (e && r == 0) {
+            e->stop_at = SIZE_MAX; /* the spoiled message was round 0's */
+            e->nan_at = SIZE_MAX;
+        }
+    }
+    memcpy(x0out, x[0], sizeof(float) * DC);
+    hs_algo_get_stats(a[0], st);
+    if (e) hs_buf_unref(e->cur);
+    for (int i = 0; i < 2; i++) {
+        hs_algo_free(a[i]);
+        free(x[i]);
+    }
+    hs_simnet_free(sim);
+    hs_topo_free(topo);
+}
+
+static void test_choco_replica_in_pieces(void **state) {
+    (void)state;
+    float *want = malloc(sizeof(float) * DC), *got = malloc(sizeof(float) * DC);
+    hs_algo_stats st;
+    choco_rounds(NULL, want, &st);
+    assert_int_equal(st.resyncs, 0);
+    pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX};
+    choco_rounds(&e, got, &st);
+    assert_true(e.pieces > 100);
+    assert_int_equal(st.resyncs, 0);
+    assert_memory_equal(got, want, sizeof(float) * DC);
+    /* Round 0's message stops a third of the way, or has a NaN: the replica is lost. */
+    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + 4 * (DC / 3)};
+    pex nan = {.nan_at = DC / 2, .stop_at = SIZE_MAX};
+    pex *bad[] = {&cut, &nan};
+    for (int i = 0; i < 2; i++) {
+        choco_rounds(bad[i], got, &st);
+        assert_int_equal(st.resyncs, 1);
+        assert_int_equal(st.missing, 1); /* round 1's: no replica to apply its delta to */
+        assert_memory_not_equal(got, want, sizeof(float) * DC);
+    }
+    free(want);
+    free(got);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choco_replica_in_pieces),
         cmocka_unit_test(test_pieces_mix_to_the_bit),
         cmocka_unit_test(test_bad_value_stops_at_its_block),
         cmocka_unit_test(test_cut_message),
