@@ -254,6 +254,22 @@ static void test_refusals(void **state) {
     hs_backend_close(be);
 }
 
+/* A small synthetic data set and the trainer configuration the checkpoint tests vary. */
+static hs_dataset *ckpt_setup(hs_trainer_cfg *tc, hs_algo_cfg *ac) {
+    hs_dataset *ds;
+    hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
+    assert_int_equal(hs_dataset_synthetic(&ds, &sc), 0);
+    memset(tc, 0, sizeof(*tc));
+    hs_mlp_cfg mc;
+    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "4", ds->classes), 0);
+    hs_model_spec_mlp(&tc->model, &mc);
+    hs_optim_cfg_default(&tc->optim);
+    tc->batch = 8;
+    tc->local_steps = 1;
+    hs_algo_cfg_default(ac);
+    return ds;
+}
+
 /* A checkpoint of another momentum kind is refused with a message that names
  * --momentum-kind: choco's default was qg (one state vector), then hybrid (two), then local
  * (one), so an older run resumed at the defaults lands here, and "--momentum must match" sent
@@ -262,19 +278,9 @@ static void test_refusals(void **state) {
 static void test_checkpoint_of_another_kind(void **state) {
     (void)state;
     hs_backend *be = cpu();
-    hs_dataset *ds;
-    hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
-    assert_int_equal(hs_dataset_synthetic(&ds, &sc), 0);
     hs_trainer_cfg tc;
-    memset(&tc, 0, sizeof(tc));
-    hs_mlp_cfg mc;
-    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "4", ds->classes), 0);
-    hs_model_spec_mlp(&tc.model, &mc);
-    hs_optim_cfg_default(&tc.optim);
-    tc.batch = 8;
-    tc.local_steps = 1;
     hs_algo_cfg ac;
-    hs_algo_cfg_default(&ac);
+    hs_dataset *ds = ckpt_setup(&tc, &ac);
     const hs_momentum_kind from[] = {HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL, HS_MOMENTUM_HYBRID,
                                      HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG, HS_MOMENTUM_LOCAL},
                            to[] = {HS_MOMENTUM_HYBRID, HS_MOMENTUM_HYBRID, HS_MOMENTUM_QG,
@@ -309,19 +315,9 @@ static void test_checkpoint_of_another_kind(void **state) {
 static void test_momentum_kind_byte(void **state) {
     (void)state;
     hs_backend *be = cpu();
-    hs_dataset *ds;
-    hs_synth_cfg sc = {64, 8, 3, 3.0f, 9, 0};
-    assert_int_equal(hs_dataset_synthetic(&ds, &sc), 0);
     hs_trainer_cfg tc;
-    memset(&tc, 0, sizeof(tc));
-    hs_mlp_cfg mc;
-    assert_int_equal(hs_mlp_cfg_parse(&mc, ds->dim, "4", ds->classes), 0);
-    hs_model_spec_mlp(&tc.model, &mc);
-    hs_optim_cfg_default(&tc.optim);
-    tc.batch = 8;
-    tc.local_steps = 1;
     hs_algo_cfg ac;
-    hs_algo_cfg_default(&ac);
+    hs_dataset *ds = ckpt_setup(&tc, &ac);
     hs_trainer *local, *qg;
     tc.optim.momentum_kind = HS_MOMENTUM_LOCAL;
     assert_int_equal(hs_trainer_new(&local, be, &tc, ds, &ac, 0), 0);
