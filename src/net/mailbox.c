@@ -293,6 +293,21 @@ static int mail_wait(hs_net *net, uint32_t from, uint64_t round, int timeout_ms,
                           from, (unsigned long long)round, (unsigned long long)p->last_data_round);
             break;
         }
+        /* Reads from this sender are paused on a later round of its that fills the mailbox,
+         * and nothing of this round is in or arriving: its copy sent again, or its GONE,
+         * waits behind that round in the socket, which is read again only once this receiver
+         * takes the later round, after this wait. Waiting would end at the timeout, every
+         * frame of that sender (its heartbeats too) unread meanwhile: a slow link whose sender
+         * dropped a round (its queue full) stalled a 25M-parameter job this way. */
+        int arriving = p->pstream.active && p->pstream.round == round;
+        if (p->rx_paused && p->have_data_round && p->last_data_round > round && !arriving) {
+            err = hs__err(HS_ENOENT,
+                          "recv from peer %u: round %llu lost (its round %llu fills the "
+                          "mailbox; what it sends again would come behind it)",
+                          from, (unsigned long long)round,
+                          (unsigned long long)p->last_data_round);
+            break;
+        }
         if (p->have_gone && p->gone_round >= round) {
             err = hs__err(HS_ENOENT,
                           "recv from peer %u: round %llu lost (the sender no longer "
@@ -308,7 +323,6 @@ static int mail_wait(hs_net *net, uint32_t from, uint64_t round, int timeout_ms,
         }
         /* A frame lost on the way costs a round trip: ask the sender again, backing off (not
          * while its pieces are arriving). */
-        int arriving = p->pstream.active && p->pstream.round == round;
         if (!ask || (gap && !asked))
             ask = gap ? now : start + hs__rs_interval_us(p->rtt_us, p->emu_oneway_ms, 0);
         if (now >= ask && !p->rx_paused && !arriving &&
