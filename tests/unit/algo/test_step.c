@@ -174,12 +174,13 @@ static const cell cells[] = {
     {"regular:4", 32, "topk:0.01", HS_ALGO_CHOCO, 0},
     {"regular:4", 16, "randk:0.1:unscaled", HS_ALGO_CHOCO, 0},
     {"regular:6", 16, "qsgd:16", HS_ALGO_CHOCO, 0},
-    /* Few levels: the messages are rescaled (hs__compress_replica_scale). */
-    {"ring", 8, "qsgd:4", HS_ALGO_CHOCO, 1000},
-    {"complete", 8, "qsgd:4", HS_ALGO_CHOCO, 1000},
-    {"exponential", 16, "qsgd:8", HS_ALGO_CHOCO, 1000},
-    {"ring", 8, "qsgd:4:64", HS_ALGO_CHOCO, 1000},
-    {"ring", 8, "qsgd:4", HS_ALGO_BEER, 1000},
+    /* Few levels, whose messages are rescaled (hs__compress_replica_scale): at d = 100 one
+     * bucket of 100, flat error sqrt(100)/s - 1 = 1.5 for s = 4, 4 for s = 2. */
+    {"ring", 8, "qsgd:4", HS_ALGO_CHOCO, 0},
+    {"complete", 8, "qsgd:4", HS_ALGO_CHOCO, 0},
+    {"exponential", 16, "qsgd:2", HS_ALGO_CHOCO, 0},
+    {"ring", 8, "qsgd:4:64", HS_ALGO_CHOCO, 0},
+    {"ring", 8, "qsgd:4", HS_ALGO_BEER, 0},
     {"ring", 32, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
     {"complete", 16, "topk:0.03:fp16", HS_ALGO_CHOCO, 0},
     /* CHOCO's default compressor, bucketed sign: 2 buckets at d = 1000 */
