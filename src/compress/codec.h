@@ -140,6 +140,8 @@ int hs__compress_f32_check(const hs_compressor *c, const uint8_t *v, size_t n, s
  * `first`) checked finite and added, acc += alpha C and acc2 += alpha2 C (acc2 may be NULL),
  * in the operations of hs_compress_decode_add2. Nothing is added from a run that fails. */
 size_t hs__compress_dense_width(const hs_compressor *c);
+/* 1 for the dense casts' operators (none, fp16, bf16), with or without error feedback. */
+int hs__cops_dense(const hs__cops *o);
 int hs__compress_dense_head(const hs_compressor *c, const uint8_t *hdr, size_t len);
 int hs__compress_dense_add(const hs_compressor *c, const uint8_t *v, size_t n, size_t first,
                            float *acc, float alpha, float *acc2, float alpha2);

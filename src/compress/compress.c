@@ -96,8 +96,7 @@ int hs_compressor_new(hs_compressor **out, const char *spec, size_t d, uint64_t 
     c->d = d;
     c->seed = seed;
     if ((err = parse_spec(c, spec)) < 0) goto fail;
-    if (d > HS_COMPRESS_MAX_D && c->ops != &hs__cops_none && c->ops != &hs__cops_fp16 &&
-        c->ops != &hs__cops_bf16) {
+    if (d > HS_COMPRESS_MAX_D && !hs__cops_dense(c->ops)) {
         err = hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is over %zu, the most its messages' "
                                  "32-bit indices and offsets allow (none, fp16 and bf16 take "
                                  "up to %zu)",

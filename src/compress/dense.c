@@ -76,28 +76,39 @@ int hs__dense_check_f32(const hs_compressor *c, const uint8_t *v, size_t n, size
     return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name, first + i);
 }
 
-int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
+/* Values [first, first + n) of a message, n of them at v: all finite, or an error naming the
+ * first that is not. */
+static int check_values(const hs_compressor *c, const uint8_t *v, size_t n, size_t first) {
     const dense_fmt *f = fmt_of(c);
+    if (f->width == 4) return hs__dense_check_f32(c, v, n, first);
+    if (hs__c16_max_mag(v, n) < f->inf_mag) return 0;
+    size_t i = 0;
+    while (i < n && (hs__ld16(v + 2 * i) & 0x7FFFu) < f->inf_mag) i++;
+    return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name, first + i);
+}
+
+/* acc += alpha C over the n values at v (checked). */
+static void add_values(const hs_compressor *c, const uint8_t *v, size_t n, float *acc,
+                       float alpha) {
+    if (c->ops->id == HS_CODEC_NONE)
+        hs__cf32_add(v, n, acc, alpha);
+    else if (c->ops->id == HS_CODEC_FP16)
+        hs__cf16_add(v, n, acc, alpha);
+    else
+        hs__cbf16_add(v, n, acc, alpha);
+}
+
+int hs__dense_check(const hs_compressor *c, const uint8_t *p, size_t len) {
     int err = hs__dense_check_head(c, p, len);
-    if (err < 0) return err;
-    const uint8_t *v = p + HS__CHDR;
-    int bad = f->width == 4 ? hs__cf32_max_key(v, c->d) >= HS_CW_KEY_INF
-                            : hs__c16_max_mag(v, c->d) >= f->inf_mag;
-    if (bad) {
-        for (size_t i = 0; i < c->d; i++) {
-            int fin = f->width == 4 ? hs_cw_key(hs__ldf(v + 4 * i)) < HS_CW_KEY_INF
-                                    : (hs__ld16(v + 2 * i) & 0x7FFFu) < f->inf_mag;
-            if (!fin)
-                return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name,
-                               i);
-        }
-    }
-    return 0;
+    return err < 0 ? err : check_values(c, p + HS__CHDR, c->d, 0);
+}
+
+int hs__cops_dense(const hs__cops *o) {
+    return o == &hs__cops_none || o == &hs__cops_fp16 || o == &hs__cops_bf16;
 }
 
 size_t hs__compress_dense_width(const hs_compressor *c) {
-    int dense = c->ops == &hs__cops_none || c->ops == &hs__cops_fp16 || c->ops == &hs__cops_bf16;
-    return dense && !c->ef ? fmt_of(c)->width : 0;
+    return hs__cops_dense(c->ops) && !c->ef ? fmt_of(c)->width : 0;
 }
 
 int hs__compress_dense_head(const hs_compressor *c, const uint8_t *hdr, size_t len) {
@@ -111,25 +122,10 @@ int hs__compress_dense_head(const hs_compressor *c, const uint8_t *hdr, size_t l
  * whatever the run's length, so a message taken in runs adds what it adds whole. */
 int hs__compress_dense_add(const hs_compressor *c, const uint8_t *v, size_t n, size_t first,
                            float *acc, float alpha, float *acc2, float alpha2) {
-    const dense_fmt *f = fmt_of(c);
-    if (f->width == 4) {
-        int err = hs__dense_check_f32(c, v, n, first);
-        if (err < 0) return err;
-    } else if (hs__c16_max_mag(v, n) >= f->inf_mag) {
-        size_t i = 0;
-        while ((hs__ld16(v + 2 * i) & 0x7FFFu) < f->inf_mag) i++;
-        return hs__err(HS_EFORMAT, "%s message: value %zu is not finite", c->ops->name, first + i);
-    }
-    for (int k = 0; k < 2; k++) {
-        float *a = k ? acc2 : acc, al = k ? alpha2 : alpha;
-        if (!a) continue;
-        if (c->ops->id == HS_CODEC_NONE)
-            hs__cf32_add(v, n, a, al);
-        else if (c->ops->id == HS_CODEC_FP16)
-            hs__cf16_add(v, n, a, al);
-        else
-            hs__cbf16_add(v, n, a, al);
-    }
+    int err = check_values(c, v, n, first);
+    if (err < 0) return err;
+    if (acc) add_values(c, v, n, acc, alpha);
+    if (acc2) add_values(c, v, n, acc2, alpha2);
     return 0;
 }
 
@@ -139,18 +135,7 @@ static int dense_decode(const hs_compressor *c, const uint8_t *p, size_t len, ui
     (void)round;
     int err = hs__dense_check(c, p, len);
     if (err < 0) return err;
-    const uint8_t *v = p + HS__CHDR;
-    switch (c->ops->id) {
-    case HS_CODEC_NONE:
-        hs__cf32_add(v, c->d, acc, alpha);
-        break;
-    case HS_CODEC_FP16:
-        hs__cf16_add(v, c->d, acc, alpha);
-        break;
-    default:
-        hs__cbf16_add(v, c->d, acc, alpha);
-        break;
-    }
+    add_values(c, p + HS__CHDR, c->d, acc, alpha);
     return 0;
 }
 
