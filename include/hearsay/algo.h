@@ -171,6 +171,11 @@ void hs_algo_reset_x(hs_algo *a, const float *x);
 /* Before the first round: whether every peer starts from this same x0 (see hs_algo_cfg). */
 void hs_algo_set_same_start(hs_algo *a, int same_start);
 
+/* The job's first round (0 unless set; the same for every peer of a job): random compressors
+ * draw by the round counted from it, so a seeded job repeats its draws however many rounds
+ * its peers' joins took, and after a resume. */
+void hs_algo_set_first_round(hs_algo *a, uint64_t r);
+
 /* The inverse of hs_algo_eval_point: turns an evaluation point z (in place, d floats) into the
  * algorithm's x (x = w z for SGP; nothing for the others). */
 void hs_algo_from_eval_point(hs_algo *a, float *z);

@@ -255,6 +255,8 @@ void hs_algo_set_same_start(hs_algo *a, int same_start) {
     if (!a->have_view) a->cfg.same_start = same_start;
 }
 
+void hs_algo_set_first_round(hs_algo *a, uint64_t r) { a->round0 = r; }
+
 void hs_algo_reset_x(hs_algo *a, const float *x) {
     if (a->have_view) return;
     /* vectors past the first keep their zeros; own is a replica's start only with replicas */
@@ -665,14 +667,14 @@ int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, 
         plen[nv - 1] = len - at;
         at = off;
         for (size_t k = 0; k < nv; k++) {
-            int err = decode_part(a, n, hs__part_round(round, (int)k), p + at, plen[k],
-                                  k * a->d, ctx);
+            int err = decode_part(a, n, hs__part_round(hs__algo_key(a, round), (int)k), p + at,
+                                  plen[k], k * a->d, ctx);
             if (err < 0) return err;
             at += plen[k];
         }
         return 0;
     }
-    return decode_part(a, n, round, p + 1, len - 1, 0, ctx);
+    return decode_part(a, n, hs__algo_key(a, round), p + 1, len - 1, 0, ctx);
 }
 
 /* Sends q to out-neighbours that hold this peer's replica and the full replica to the others. */

@@ -115,6 +115,8 @@ struct hs_algo {
     hs__nbr *nbrs;
     int n_nbrs, cap_nbrs;
     uint64_t epoch;
+    uint64_t round0; /* the job's first round (hs_algo_set_first_round): compressor keys count
+                        from it (hs__algo_key) */
     int have_view;
     float *own;   /* dcd: x at round start; choco: xhat_self; dpsgd: x at round start; beer: hhat
                      then ghat (dpub floats; replicas of others start as x0 then zeros) */
@@ -243,6 +245,10 @@ int hs__algo_recv_replica_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64
  * too, weighted by W_ij, while !a->reps_dirty (a FULL payload sets reps_dirty). */
 int hs__apply_replica(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, size_t len,
                       void *ctx);
+/* The compressor key of round r: rounds since the job's first, not r itself. A networked job
+ * starts at whatever round its members' joins reached (4, 8, 12 on loopback); random
+ * compressors keyed by r would draw differently in each launch and unlike the simulator's. */
+static inline uint64_t hs__algo_key(const hs_algo *a, uint64_t r) { return r - a->round0; }
 /* The compressor key of part k of a round-r DELTA_PARTS message: distinct per part, so random
  * compressors draw independent selections for the vectors of one round. */
 static inline uint64_t hs__part_round(uint64_t r, int k) { return r ^ ((uint64_t)k << 56); }

@@ -208,7 +208,7 @@ double hs__beer_step_model(float *x, float *dh, const float *xr, const float *mh
 static int put_part(hs_algo *a, hs_buf *msg, uint64_t r, int part, float *diff) {
     beer_state *s = a->priv;
     size_t at = msg->len, off = (size_t)part * a->d;
-    uint64_t key = hs__part_round(r, part);
+    uint64_t key = hs__part_round(hs__algo_key(a, r), part);
     int err = hs__algo_scale_diff(a, diff);
     if (err < 0) return err;
     if (!a->be) {

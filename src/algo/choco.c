@@ -110,17 +110,17 @@ static int choco_to_device(hs_algo *a, hs_backend *be) {
 
 /* choco_push's arithmetic on the device: the same operations (sub, encode, the two decodes of
  * the message), so the same bits; the host's xhat_i takes the message too. */
-static int push_dev(hs_algo *a, uint64_t r, const float *x, hs_buf *msg) {
+static int push_dev(hs_algo *a, uint64_t key, const float *x, hs_buf *msg) {
     choco_state *s = a->priv;
     hs_backend *be = a->be;
     size_t d = a->d;
     int err = be->ops->gossip->sub(be, s->ddiff, x, s->down, d);
     if (err < 0 || (err = hs__algo_scale_diff(a, s->ddiff)) < 0 ||
-        (err = hs__compress_encode_be(a->comp, be, s->ddiff, d, a->self, r, msg)) < 0 ||
-        (err = hs__compress_decode_add2_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, r,
+        (err = hs__compress_encode_be(a->comp, be, s->ddiff, d, a->self, key, msg)) < 0 ||
+        (err = hs__compress_decode_add2_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, key,
                                            s->down, 1.0f, s->dmix, -s->mix_wsum, d)) < 0)
         return err;
-    return hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, a->own, d,
+    return hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, key, a->own, d,
                                   1.0f);
 }
 
@@ -141,7 +141,8 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
     if (a->be) {
-        if ((err = push_dev(a, r, x, msg)) >= 0) err = hs__algo_send_replica(a, ex, &v, r, msg);
+        if ((err = push_dev(a, hs__algo_key(a, r), x, msg)) >= 0)
+            err = hs__algo_send_replica(a, ex, &v, r, msg);
         hs_buf_unref(msg);
         return err < 0 ? err : 0;
     }
@@ -151,9 +152,9 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         return err;
     }
     /* xhat_i += q and m -= (sum_j W_ij) q, both from the bytes that travel. */
-    if ((err = hs_compress_encode(a->comp, diff, d, a->self, r, msg)) >= 0 &&
-        (err = hs_compress_decode_add2(a->comp, msg->data + 1, msg->len - 1, a->self, r, xh,
-                                       1.0f, s->mix, -s->mix_wsum, d)) >= 0)
+    if ((err = hs_compress_encode(a->comp, diff, d, a->self, hs__algo_key(a, r), msg)) >= 0 &&
+        (err = hs_compress_decode_add2(a->comp, msg->data + 1, msg->len - 1, a->self,
+                                       hs__algo_key(a, r), xh, 1.0f, s->mix, -s->mix_wsum, d)) >= 0)
         err = hs__algo_send_replica(a, ex, &v, r, msg);
     hs_buf_unref(msg);
     return err < 0 ? err : 0;

@@ -106,8 +106,8 @@ static int apply_dev(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, s
         a->reps_dirty = 1;
         return 0;
     }
-    return hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id, round, rep, a->d,
-                                      1.0f);
+    return hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id, hs__algo_key(a, round),
+                                      rep, a->d, 1.0f);
 }
 
 /* The synced in-neighbours' replicas to the device, after the deltas could not be followed. */
@@ -128,7 +128,7 @@ static int upload_reps(hs_algo *a, const hs_peer_view *v) {
 /* dcd_push's mix and update on the device, in its operations: acc from 0, acc += W_ij (rep_j -
  * x_r) in view order, acc += 1 (x - x_r), x = x_r + C(acc); the host's own takes C(acc) from
  * the same bytes (it held x_r). *sq: sum acc_k^2 before the local update, a statistic. */
-static int push_dev(hs_algo *a, const hs_peer_view *v, const uint8_t *present, uint64_t r,
+static int push_dev(hs_algo *a, const hs_peer_view *v, const uint8_t *present, uint64_t key,
                     float *x, hs_buf *msg, double *sq, double *wsum) {
     dcd_state *s = a->priv;
     hs_backend *be = a->be;
@@ -146,12 +146,12 @@ static int push_dev(hs_algo *a, const hs_peer_view *v, const uint8_t *present, u
     }
     if (err < 0 || (err = hs_be_dot(be, s->dacc, s->dacc, d, sq)) < 0 ||
         (err = go->acc_diff(be, s->dacc, x, s->dxr, d, 1.0f)) < 0 ||
-        (err = hs__compress_encode_be(a->comp, be, s->dacc, d, a->self, r, msg)) < 0 ||
+        (err = hs__compress_encode_be(a->comp, be, s->dacc, d, a->self, key, msg)) < 0 ||
         (err = hs_be_copy_f(be, x, s->dxr, d)) < 0 ||
-        (err = hs__compress_decode_add_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, r,
+        (err = hs__compress_decode_add_be(a->comp, be, msg->data + 1, msg->len - 1, a->self, key,
                                           x, d, 1.0f)) < 0)
         return err;
-    return hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, a->own, d,
+    return hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, key, a->own, d,
                                   1.0f);
 }
 
@@ -203,7 +203,7 @@ static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA,
                                    hs_compress_max_bytes(a->comp, d))) < 0)
             return err;
-        if ((err = push_dev(a, &v, present, r, x, msg, &sq, &wsum)) == 0)
+        if ((err = push_dev(a, &v, present, hs__algo_key(a, r), x, msg, &sq, &wsum)) == 0)
             err = hs__algo_send_replica(a, ex, &v, r, msg);
         a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
         goto out;
@@ -224,11 +224,12 @@ static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     a->stats.disagreement = wsum > 0 ? sq / (wsum * wsum * (double)d) : 0.0;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
-    if ((err = hs_compress_encode(a->comp, acc, d, a->self, r, msg)) < 0) goto out;
+    if ((err = hs_compress_encode(a->comp, acc, d, a->self, hs__algo_key(a, r), msg)) < 0)
+        goto out;
     /* x_{r+1} = x_r + C(z), decoded from the same bytes the neighbours decode. */
     memcpy(x, xr, sizeof(float) * d);
-    if ((err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self, r, x, d,
-                                      1.0f)) < 0)
+    if ((err = hs_compress_decode_add(a->comp, msg->data + 1, msg->len - 1, a->self,
+                                      hs__algo_key(a, r), x, d, 1.0f)) < 0)
         goto out;
     memcpy(a->own, x, sizeof(float) * d);
     err = hs__algo_send_replica(a, ex, &v, r, msg);

@@ -70,7 +70,8 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     hs_buf *msg;
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;
-    if ((err = hs_compress_encode(a->comp, x, a->d, a->self, r, msg)) < 0) goto out;
+    if ((err = hs_compress_encode(a->comp, x, a->d, a->self, hs__algo_key(a, r), msg)) < 0)
+        goto out;
     if (hs__compress_values_raw(a->comp) &&
         hs__compress_f32_values(a->comp, msg->data + 1, msg->len - 1, &vals) == 0) {
         s->sent = hs_buf_ref(msg);
@@ -209,7 +210,8 @@ static int apply_model(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p,
     if (c->mode == MIX_BUF) memset(c->buf, 0, sizeof(float) * a->d);
     /* In place, -x_r + C(x_j) is C(x_j) - x_r to the bit (IEEE subtraction is the addition of
      * the negation); on error the buffer is unchanged. */
-    err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, round, c->buf, a->d, 1.0f);
+    err = hs_compress_decode_add(a->comp, p + 1, len - 1, n->id, hs__algo_key(a, round), c->buf,
+                                 a->d, 1.0f);
     if (err == 0) c->used = 1;
     return err;
 }

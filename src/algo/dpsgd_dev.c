@@ -50,7 +50,7 @@ int hs__dpsgd_dev_begin(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t 
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA,
                                hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;
-    err = hs__compress_encode_be(a->comp, a->be, x, a->d, a->self, r, msg);
+    err = hs__compress_encode_be(a->comp, a->be, x, a->d, a->self, hs__algo_key(a, r), msg);
     for (int i = 0; i < v.n_out && err >= 0; i++) err = hs__algo_send(a, ex, v.out[i].id, r, msg);
     hs_buf_unref(msg);
     return err < 0 ? err : 0;
@@ -71,8 +71,8 @@ static int apply_dev(hs_algo *a, hs__nbr *n, uint64_t round, const uint8_t *p, s
     if (err < 0 || c->used == -1) return err;
     err = a->be->ops->fill(a->be, c->s->xj, a->d, c->fill);
     if (err == 0)
-        err = hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id, round, c->s->xj,
-                                         a->d, 1.0f);
+        err = hs__compress_decode_add_be(a->comp, a->be, p + 1, len - 1, n->id,
+                                         hs__algo_key(a, round), c->s->xj, a->d, 1.0f);
     if (err == 0) c->used = 1;
     return err;
 }

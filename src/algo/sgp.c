@@ -134,8 +134,8 @@ static int add_share_dev(hs_algo *a, float *x, uint32_t from, uint64_t round, co
     size_t d = a->d;
     int err = be->ops->fill(be, s->dres, d, 0.0f);
     if (err == 0)
-        err = hs__compress_decode_add_be(a->comp, be, b->data + 9, b->len - 9, from, round,
-                                         s->dres, d, 1.0f);
+        err = hs__compress_decode_add_be(a->comp, be, b->data + 9, b->len - 9, from,
+                                         hs__algo_key(a, round), s->dres, d, 1.0f);
     if (err < 0 && err != HS_ECUDA) {
         HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
                 (unsigned long long)round, hs_error_message());
@@ -170,7 +170,8 @@ static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
             break;
         double wj = v->out[i].w * s->w;
         if ((err = hs_buf_append(msg, &wj, 8)) == 0 &&
-            (err = hs__compress_encode_be(a->comp, be, s->dshare, d, a->self, r, msg)) >= 0)
+            (err = hs__compress_encode_be(a->comp, be, s->dshare, d, a->self, hs__algo_key(a, r),
+                                          msg)) >= 0)
             err = hs__algo_send(a, ex, v->out[i].id, r, msg);
         if (err == 1) {
             /* The out-neighbour is gone: its share stays here, mass and all. */
@@ -178,8 +179,8 @@ static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
             w_keep += wj;
         } else if (err >= 0 && !s->lossless) {
             if ((err = be->ops->fill(be, s->dres, d, 0.0f)) == 0 &&
-                (err = hs__compress_decode_add_be(a->comp, be, msg->data + 9, msg->len - 9,
-                                                  a->self, r, s->dres, d, 1.0f)) == 0)
+                (err = hs__compress_decode_add_be(a->comp, be, msg->data + 9, msg->len - 9, a->self,
+                                                  hs__algo_key(a, r), s->dres, d, 1.0f)) == 0)
                 err = go->acc_diff(be, s->dkeep, s->dshare, s->dres, d, 1.0f);
         }
         hs_buf_unref(msg);
@@ -296,8 +297,8 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
         if (err > 0) return 0;
     } else {
         memset(s->res, 0, sizeof(float) * a->d);
-        err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, round, s->res,
-                                     a->d, 1.0f);
+        err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, hs__algo_key(a, round),
+                                     s->res, a->d, 1.0f);
         if (err < 0) {
             HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
                     (unsigned long long)round, hs_error_message());
@@ -348,7 +349,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             return err;
         double wj = v.out[i].w * s->w;
         if ((err = hs_buf_append(msg, &wj, 8)) < 0 ||
-            (err = hs_compress_encode(a->comp, share, d, a->self, r, msg)) < 0) {
+            (err = hs_compress_encode(a->comp, share, d, a->self, hs__algo_key(a, r), msg)) < 0) {
             hs_buf_unref(msg);
             return err;
         }
@@ -361,8 +362,8 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         } else if (err == 0 && !s->lossless) {
             /* The compression error p x - C(p x) stays with the sender. */
             memset(s->res, 0, sizeof(float) * d);
-            err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self, r, s->res,
-                                         d, 1.0f);
+            err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self,
+                                         hs__algo_key(a, r), s->res, d, 1.0f);
             if (err == 0)
                 for (size_t k = 0; k < d; k++) keep[k] = keep[k] + (share[k] - s->res[k]);
         }

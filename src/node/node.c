@@ -471,6 +471,8 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
+    /* Compressor draws count from the job's first round, which every member knows alike. */
+    hs_algo_set_first_round(m->algo(m->ctx), n->jt.end - (uint64_t)n->jt.rounds);
     hs__round_model rm = engine_model(n);
     hs__round_init(&n->eng, &rm, hs_net_exchange(n->net), r);
     if ((err = round_top(n)) < 0) n->state = ST_ENDED;
@@ -510,6 +512,7 @@ static int recover(hs_node *n, int err) {
     hs_buf_unref(n->w.snapshot);
     n->w.snapshot = NULL;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
+    hs_algo_set_first_round(n->m.algo(n->m.ctx), n->jt.end - (uint64_t)n->jt.rounds);
     if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
     n->r = n->w.join_round;
     return past_end(n, n->r);
