@@ -188,6 +188,11 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
 /* The exchange the algorithms use; owned by net, valid until hs_net_free. */
 hs_exchange *hs_net_exchange(hs_net *net);
 
+/* The job's first round (0 unless set; the same for every member), from the training thread:
+ * a time-varying topology's schedule starts there, W[(r - first) mod P] at round r, so a job
+ * mixes with the same matrices however many rounds its members' joins took. */
+void hs_net_set_first_round(hs_net *net, uint64_t round);
+
 uint32_t hs_net_self(const hs_net *net);
 int hs_net_listen_port(const hs_net *net);
 

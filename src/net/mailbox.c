@@ -158,6 +158,12 @@ static void bump_round(hs_net *net, uint64_t round) {
         __atomic_store_n(&net->cur_round, round, __ATOMIC_RELAXED);
 }
 
+void hs_net_set_first_round(hs_net *net, uint64_t round) {
+    uv_mutex_lock(&net->mu);
+    net->first_round = round;
+    uv_mutex_unlock(&net->mu);
+}
+
 static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
     hs_net *net = ex->impl;
     int err = 0;
@@ -182,7 +188,7 @@ static int ex_view(hs_exchange *ex, uint64_t round, hs_peer_view *out) {
                       mv->m.n);
         goto out;
     }
-    if ((err = hs_topo_view(mv->topo, mv->rank_self, round, &v)) < 0)
+    if ((err = hs_topo_view(mv->topo, mv->rank_self, round - net->first_round, &v)) < 0)
         goto out;
     int need = v.n_in > v.n_out ? v.n_in : v.n_out;
     if (need > net->view_cap) {

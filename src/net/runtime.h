@@ -173,6 +173,7 @@ struct hs_net {
     hs_exchange ex;
     hs_nbr *view_in, *view_out;
     int view_cap;
+    uint64_t first_round; /* (mu) the job's (hs_net_set_first_round): a schedule's start */
 };
 
 /* ------------------------------------------------------------------ inline helpers */

@@ -356,6 +356,12 @@ static int past_end(hs_node *n, uint64_t r) {
     return 1;
 }
 
+/* Compressor draws and a topology's schedule count from the job's first round (the terms'). */
+static void set_first_round(hs_node *n) {
+    hs_algo_set_first_round(n->m.algo(n->m.ctx), n->jt.end - (uint64_t)n->jt.rounds);
+    hs_net_set_first_round(n->net, n->jt.end - (uint64_t)n->jt.rounds);
+}
+
 int hs__node_begin(hs_node *n, const hs__node_model *m) {
     if (n->state != ST_CONNECTED) return hs__err(HS_EINVAL, "node: not connected");
     n->m = *m;
@@ -471,8 +477,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
                 cfg->algo.compress);
     n->t_round0 = n->last_print = hs__node_now();
     n->state = ST_RUNNING;
-    /* Compressor draws count from the job's first round, which every member knows alike. */
-    hs_algo_set_first_round(m->algo(m->ctx), n->jt.end - (uint64_t)n->jt.rounds);
+    set_first_round(n);
     hs__round_model rm = engine_model(n);
     hs__round_init(&n->eng, &rm, hs_net_exchange(n->net), r);
     if ((err = round_top(n)) < 0) n->state = ST_ENDED;
@@ -512,7 +517,7 @@ static int recover(hs_node *n, int err) {
     hs_buf_unref(n->w.snapshot);
     n->w.snapshot = NULL;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
-    hs_algo_set_first_round(n->m.algo(n->m.ctx), n->jt.end - (uint64_t)n->jt.rounds);
+    set_first_round(n);
     if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
     n->r = n->w.join_round;
     return past_end(n, n->r);

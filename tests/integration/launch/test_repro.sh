@@ -3,9 +3,9 @@
 # HEARSAY CASE. Every wait is bounded; every process started is killed by PID on exit.
 #   repro  the same seeded synchronous launch twice (4 peers on a ring, so that places in the
 #          topology matter, and a random compressor, CHOCO with random-k): every peer's final
-#          parameters are the same bits, and the simulator's; DCD with QSGD gives the
-#          simulator's bits too; peer-N.log, peer-N.jsonl and the saved model N are one
-#          process, peer N (id = launch index)
+#          parameters are the same bits, and the simulator's; D-PSGD with QSGD on a schedule
+#          of 3 matrices gives the simulator's bits too; peer-N.log, peer-N.jsonl and the
+#          saved model N are one process, peer N (id = launch index)
 #   death  a peer killed mid-run: the live view counts it out at once, and the launcher's
 #          message, the summary and the file names call it by the same number
 #   order  4 `hearsay run --rank R --rendezvous F` started at once, the highest rank first: each
@@ -24,23 +24,27 @@ small=("${data[@]}" --no-plot)
 
 case $case in
 repro)
-    # Random compressors draw by the round counted from the job's first, which a networked job
-    # reaches after its joins (round 4, 8 or 12 on loopback, as they fall) and the simulator
-    # starts at 0: the simulator's bits hold the draws to that count even when both launches
-    # happen to start at the same round. The choco default (sign:512) is deterministic; replay
-    # launches it twice.
-    declare -A jobs=([a]="choco randk:0.1:unscaled" [b]="choco randk:0.1:unscaled"
-                     [c]="dcd qsgd:16")
+    # Random compressors draw by the round counted from the job's first, and a schedule's
+    # matrices follow that count, which a networked job reaches after its joins (round 4, 8 or
+    # 12 on loopback, as they fall) and the simulator starts at 0: the simulator's bits hold
+    # both to that count even when the launches happen to start at the same round. The choco
+    # default (sign:512) is deterministic; replay launches it twice.
+    cat >"$tmp/sched.json" <<'EOF'
+{"peers": 4, "schedule": [{"edges": [[0, 1], [2, 3]]}, {"edges": [[0, 2], [1, 3]]},
+                          {"edges": [[0, 3], [1, 2]]}]}
+EOF
+    declare -A jobs=([a]="choco randk:0.1:unscaled ring" [b]="choco randk:0.1:unscaled ring"
+                     [c]="dpsgd qsgd:16 $tmp/sched.json")
     for k in a b c; do
         mkdir "$tmp/$k" "$tmp/sim-$k"
-        read -r algo comp <<<"${jobs[$k]}"
-        job=(--algo "$algo" --compress "$comp")
-        timeout 150 "$hs" launch -n 4 "${small[@]}" "${job[@]}" --topology ring --rounds 30 \
-            --runs-dir "$tmp" --name "run-$k" --save "$tmp/$k/x{id}.bin" >"$tmp/$k.out" 2>&1 ||
+        read -r algo comp topo <<<"${jobs[$k]}"
+        job=(--algo "$algo" --compress "$comp" --topology "$topo" --rounds 30)
+        timeout 150 "$hs" launch -n 4 "${small[@]}" "${job[@]}" --runs-dir "$tmp" \
+            --name "run-$k" --save "$tmp/$k/x{id}.bin" >"$tmp/$k.out" 2>&1 ||
             fail "launch $k: $(tail -5 "$tmp/$k.out")"
         [[ $k == b ]] && continue
-        timeout 100 "$hs" sim -n 4 "${data[@]}" "${job[@]}" --topology ring --rounds 30 \
-            --quiet --save-dir "$tmp/sim-$k" >"$tmp/sim-$k.out" 2>&1 ||
+        timeout 100 "$hs" sim -n 4 "${data[@]}" "${job[@]}" --quiet --save-dir "$tmp/sim-$k" \
+            >"$tmp/sim-$k.out" 2>&1 ||
             fail "sim $k: $(tail -5 "$tmp/sim-$k.out")"
     done
     grep -h "starting at round" "$tmp"/run-[abc]/peer-0.log
@@ -60,7 +64,7 @@ repro)
             grep -q "\"peer\":$i[,}]" "$d/peer-$i.jsonl" || fail "$k: peer-$i.jsonl is not peer $i"
         done
     done
-    echo "ok: two seeded launches with random-k, bit-identical final parameters, the simulator's too (and DCD with QSGD); file names agree"
+    echo "ok: two seeded launches with random-k, bit-identical final parameters, the simulator's too (and QSGD on a schedule); file names agree"
     ;;
 death)
     "$hs" launch -n 4 "${small[@]}" --rounds 100000 --refresh 0.1 --runs-dir "$tmp" --name dies \
