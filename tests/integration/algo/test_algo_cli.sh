@@ -122,8 +122,8 @@ sim-equals-net)
     # processes) ends with bit-identical parameters on every peer after 20 rounds, quasi-global
     # and hybrid momentum included, and with batches split into 2 lanes (--threads 2: the
     # simulator's peers share one backend's pool, each network peer has its own). Deterministic
-    # compressors only: qsgd and randk draw by the round's number, and the network job's first
-    # round (4, 8, ...) depends on when its peers joined.
+    # compressors here; launch-repro (tests/integration/launch) compares random ones and a
+    # time-varying topology, which count rounds from the job's first, with the simulator.
     printf 'sim-net-test-secret-0123456789abcdef' >"$tmp/secret"
     chmod 600 "$tmp/secret"
     # "outer": 3 local steps a round and the outer Nesterov step (DiLoCo's 0.7 and 0.9).
