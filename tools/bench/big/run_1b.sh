@@ -89,6 +89,7 @@ t0=$(date +%s)
 bash "$here/../../../tests/integration/big/test_big.sh" "$peer"
 rc=$?
 echo "rc $rc in $(($(date +%s) - t0)) s; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-# Keep the logs and reports, not the checkpoints (4 GB each at 1B).
-[[ -n $out ]] && find "$out/scratch" -mindepth 2 -maxdepth 2 -type d -name 'ck*' -exec rm -rf {} +
+# Keep the logs and reports, not the checkpoints (4 GB each at 1B) nor the job's secret.
+[[ -n $out ]] && find "$out/scratch" -mindepth 2 -maxdepth 2 \( -type d -name 'ck*' -o -name secret \) \
+    -exec rm -rf {} +
 exit $rc
