@@ -41,12 +41,13 @@
 extern "C" {
 #endif
 
-/* Largest vector length a compressor accepts: every index, count and bit offset of a message
- * then fits 32 bits with room to spare. The dense casts (none, fp16, bf16), whose messages are
- * the values alone, take up to HS_COMPRESS_MAX_D_DENSE (the header's 32-bit d): a model of
- * 1B parameters travels as a 4 GB message in parts. */
-#define HS_COMPRESS_MAX_D ((size_t)1 << 28)
-#define HS_COMPRESS_MAX_D_DENSE ((size_t)UINT32_MAX)
+/* Largest vector length a compressor accepts, every operator alike: the header's d is 32 bits.
+ * Everything else a message holds that grows with d (offsets, bit positions, sizes) is
+ * computed in 64 bits, and what is 32 bits on the wire is at most d (an index, a top-k gap, a
+ * count k, a bucket size): a model of 1B parameters travels as a message in parts. */
+#define HS_COMPRESS_MAX_D ((size_t)UINT32_MAX)
+/* The same limit, under the name it had while only the dense casts (none, fp16, bf16) took it. */
+#define HS_COMPRESS_MAX_D_DENSE HS_COMPRESS_MAX_D
 
 /* Stable codec ids: byte 0 of every message. */
 typedef enum hs_codec_id {
@@ -61,8 +62,7 @@ typedef enum hs_codec_id {
 
 typedef struct hs_compressor hs_compressor;
 
-/* A compressor for vectors of d floats (1 <= d <= HS_COMPRESS_MAX_D, or HS_COMPRESS_MAX_D_DENSE
- * for none, fp16 and bf16), returned owned in *out.
+/* A compressor for vectors of d floats (1 <= d <= HS_COMPRESS_MAX_D), returned owned in *out.
  * spec is borrowed. seed is the run seed shared by all peers (random operators). HS_EINVAL
  * (bad spec or d, with the reason), HS_ENOMEM. */
 int hs_compressor_new(hs_compressor **out, const char *spec, size_t d, uint64_t seed);
@@ -109,9 +109,10 @@ size_t hs_compressor_count(const hs_compressor *c);
 /* Encodes C(x) (x: d floats, borrowed) as the message of `peer` (the sender) at `round`, and
  * appends it to out (one reference held by the caller). With ef:, C is applied to x + e and the
  * residual e is updated. Returns the exact number of bytes appended (> 0), or INT_MAX when
- * that is more (a dense message of over 2^29 values: out->len says how many). On error out and
- * the residual are unchanged: HS_EINVAL (d is not c's), HS_ERANGE (a value the message must
- * carry is not finite or does not fit its format, e.g. |x_i| > 65504 with fp16), HS_ENOMEM. */
+ * that is more (a message over 2 GiB, such as fp32 values past 2^29: out->len says how many).
+ * On error out and the residual are unchanged: HS_EINVAL (d is not c's), HS_ERANGE (a value
+ * the message must carry is not finite or does not fit its format, e.g. |x_i| > 65504 with
+ * fp16), HS_ENOMEM. */
 int hs_compress_encode(hs_compressor *c, const float *x, size_t d, uint32_t peer, uint64_t round,
                        hs_buf *out);
 

@@ -89,20 +89,14 @@ int hs_compressor_new(hs_compressor **out, const char *spec, size_t d, uint64_t 
     hs_compressor *c = NULL;
     int err;
     if (!spec) return hs__err(HS_EINVAL, "compressor: no spec");
-    if (d < 1 || d > HS_COMPRESS_MAX_D_DENSE)
-        return hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is not in 1..%zu", spec, d,
-                       HS_COMPRESS_MAX_D_DENSE);
+    if (d < 1 || d > HS_COMPRESS_MAX_D)
+        return hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is not in 1..%zu (the message "
+                                  "header's 32-bit length)",
+                       spec, d, HS_COMPRESS_MAX_D);
     if (!(c = calloc(1, sizeof(*c)))) return hs__err(HS_ENOMEM, "compressor: out of memory");
     c->d = d;
     c->seed = seed;
     if ((err = parse_spec(c, spec)) < 0) goto fail;
-    if (d > HS_COMPRESS_MAX_D && !hs__cops_dense(c->ops)) {
-        err = hs__err(HS_EINVAL, "compressor \"%s\": d = %zu is over %zu, the most its messages' "
-                                 "32-bit indices and offsets allow (none, fp16 and bf16 take "
-                                 "up to %zu)",
-                      spec, d, HS_COMPRESS_MAX_D, HS_COMPRESS_MAX_D_DENSE);
-        goto fail;
-    }
     if ((err = c->ops->init(c)) < 0) goto fail;
     if (c->ef) {
         c->residual = calloc(d, sizeof(float));

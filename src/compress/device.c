@@ -180,9 +180,9 @@ static int enc_sign(hs_compressor *c, hs_backend *be, const float *x, uint8_t *d
     if (err < 0) return err;
     err = be_status(c, be, be->ops->gossip->sign(be, x, d, bl, scales, scales + 4 * nb));
     if (err < 0) return err;
-    /* sign.c refuses a bucket whose double sum of |x_i| is not finite; a finite sum of floats
-     * over at most 2^28 elements divided by their count rounds to a finite float, so that is
-     * exactly a non-finite scale. */
+    /* sign.c refuses a bucket whose double sum of |x_i| is not finite; the double sum of n <
+     * 2^32 finite floats is within a few double roundings of at most n FLT_MAX, so divided by n
+     * it rounds to a finite float: that is exactly a non-finite scale. */
     for (size_t j = 0; j < nb; j++)
         if (hs__ld32(scales + 4 * j) >= HS_CW_KEY_INF) return HOST_PATH;
     memcpy(dst + HS__CHDR, scales, 4 * nb + div_up(d, 8));

@@ -134,11 +134,13 @@ static int randk_decode(const hs_compressor *c, const uint8_t *p, size_t len, ui
         return hs__err(HS_EFORMAT, "randk message: value %g times stratum size %u overflows",
                        (double)vmax, max_stratum(c));
     uint32_t idx[CHUNK];
-    for (uint32_t j0 = 0; j0 < k; j0 += CHUNK) {
+    /* j0 in 64 bits: with k over 2^32 - CHUNK a 32-bit j0 would wrap past the last chunk to 0
+     * and decode forever. */
+    for (size_t j0 = 0; j0 < k; j0 += CHUNK) {
         size_t n = k - j0 < CHUNK ? k - j0 : CHUNK;
-        indices(c, peer, round, j0, n, idx);
+        indices(c, peer, round, (uint32_t)j0, n, idx);
         for (size_t j = 0; j < n; j++) {
-            uint32_t st, m, jj = j0 + (uint32_t)j;
+            uint32_t st, m, jj = (uint32_t)(j0 + j);
             hs_cw_randk_stratum(d, k, jj, &st, &m);
             float f = fp16 ? hs_cw_f32_from_f16(hs__ld16(v + 2 * (size_t)jj))
                            : hs__ldf(v + 4 * (size_t)jj);

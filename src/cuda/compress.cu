@@ -35,7 +35,8 @@
 /* Top-k: histogram bins of the first digit (11 bits) and of the two others (10 bits). */
 #define TK_BINS1 2048
 #define TK_BINS2 1024
-/* Elements per block of the count and compaction passes: at most 2^16 blocks for d <= 2^28. */
+/* Elements per block of the count and compaction passes: at most 2^20 blocks for d < 2^32
+ * (the grid's x dimension takes 2^31 - 1), each run of 2^10 of them scanned by one thread. */
 #define TK_CHUNK 4096
 /* Threads of the one-block scan over the compaction blocks. */
 #define TK_SCAN_THREADS 1024
@@ -491,7 +492,9 @@ static __global__ void qsgd_fields_kernel(const float *x, uint32_t d, uint32_t b
         uint32_t i0 = (uint32_t)g * 8u, n = d - i0 < 8u ? d - i0 : 8u;
         /* Bucket of element i0, then a step at each boundary (bucket >= 1: at most one per
          * element). */
-        uint32_t j = i0 / bucket, next = (j + 1u) * bucket; /* <= d - 1 + bucket < 2^30 */
+        /* next <= d - 1 + bucket, up to 2^33 - 3 with bucket clamped to d < 2^32: 64 bits. */
+        uint32_t j = i0 / bucket;
+        uint64_t next = ((uint64_t)j + 1u) * bucket;
         float pre, inv16;
         hs_cw_qsgd_factors(norms[j], s, &pre, &inv16);
         uint64_t lo = 0, hi = 0;

@@ -15,8 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* HS_COMPRESS_MAX_D: every index and count below fits 32 bits with room to spare. */
-#define HS_CUDA_COMPRESS_MAX_D ((size_t)1 << 28)
+/* HS_COMPRESS_MAX_D: every index and count below fits 32 bits; offsets that grow past d (bit
+ * positions, bucket ends, byte counts) are 64-bit. */
+#define HS_CUDA_COMPRESS_MAX_D ((size_t)UINT32_MAX)
 
 /* Top-k by radix select: idx[0..k), val[0..k), *max_key (host), as hs_gossip_ops. */
 size_t hs__cuda_topk_scratch(size_t d, size_t k);

@@ -27,8 +27,9 @@
 extern "C" {
 #endif
 
-/* Every index and count fits 32 bits with room to spare (the codecs' own limit). */
-#define HS_GOSSIP_MAX_D ((size_t)1 << 28)
+/* The codecs' own limit (HS_COMPRESS_MAX_D): an index fits 32 bits; the vector entries index
+ * in 64 bits. */
+#define HS_GOSSIP_MAX_D ((size_t)UINT32_MAX)
 
 typedef struct hs_gossip_ops {
     /* ---------------------------------------------------------- compression primitives */

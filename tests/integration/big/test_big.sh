@@ -10,7 +10,8 @@
 # choco", to run only some: "dpsgd" is the join, the stop with a checkpoint and the resume;
 # BIG_DEADLINE_S, default 240, each peer's time in a phase, and BIG_TIMEOUT_MS, default 120000,
 # the peers' receive and join timeouts: a larger model needs more of both, tools/bench/big;
-# BIG_STOP and BIG_ROUNDS, default 5 and 16: D-PSGD's rounds before the stop, and in all)
+# BIG_STOP and BIG_ROUNDS, default 5 and 16: D-PSGD's rounds before the stop, and in all;
+# BIG_CHOCO_COMPRESS, default fp16, and BIG_CHOCO_ROUNDS, default 10: CHOCO's)
 set -uo pipefail
 peer=$1
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
@@ -140,8 +141,11 @@ snap=$(sed -n 's/.*joined as peer 1 .*snapshot of \([0-9]*\) bytes.*/\1/p' "$tmp
 rm -rf "$tmp"/ck0 "$tmp"/ck1
 fi
 if [[ $phases == *" choco "* ]]; then
-    phase choco -1 log "$choco_max" "${common[@]}" algo=choco compress=fp16 rounds=10 \
-        run-id="big-choco-$$"
+    # BIG_CHOCO_COMPRESS set but empty: CHOCO's own default (sign:512; tools/bench/big).
+    choco=(algo=choco rounds="${BIG_CHOCO_ROUNDS:-10}" run-id="big-choco-$$")
+    [[ -n ${BIG_CHOCO_COMPRESS-fp16} ]] && choco+=(compress="${BIG_CHOCO_COMPRESS-fp16}")
+    phase choco -1 log "$choco_max" "${common[@]}" "${choco[@]}"
+    echo "choco: compressor $(sed -n 's/.*starting at round .*, choco, //p' "$tmp/choco0.log" | head -1)"
 fi
 echo "ok: $d parameters, phases:$phases(dpsgd: join, rounds of D-PSGD, checkpoint and resume;" \
     "choco: 10 rounds of CHOCO) in $(($(date +%s) - started)) s"
