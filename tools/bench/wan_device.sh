@@ -158,6 +158,7 @@ estimate() { # PROFILE MODES
         d["wan"] = 0.05; r["wan"] = 100; d["thin-wan"] = 0.05; r["thin-wan"] = 20
         d["two-clusters"] = 0.04; r["two-clusters"] = 50; d["slow-peer"] = 0.01; r["slow-peer"] = 100
         d["slow-link"] = 0.05; r["slow-link"] = 10
+        if (!(p in r)) { d[p] = 0.05; r[p] = 10 } # a profile not listed: the slowest link
         slow = p == "slow-peer" ? 4 : 1; t = 0; k = split(modes, m, ",")
         for (i = 1; i <= k; i++) {
             if (m[i] == "ddp")
