@@ -196,7 +196,7 @@ probe() {
     for t in ip tc ping iperf3 chrt setsid timeout ldd pgrep sysctl gnuplot; do
         printf '  %-7s %s\n' "$t" "$(command -v "$t" || echo MISSING)"
     done
-    for t in setsid timeout pgrep ldd; do
+    for t in setsid timeout pgrep; do
         command -v "$t" >/dev/null || { say "PROBE FAILED: no $t"; return 3; }
     done
     # Libraries: the packed ones, but where the machine has a library of the same name, its own
@@ -204,7 +204,9 @@ probe() {
     [[ -d $g/libs ]] || tar xJf "$g/libs.tar.xz" -C "$g" || { say "PROBE FAILED: libs.tar.xz"; return 3; }
     [[ -d $g/net ]] || tar xJf "$g/net.tar.xz" -C "$g" || { say "PROBE FAILED: net.tar.xz"; return 3; }
     mkdir -p "$g/libs.sys"
-    if [[ ${WAN_SHADOW:-1} == 1 ]]; then
+    # Without ldd nothing says whether the machine's own would do: every packed one then.
+    command -v ldd >/dev/null || ldd() { :; }
+    if [[ ${WAN_SHADOW:-1} == 1 ]] && command -v ldd | grep -q /; then
         ldconfig -p >"$work/ldconfig.txt" 2>/dev/null # a file: grep -q would cut the pipe
         for t in "$g"/libs/*; do
             grep -q "^[[:space:]]*$(basename "$t") " "$work/ldconfig.txt" && mv "$t" "$g/libs.sys/"
