@@ -203,6 +203,8 @@ probe() {
     # (newer, and what its python already uses), unless the binaries then miss a symbol.
     [[ -d $g/libs ]] || tar xJf "$g/libs.tar.xz" -C "$g" || { say "PROBE FAILED: libs.tar.xz"; return 3; }
     [[ -d $g/net ]] || tar xJf "$g/net.tar.xz" -C "$g" || { say "PROBE FAILED: net.tar.xz"; return 3; }
+    # A copy that lost the modes (the device tool's transfer) must still run.
+    chmod +x "$g"/bin/* "$T/tools/wan" "$T/tools/bench/wan" "$g"/net/real/* 2>/dev/null
     mkdir -p "$g/libs.sys"
     # Without ldd nothing says whether the machine's own would do: every packed one then.
     command -v ldd >/dev/null || ldd() { :; }
