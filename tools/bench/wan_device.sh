@@ -368,7 +368,7 @@ profile_args() { # sets pargs
 
 run_main() {
     g=$(cd "$(dirname "$(realpath "$0")")" && pwd)
-    [[ -x $g/bin/hearsay && -d $g/tree ]] || die "run: $g is not a pack (tools/bench/wan_device.sh pack DIR, then bash DIR/run.sh)"
+    [[ -e $g/bin/hearsay && -d $g/tree ]] || die "run: $g is not a pack (tools/bench/wan_device.sh pack DIR, then bash DIR/run.sh)"
     T=$g/tree
     out=${OUT:-$(mktemp -d /tmp/hswdev-out.XXXXXX)}
     mkdir -p "$out"
