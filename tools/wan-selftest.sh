@@ -99,7 +99,8 @@ st_rate() {
     prof="{\"name\": \"self-test rate\", \"peers\": 2, \"delay_ms\": 5, \"rate_mbit\": $mbit}"
     rm -f "$st_dir/done"
     st_run "$tag" "$prof" iperf "$st_dir" "$secs" || return 1
-    bps=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"])' "$st_dir/iperf.json" 2>/dev/null) || bps=0
+    # Any python reads the JSON: Debian's here, a lent machine may have only another one.
+    bps=$("$(command -v /usr/bin/python3 python3 | head -1)" -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"])' "$st_dir/iperf.json" 2>/dev/null) || bps=0
     # The bucket counts IP bytes; TCP carries 1448 of every 1500 (IP, TCP and timestamp
     # headers), which is what iperf3 reports.
     want=$(awk -v r="$mbit" 'BEGIN {printf "%.2f", r * 1448 / 1500}')
