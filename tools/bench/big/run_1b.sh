@@ -8,11 +8,16 @@
 #     xhat, the neighbour's replica, the running mix, a scratch difference): 20 GB a peer at 1B,
 #     about 45 GB for the two, so a 1B run needs a larger machine than this one (BIG_DIM smaller
 #     here: 300000000 took about 12 GB).
+#   ALGO=dcd|sgp|beer: two peers run BIG_GOSSIP_ROUNDS (5) rounds of that algorithm with its
+#     default compressor (qsgd:16, none, topk:0.01); each holds about 5.6, 10 and 13.5 vectors
+#     (test_big.sh counts them): past 2^28 values (BIG_DIM 270000000) DCD needs 13 GB for the
+#     two, SGP 22 GB and BEER 29 GB.
 # Each phase's peak memory per peer, in vectors, the peers' x[0] (they must stay within 0.3),
 # and the run's wall time are in the test's lines.
 #
 #   tools/bench/big/run_1b.sh [BUILD_DIR]    env: ALGO (dpsgd), BIG_DIM (1000000000),
 #         BIG_PHASES (from ALGO), BIG_STOP (1), BIG_ROUNDS (3), BIG_CHOCO_ROUNDS (10),
+#         BIG_GOSSIP_ROUNDS (5: DCD's, SGP's, BEER's),
 #         BIG_NEED_GB (from ALGO and BIG_DIM), BIG_LOCK (/work/wt/BIGRUN.lock where /work/wt
 #         is; empty: none), BIG_OUT (a directory for the log and the peers' logs and reports;
 #         default: none, the test's scratch is removed), BIGPEER (the peer program: default
@@ -40,7 +45,10 @@ algo=${ALGO:-dpsgd}
 case $algo in
 dpsgd) vectors=2.4 ;;  # per peer at its peak: docs/RESULTS.md, 2.02 at 1B
 choco) vectors=5.9 ;;  # its 5 vectors of state, the messages and the constant: 5.2-5.7
-*) echo "ALGO=$algo: dpsgd or choco"; exit 2 ;;
+dcd) vectors=5.7 ;;    # 5 vectors (x twice, x_r, the replica, z) and 2 qsgd:16 messages
+sgp) vectors=10 ;;     # 6 vectors (z three times, x, the kept part, the share) and the shares
+beer) vectors=13.5 ;;  # 13 vectors (x twice, V, s, X^r, 2 differences; H, G, mixes, replicas)
+*) echo "ALGO=$algo: dpsgd, choco, dcd, sgp or beer"; exit 2 ;;
 esac
 lock=${BIG_LOCK-/work/wt/BIGRUN.lock}
 [[ -n $lock && ! -d $(dirname "$lock") ]] && lock=
@@ -49,6 +57,7 @@ export BIG_DIM=${BIG_DIM:-1000000000} BIG_PHASES=${BIG_PHASES:-$algo}
 need=${BIG_NEED_GB:-$(awk -v d="$BIG_DIM" -v v="$vectors" 'BEGIN { printf "%d", 2 * v * 4 * d / 2^30 + 2.999 }')}
 # A round of 1B takes minutes on 2 shared cores: 1 round, the stop, 2 more after the resume.
 export BIG_STOP=${BIG_STOP:-1} BIG_ROUNDS=${BIG_ROUNDS:-3} BIG_CHOCO_ROUNDS=${BIG_CHOCO_ROUNDS:-10}
+export BIG_GOSSIP_ROUNDS=${BIG_GOSSIP_ROUNDS:-5}
 # CHOCO's default compressor (sign:512) unless one is named; the test's own default is fp16.
 export BIG_CHOCO_COMPRESS=${BIG_CHOCO_COMPRESS-}
 export BIG_DEADLINE_S=${BIG_DEADLINE_S:-3000} BIG_TIMEOUT_MS=${BIG_TIMEOUT_MS:-1200000}
