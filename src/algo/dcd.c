@@ -263,6 +263,9 @@ const hs__algo_ops hs__algo_dcd = {
     .default_topology = "ring",
     .needs_replicas = 1,
     .drifts_with_compression = 1,
+    /* z lives in push alone: the node keeps the caller's x there between rounds instead of a
+     * copy of its own (one vector less a peer: 5.39 -> 4.39 at 270M). */
+    .tmp_idle = 1,
     .priv_size = sizeof(dcd_state),
     .check_compressor = dcd_check_compressor,
     .fini = dcd_fini,
