@@ -329,6 +329,9 @@ const hs__algo_ops hs__algo_beer = {
     .default_topology = "ring",
     .needs_replicas = 1,
     .pub_vectors = 2,
+    /* dh lives in push alone (and in a load, which the node runs within a call): the node
+     * keeps the caller's x there between rounds instead of a copy of its own. */
+    .tmp_idle = 1,
     .priv_size = sizeof(beer_state),
     .check_compressor = beer_check_compressor,
     .init = beer_init,
