@@ -50,23 +50,25 @@ dpsgd_max=${BIG_MAX_VECTORS:-2.5}
 resume_max=${BIG_RESUME_MAX_VECTORS:-2.5}
 choco_max=${BIG_CHOCO_MAX_VECTORS:-6.25}
 # DCD, SGP and BEER (phases run only when BIG_PHASES names them; tools/bench/big/run_1b.sh), each
-# with its default compressor; what a peer holds, in vectors, counted in src/algo and node/vec.c:
-# DCD (qsgd:16): the caller's x and the node's own copy of x (DCD lends neither its round x nor
-# an idle scratch vector to the node), x_r (own, which is also this peer's exact replica), the
-# neighbour's replica and the scratch z: 5; its messages, 0.19 each (4 levels' bits and the
-# norms): the one it sends, and the neighbour's while it is applied. Bound: 5 + 2 x 0.19 and
-# the constant. SGP (none): the caller's z and the node's x and z (push-sum: the caller sees
-# z = x / w), the algorithm's z, the kept part and the share: 6; its messages are the whole
-# share, 1 each, the one it sends and the neighbour's, which the pull takes whole: 8 and the
-# constant. BEER (topk:0.01): the caller's x and the node's copy, V, s_{r-1}, X^r, the scratch
-# differences dh and dg (1 each), and 2 each (the model's part and the tracker's) for its own
-# H and G, the two mixes and the neighbour's replicas: 13; its messages 0.04 (two parts of 1%
-# of the values, 8 bytes each); top-k's candidate lists (8 bytes for each value of the bin
-# that holds the threshold; this vector has 101 distinct values a period, so many tie): 0.36
-# at 60M.
-dcd_max=${BIG_DCD_MAX_VECTORS:-5.6}
+# with its default compressor; what a peer holds, in vectors, counted in src/algo and node/vec.c
+# (docs/RESULTS.md, "DCD, SGP and BEER past 2^28"). DCD (qsgd:16; 4.39 at 270M): x, which is
+# the caller's vector during each call (between calls the node keeps it in DCD's scratch z, dead
+# from one round to the next; it was a copy, 1), x_r (own, this peer's exact replica), the
+# neighbour's replica and that scratch z: 4; its messages, 0.19 each (6 bits a value with the
+# norms): the one it sends and the neighbour's while it is applied. SGP (none; 9.13-10.02 at
+# 190M): the caller's z, the node's x and z (push-sum: the caller sees z = x / w), the
+# algorithm's z, the kept part and the share: 6; its messages are whole shares, 1 each: the one
+# sent while the transport still writes it and the next one built (sent, or kept when the queue
+# is full), the neighbour's being added and its next, which the reader assembles meanwhile: 4.
+# BEER (topk:0.01; 12.29-12.43 at 145M): x as DCD's (kept in its scratch dh between calls),
+# V, s_{r-1}, X^r, the scratch differences dh and dg, and 2 each (the model's part and the
+# tracker's) for its own H and G, the two mixes and the neighbour's replicas: 12; its messages
+# 0.04 (two parts of 1% of the values, 8 bytes each); top-k's candidate lists (8 bytes for each
+# value of the histogram bin that holds the threshold; this vector has 101 distinct values a
+# period, so many tie): about 0.36. Each bound adds the constant's 0.2 or less.
+dcd_max=${BIG_DCD_MAX_VECTORS:-4.6}
 sgp_max=${BIG_SGP_MAX_VECTORS:-10.25}
-beer_max=${BIG_BEER_MAX_VECTORS:-13.75}
+beer_max=${BIG_BEER_MAX_VECTORS:-12.75}
 # How far apart the two x[0] may end: alone, after n rounds, 1 - 0.9^n (0.65 at 10).
 apart=0.3
 started=$(date +%s)
