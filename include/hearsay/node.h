@@ -82,13 +82,13 @@ int hs_node_new(hs_node **out, const hs_node_options *o, size_t d);
 int hs_node_start(hs_node *n, float *x, size_t d);
 
 /* One gossip round on x (d floats, the caller's vector after its local update), in place.
- * Under D-PSGD and CHOCO the node keeps no copy of the vector: x itself is the algorithm's vector
- * for the duration of the call (and of hs_node_start), so nothing else may read or write it until
- * the call returns (another thread of the caller's, a device copy in flight); between calls the
- * caller may change it freely, or pass another buffer next time. The node then holds the vector
- * the last call returned only as the round's message it sent (D-PSGD) or in the algorithm's
- * scratch (CHOCO), which is also what hs_node_checkpoint saves. With the other algorithms the node
- * keeps its own copy of x.
+ * Under D-PSGD, CHOCO, DCD and BEER the node keeps no copy of the vector: x itself is the
+ * algorithm's vector for the duration of the call (and of hs_node_start), so nothing else may read
+ * or write it until the call returns (another thread of the caller's, a device copy in flight);
+ * between calls the caller may change it freely, or pass another buffer next time. The node then
+ * holds the vector the last call returned only as the round's message it sent (D-PSGD) or in the
+ * algorithm's scratch (CHOCO, DCD, BEER), which is also what hs_node_checkpoint saves. Under SGP
+ * the node keeps its own copy of x.
  * Returns 0 when the job goes on, 1 when this was the job's last round (`rounds`), or a
  * negative error: HS_EDIVERGED (the guard stopped the run), HS_ECANCELED (removed from the
  * job and could not rejoin), HS_EINTR (a stop request was honoured after this round), others

@@ -1,10 +1,11 @@
 /* The public node entries over a caller-owned vector. Where the algorithm holds the round's x
- * itself from one call to the next (D-PSGD: the message it sent), or has a scratch vector that
- * is dead from one round to the next to hold it in (CHOCO: its difference x - xhat_i), the
- * caller's vector is the algorithm's x during each call and the node keeps no copy (a model of
- * several GB costs one vector less); otherwise the node keeps its own copy of x and exchanges
- * the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees z = x / w:
- * the node keeps the numerator x and applies the caller's change of z to it. One thread. */
+ * itself from one call to the next (D-PSGD: the message it sent), or has a scratch vector that is
+ * dead from one round to the next to hold it in (CHOCO: its difference x - xhat_i; DCD's z, BEER's
+ * dh), the caller's vector is the algorithm's x during each call and the node keeps no copy (a
+ * model of several GB costs one vector less); otherwise the node keeps its own copy of x and
+ * exchanges the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees
+ * z = x / w: the node keeps the numerator x and applies the caller's change of z to it. One
+ * thread. */
 #include <stdlib.h>
 #include <string.h>
 
