@@ -10,19 +10,29 @@ bench="$src/tools/bench/wan"
 out=$(/usr/bin/python3 "$bench" --modes ddp:fp16 --from-json /dev/null 2>&1) &&
     { echo "FAIL: --modes ddp:fp16 (DDP has no compressor) was accepted"; exit 1; }
 grep -q "unknown mode ddp:fp16" <<<"$out" || { echo "FAIL: $out"; exit 1; }
+out=$(/usr/bin/python3 "$bench" --modes ddp@ring --from-json /dev/null 2>&1) &&
+    { echo "FAIL: --modes ddp@ring (DDP has no topology) was accepted"; exit 1; }
+grep -q "unknown mode ddp@ring" <<<"$out" || { echo "FAIL: $out"; exit 1; }
+out=$(/usr/bin/python3 "$bench" \
+    --modes ddp,dpsgd@exponential,choco:sign:512@hypercube,outer:choco@ring \
+    --steps 96 --from-json /dev/null 2>&1) ||
+    { echo "FAIL: MODE[:COMPRESS]@TOPOLOGY refused: $out"; exit 1; }
 rows=$(mktemp) || exit 1
 trap 'rm -f "$rows"' EXIT
 row='"bench": "wan", "profile": "p", "n": 2, "steps": 10, "target": 50, "train_s": 9,
      "ip_bytes_per_peer": 1000000, "final_acc": 60, "cpu_busy_pct": 100, "load1": 1'
 echo "{$row, \"mode\": \"ddp\", \"time_to_target_s\": 8}" | tr -d '\n' >"$rows"
 echo >>"$rows"
-echo "{$row, \"mode\": \"choco:topk:0.01:fp8\", \"overlap\": true, \"time_to_target_s\": 2}" |
+echo "{$row, \"mode\": \"choco:topk:0.01:fp8\", \"overlap\": true, \"time_to_target_s\": 2,
+      \"worst_acc\": 55}" |
     tr -d '\n' >>"$rows"
 out=$(/usr/bin/python3 "$bench" --from-json "$rows" 2>&1) ||
     { echo "FAIL: --from-json: $out"; exit 1; }
 grep -qE "^choco:topk:0.01:fp8\+overlap +2.0 .* 4.00x" <<<"$out" ||
     { echo "FAIL: no row choco:topk:0.01:fp8+overlap at 4.00x DDP's time in:"; echo "$out"
       exit 1; }
+grep -qE "^choco:topk:0.01:fp8\+overlap .* 60.00% +55.00 " <<<"$out" ||
+    { echo "FAIL: no worst peer's 55.00 after the mean's 60.00% in:"; echo "$out"; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
 [[ -c /dev/net/tun ]] || { echo "SKIP: no /dev/net/tun"; exit 77; }
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: no PyTorch for /usr/bin/python3"; exit 77; }
