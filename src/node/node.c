@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
@@ -742,6 +743,7 @@ static int step(hs_node *n) {
 
 int hs__node_step(hs_node *n) {
     int rc = step(n);
+    if (rc == 1) hs__algo_settle(n->m.algo(n->m.ctx), n->eng.ex, n->r - 1);
     /* The job's end or an error: no round is open any more. */
     if ((rc < 0 && n->state == ST_RUNNING) || rc == 1) n->state = ST_ENDED;
     return rc;
