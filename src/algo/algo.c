@@ -438,10 +438,13 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
     return 0;
 }
 
-void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, size_t bytes) {
+void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                        size_t bytes) {
     if (!ex->ops->wait_room) return;
     a->room_bytes = bytes;
-    double deadline = hs__mono_s() + 1e-3 * (a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0);
+    a->room_round = r;
+    int ms = a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0;
+    double deadline = hs__mono_s() + 1e-3 * ms;
     for (int i = 0; i < v->n_out; i++) {
         double left = deadline - hs__mono_s();
         /* Whatever it answers, send() decides: a link still full refuses the message there. */
@@ -449,10 +452,10 @@ void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, size
     }
 }
 
-void hs__algo_settle(hs_algo *a, hs_exchange *ex, uint64_t r) {
+void hs__algo_settle(hs_algo *a, hs_exchange *ex) {
     hs_peer_view v;
-    if (a && a->room_bytes && ex->ops->wait_room && ex->ops->view(ex, r, &v) == 0)
-        hs__algo_wait_room(a, ex, &v, a->room_bytes);
+    if (a && a->room_bytes && ex->ops->wait_room && ex->ops->view(ex, a->room_round, &v) == 0)
+        hs__algo_wait_room(a, ex, &v, a->room_round, a->room_bytes);
 }
 
 int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {

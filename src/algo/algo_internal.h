@@ -124,7 +124,8 @@ struct hs_algo {
     float *tmp2;  /* scratch of d floats */
     float rscale; /* choco, beer: a difference's factor before compression (hs__algo_scale_diff) */
     hs_buf *pool[4];  /* payload buffers for reuse (the pool holds one reference each) */
-    size_t room_bytes; /* the size of the last message hs__algo_wait_room made room for */
+    size_t room_bytes; /* the last message hs__algo_wait_room made room for: its size, */
+    uint64_t room_round; /* and its round */
     uint8_t *present; /* scratch flags, one per in-neighbour */
     int present_cap;
     void *priv;   /* the algorithm's own state: ops->priv_size bytes */
@@ -191,11 +192,12 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
  * link: built at once, the new one would be a second copy of the model in memory, and send()
  * would refuse it (a round lost to the neighbour). A synchronous round waits for its
  * neighbours anyway; SGP, which must not, does not call this. */
-void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, size_t bytes);
-/* At the job's end (round r was the last): the same wait, for the last message to be out. The
- * node then copies the caller's vector, which no round holds any more (node/vec.c): with that
- * message still queued over a slow link, three vectors would be alive at once. */
-void hs__algo_settle(hs_algo *a, hs_exchange *ex, uint64_t r);
+void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                        size_t bytes);
+/* At the job's end: the same wait, for the last message to be out. The node then copies the
+ * caller's vector, which no round holds any more (node/vec.c): with that message still queued
+ * over a slow link, three vectors would be alive at once. */
+void hs__algo_settle(hs_algo *a, hs_exchange *ex);
 
 /* Payloads larger than this are not kept in the pool once sent. */
 #define HS__POOL_MAX_BYTES ((size_t)16 << 20)

@@ -69,7 +69,7 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
     }
     hs_buf *msg;
     size_t cap = hs_compress_max_bytes(a->comp, a->d);
-    hs__algo_wait_room(a, ex, &v, 1 + cap);
+    hs__algo_wait_room(a, ex, &v, r, 1 + cap);
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, cap)) < 0) return err;
     if ((err = hs_compress_encode(a->comp, x, a->d, a->self, hs__algo_key(a, r), msg)) < 0)
         goto out;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
@@ -743,7 +742,6 @@ static int step(hs_node *n) {
 
 int hs__node_step(hs_node *n) {
     int rc = step(n);
-    if (rc == 1) hs__algo_settle(n->m.algo(n->m.ctx), n->eng.ex, n->r - 1);
     /* The job's end or an error: no round is open any more. */
     if ((rc < 0 && n->state == ST_RUNNING) || rc == 1) n->state = ST_ENDED;
     return rc;
@@ -799,3 +797,4 @@ void hs__node_set_vec(hs_node *n, void *v, void (*free_fn)(void *)) {
 }
 size_t hs__node_dim(const hs_node *n) { return n->d; }
 const hs__node_cfg *hs__node_config(const hs_node *n) { return &n->cfg; }
+hs_net *hs__node_net(const hs_node *n) { return n->net; }
