@@ -94,6 +94,15 @@ typedef struct hs_exchange_ops {
      * time); NULL: the host's monotonic clock. For algorithms that weigh a wait against their
      * own pace (SGP). */
     double (*now)(hs_exchange *ex);
+
+    /* Optional (NULL: send never refuses for lack of room, as in the simulator). Waits until
+     * send() of a payload of `bytes` bytes to `to` would not be refused for what is still
+     * queued towards `to`, up to timeout_ms: 0 then, HS_ETIMEDOUT when it still would be,
+     * HS_ECONNRESET when `to` is gone, HS_ECANCELED when this peer stops. A synchronous
+     * algorithm asks before it builds a round's message: the previous round's message may
+     * still be on a slow link; built at once, it would be a second copy of the model in
+     * memory, refused by send() anyway, and a round lost to the neighbour. */
+    int (*wait_room)(hs_exchange *ex, uint32_t to, size_t bytes, int timeout_ms);
 } hs_exchange_ops;
 
 struct hs_exchange {

@@ -10,6 +10,7 @@
 #include "algo/algo_internal.h"
 #include "compress/compress_ew.h"
 #include "compress/codec.h"
+#include "core/clock.h"
 #include "core/hd.h"
 #include "core/error_internal.h"
 #include "core/log.h"
@@ -435,6 +436,26 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
     if (err < 0) return err;
     a->stats.bytes_sent += payload->len;
     return 0;
+}
+
+void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                        size_t bytes) {
+    if (!ex->ops->wait_room) return;
+    a->room_bytes = bytes;
+    a->room_round = r;
+    int ms = a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0;
+    double deadline = hs__mono_s() + 1e-3 * ms;
+    for (int i = 0; i < v->n_out; i++) {
+        double left = deadline - hs__mono_s();
+        /* Whatever it answers, send() decides: a link still full refuses the message there. */
+        (void)ex->ops->wait_room(ex, v->out[i].id, bytes, left > 0 ? (int)(left * 1e3) : 0);
+    }
+}
+
+void hs__algo_settle(hs_algo *a, hs_exchange *ex) {
+    hs_peer_view v;
+    if (a && a->room_bytes && ex->ops->wait_room && ex->ops->view(ex, a->room_round, &v) == 0)
+        hs__algo_wait_room(a, ex, &v, a->room_round, a->room_bytes);
 }
 
 int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {

@@ -124,6 +124,8 @@ struct hs_algo {
     float *tmp2;  /* scratch of d floats */
     float rscale; /* choco, beer: a difference's factor before compression (hs__algo_scale_diff) */
     hs_buf *pool[4];  /* payload buffers for reuse (the pool holds one reference each) */
+    size_t room_bytes; /* the last message hs__algo_wait_room made room for: its size, */
+    uint64_t room_round; /* and its round */
     uint8_t *present; /* scratch flags, one per in-neighbour */
     int present_cap;
     void *priv;   /* the algorithm's own state: ops->priv_size bytes */
@@ -183,6 +185,19 @@ hs__nbr *hs__algo_nbr(hs_algo *a, uint32_t id);
  * neighbour is gone (the exchange's HS_ECONNRESET): the message was not sent, and the caller
  * decides what becomes of it (synchronous algorithms drop it; SGP keeps the share's mass). */
 int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *payload);
+
+/* Before a synchronous algorithm builds a round's message of up to `bytes` bytes: waits, up
+ * to the receive timeout in all, until every out-neighbour's link has room for it (the
+ * exchange's wait_room). The previous round's message may still be on its way over a slow
+ * link: built at once, the new one would be a second copy of the model in memory, and send()
+ * would refuse it (a round lost to the neighbour). A synchronous round waits for its
+ * neighbours anyway; SGP, which must not, does not call this. */
+void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                        size_t bytes);
+/* At the job's end: the same wait, for the last message to be out. The node then copies the
+ * caller's vector, which no round holds any more (node/vec.c): with that message still queued
+ * over a slow link, three vectors would be alive at once. */
+void hs__algo_settle(hs_algo *a, hs_exchange *ex);
 
 /* Payloads larger than this are not kept in the pool once sent. */
 #define HS__POOL_MAX_BYTES ((size_t)16 << 20)

@@ -258,6 +258,7 @@ static int beer_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     a->stats.disagreement = wsum > 0 ? sq / ((double)wsum * wsum * (double)d) : 0.0;
     hs_buf *msg;
     size_t cap = 4 + 2 * hs_compress_max_bytes(a->comp, d);
+    hs__algo_wait_room(a, ex, &v, r, 1 + cap);
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA_PARTS, cap)) < 0) return err;
     uint32_t len0 = 0;
     size_t len_at = msg->len;

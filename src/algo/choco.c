@@ -138,6 +138,7 @@ static int choco_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     float *xh = a->own, *diff = a->tmp;
     if (a->reps_dirty && (err = rebuild_mix(a, &v)) < 0) return err;
     hs_buf *msg;
+    hs__algo_wait_room(a, ex, &v, r, 1 + hs_compress_max_bytes(a->comp, d));
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, d))) < 0)
         return err;
     if (a->be) {

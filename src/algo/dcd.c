@@ -199,6 +199,7 @@ static int dcd_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     }
     hs_buf *msg;
     double wsum = 0, sq = 0;
+    hs__algo_wait_room(a, ex, &v, r, 1 + hs_compress_max_bytes(a->comp, d));
     if (a->be) {
         if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA,
                                    hs_compress_max_bytes(a->comp, d))) < 0)

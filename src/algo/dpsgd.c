@@ -68,8 +68,9 @@ static int dpsgd_begin(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x) 
         return 0;
     }
     hs_buf *msg;
-    if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, hs_compress_max_bytes(a->comp, a->d))) < 0)
-        return err;
+    size_t cap = hs_compress_max_bytes(a->comp, a->d);
+    hs__algo_wait_room(a, ex, &v, r, 1 + cap);
+    if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA, cap)) < 0) return err;
     if ((err = hs_compress_encode(a->comp, x, a->d, a->self, hs__algo_key(a, r), msg)) < 0)
         goto out;
     if (hs__compress_values_raw(a->comp) &&

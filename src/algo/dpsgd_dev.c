@@ -47,6 +47,7 @@ int hs__dpsgd_dev_begin(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t 
     int err = hs__algo_view(a, ex, r, &v, NULL);
     if (err < 0 || (err = hs_be_copy_f(a->be, s->xr, x, a->d)) < 0 || v.n_out == 0) return err;
     hs_buf *msg;
+    hs__algo_wait_room(a, ex, &v, r, 1 + hs_compress_max_bytes(a->comp, a->d));
     if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_DELTA,
                                hs_compress_max_bytes(a->comp, a->d))) < 0)
         return err;

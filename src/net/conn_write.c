@@ -91,8 +91,10 @@ static void frame_sent(hs__conn *c, hs__fq *q, hs__frame *f) {
     size_t total = f->wire;
     if (c->wopen == f)
         c->wopen = NULL;
-    if (q != &c->ctlq)
+    if (q != &c->ctlq) {
+        hs__frame_drop_bufs(f); /* its memory free (but for a write still holding it) first */
         tr->ev->peer_frame_done(tr->owner, c, f, 1);
+    }
     hs__conn_count(tr, 1, total, f->type);
     hs__frame_free(f);
 }
@@ -255,6 +257,7 @@ void hs__conn_close(hs__conn *c, int err, int bye, hs_log_level level, const cha
     c->wopen = NULL;
     if (pq && pq->head && pq->head->off) {
         hs__frame *f = hs__fq_pop(pq);
+        hs__frame_drop_bufs(f);
         tr->ev->peer_frame_done(tr->owner, c, f, 0);
         hs__frame_free(f);
     }

@@ -221,13 +221,16 @@ static hs__fq *peer_queue(hs__conn *c) {
 static hs__link *peer_link(hs__conn *c) { return c->peer ? &c->peer->link : NULL; }
 
 /* DATA bytes leave the peer's send() budget once written or cut; a DATA frame written whole
- * is one that RESEND may have to account for. */
+ * is one that RESEND may have to account for. The frame has let go of its payload already
+ * (hs__frame_drop_bufs): a sender waiting for room (wait_room) builds its next message only
+ * once the last one's memory is free. */
 static void peer_frame_done(void *owner, hs__conn *c, const hs__frame *f, int written) {
     hs_net *net = owner;
     if (f->type != HS__T_DATA)
         return;
     uv_mutex_lock(&net->mu);
     c->peer->queued_bytes -= HS__HDR_LEN + (size_t)f->len;
+    hs__net_wake(net);
     uv_mutex_unlock(&net->mu);
     if (written)
         hs__rs_written(&c->peer->rs, f->round, c);

@@ -134,11 +134,16 @@ hs__frame *hs__fq_pop(hs__fq *q) {
     return f;
 }
 
+void hs__frame_drop_bufs(hs__frame *f) {
+    hs_buf_unref(f->payload);
+    hs_buf_unref(f->tail);
+    f->payload = f->tail = NULL;
+}
+
 void hs__frame_free(hs__frame *f) {
     if (!f)
         return;
-    hs_buf_unref(f->payload);
-    hs_buf_unref(f->tail);
+    hs__frame_drop_bufs(f);
     free(f);
 }
 

@@ -222,6 +222,13 @@ out:
     return err;
 }
 
+/* What is queued towards p leaves no room for a message of total bytes, under mu. A message over
+ * the limit goes alone: references to the caller's buffer, sent in parts as the socket takes
+ * them, so the queue costs no memory of its own. */
+static int no_room(const hs_net *net, const hs__peer *p, size_t total) {
+    return p->queued_bytes && p->queued_bytes + total > net->cfg.max_buffered;
+}
+
 static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload) {
     hs_net *net = ex->impl;
     if (!payload || payload->len == 0 || payload->len > net->cfg.max_message)
@@ -241,9 +248,7 @@ static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload
     else if (p->have_sent_round && round <= p->last_sent_round)
         err = hs__err(HS_EINVAL, "send to peer %u: round %llu after round %llu", to,
                       (unsigned long long)round, (unsigned long long)p->last_sent_round);
-    /* A message over the limit goes alone: references to the caller's buffer, sent in parts
-     * as the socket takes them, so the queue costs no memory of its own. */
-    else if (p->queued_bytes && p->queued_bytes + total > net->cfg.max_buffered)
+    else if (no_room(net, p, total))
         err = hs__err(HS_EAGAIN, "send to peer %u: %zu bytes queued, the limit is %zu (slow link?)",
                       to, p->queued_bytes, net->cfg.max_buffered);
     if (err == 0) {
@@ -252,6 +257,42 @@ static int ex_send(hs_exchange *ex, uint32_t to, uint64_t round, hs_buf *payload
         p->last_sent_round = round;
         if ((err = hs__net_post(net, HS__CMD_SEND, to, round, payload, 1)) < 0)
             p->queued_bytes -= total;
+    }
+    uv_mutex_unlock(&net->mu);
+    return err;
+}
+
+/* Room is made as the loop thread finishes writing a DATA frame (peer_frame_done, which
+ * wakes cv once the frame has let go of its payload); the wait also looks again every
+ * 100 ms, for the ways a peer ends (declared dead, this peer stopping). */
+static int ex_wait_room(hs_exchange *ex, uint32_t to, size_t bytes, int timeout_ms) {
+    hs_net *net = ex->impl;
+    size_t total = HS__HDR_LEN + bytes;
+    uint64_t deadline = hs__now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
+    int err = 0;
+    uv_mutex_lock(&net->mu);
+    for (;;) {
+        hs__peer *p = hs__peer_find(net, to);
+        uint64_t now = hs__now_us();
+        if (net->stopping || net->mb.removed || net->leaving) {
+            err = hs__err(HS_ECANCELED, "wait to send to peer %u: this peer is leaving", to);
+            break;
+        }
+        if (!p || p->m.dead) {
+            err = hs__err(HS_ECONNRESET, "wait to send to peer %u: it is gone", to);
+            break;
+        }
+        if (!no_room(net, p, total))
+            break;
+        if (now >= deadline) {
+            err = hs__err(HS_ETIMEDOUT,
+                          "wait to send to peer %u: %zu bytes still queued after %d ms (slow "
+                          "link?)",
+                          to, p->queued_bytes, timeout_ms);
+            break;
+        }
+        uint64_t until = deadline - now < 100000 ? deadline : now + 100000;
+        uv_cond_timedwait(&net->cv, &net->mu, (until - now) * 1000);
     }
     uv_mutex_unlock(&net->mu);
     return err;
@@ -477,5 +518,6 @@ const hs_exchange_ops hs__net_exchange_ops = {.view = ex_view,
                                               .recv = ex_recv,
                                               .drain = ex_drain,
                                               .stats = ex_stats,
-                                              .recv_piece = ex_recv_piece};
+                                              .recv_piece = ex_recv_piece,
+                                              .wait_room = ex_wait_room};
 

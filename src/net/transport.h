@@ -58,6 +58,8 @@ void hs__fq_push_front(hs__fq *q, hs__frame *f);
 hs__frame *hs__fq_pop(hs__fq *q);
 void hs__fq_clear(hs__fq *q);
 void hs__frame_free(hs__frame *f);
+/* Lets go of the frame's message (its header fields stay), before the frame is freed. */
+void hs__frame_drop_bufs(hs__frame *f);
 /* A frame from peer `sender`: takes a reference to payload on success. */
 int hs__frame_new(hs__frame **out, uint32_t sender, uint8_t type, uint64_t round, hs_buf *payload);
 /* Before it is queued: the message goes on in tail (a reference is taken), or has flags. */

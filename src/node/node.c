@@ -797,3 +797,4 @@ void hs__node_set_vec(hs_node *n, void *v, void (*free_fn)(void *)) {
 }
 size_t hs__node_dim(const hs_node *n) { return n->d; }
 const hs__node_cfg *hs__node_config(const hs_node *n) { return &n->cfg; }
+hs_net *hs__node_net(const hs_node *n) { return n->net; }

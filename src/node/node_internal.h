@@ -115,6 +115,8 @@ void hs__node_bytes(const hs_node *n, uint64_t *sent, uint64_t *recv);
 int hs__node_expand_id(const char *in, uint32_t id, char *out, size_t cap);
 size_t hs__node_dim(const hs_node *n);
 const hs__node_cfg *hs__node_config(const hs_node *n);
+/* The node's runtime (NULL before it connects). */
+hs_net *hs__node_net(const hs_node *n);
 /* The caller's-vector model of the public entries (vec.c), owned by the node once set: the node
  * frees it with free_fn, so node.c needs nothing of vec.c. */
 void *hs__node_vec(const hs_node *n);

@@ -24,7 +24,9 @@ chmod 600 "$tmp/secret"
 # Peak memory per peer, in vectors of d floats (docs/RESULTS.md, "Memory at 100M": D-PSGD
 # 2.15-2.17, resuming 2.15-2.17, CHOCO 8.04). What a D-PSGD peer holds: the caller's vector,
 # which is the node's x during each call (1: the node keeps no copy); in a round the message it
-# sends, which is also x at the round's start (1); the neighbour's message only as the pieces
+# sends, which is also x at the round's start (1; the next is built only once it is out, and the
+# node's copy of x at the job's end too: built while it was still queued to a neighbour slow to
+# read under load, 3.15-3.17, test_slow_uplink.sh); the neighbour's message only as the pieces
 # waiting to be mixed (at most max_buffered / 4, 32 MiB, and the part being read), mixed into x
 # as they arrive; no scratch vectors (one neighbour). A fresh job's WELCOME carries the terms
 # only. A checkpoint is written while no round is open: x and its state (1: the model; an
