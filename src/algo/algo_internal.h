@@ -237,6 +237,20 @@ typedef int (*hs__piece_fn)(hs_algo *a, const uint8_t *p, size_t len, uint64_t o
                             uint64_t total, void *ctx);
 int hs__algo_recv_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, int timeout_ms,
                          hs__piece_fn fn, void *ctx, uint64_t *taken);
+/* stream.c: a piece reader's values gathered into runs of whole values (width bytes each, a
+ * divisor of the run's 4 KiB), so that each value is checked before it is used and applied in
+ * runs whose bounds do not depend on how the message was cut into pieces. hs__algo_feed_runs
+ * copies len bytes in and hands each run to take (n values, the first being value `first`) once
+ * it is full or holds value d - 1; a run take refuses stops the feed with its error. */
+typedef struct hs__runs {
+    uint8_t blk[4096]; /* the values of the run being filled, as they came */
+    size_t have;       /* its bytes */
+    size_t k;          /* values taken */
+    size_t width;      /* bytes of a value */
+} hs__runs;
+typedef int (*hs__run_fn)(hs_algo *a, const uint8_t *v, size_t n, size_t first, void *ctx);
+int hs__algo_feed_runs(hs_algo *a, hs__runs *r, const uint8_t *p, size_t len, hs__run_fn take,
+                       void *ctx);
 
 /* Replica algorithms (choco, dcd): send `delta` to out-neighbours that hold this peer's
  * replica (a->own) and the full replica to new ones; bring in-neighbours' replicas up to round

@@ -127,19 +127,15 @@ typedef struct mix_stream {
     float w;
     uint8_t head[1 + HS__CHDR];
     size_t head_have;
-    uint8_t blk[4096]; /* the values of the block being filled, as they came */
-    size_t blk_have;
-    size_t k; /* values mixed */
+    hs__runs runs; /* values mixed: runs.k */
     double sq;
 } mix_stream;
 
-static int mix_block(hs_algo *a, mix_stream *m) {
-    size_t n = m->blk_have / 4;
-    int err = hs__compress_f32_check(a->comp, m->blk, n, m->k);
+static int mix_run(hs_algo *a, const uint8_t *v, size_t n, size_t first, void *ctx) {
+    mix_stream *m = ctx;
+    int err = hs__compress_f32_check(a->comp, v, n, first);
     if (err < 0) return err;
-    m->sq += mix_values(m->x + m->k, m->blk, m->xr + 4 * m->k, m->w, n); /* one block */
-    m->k += n;
-    m->blk_have = 0;
+    m->sq += mix_values(m->x + first, v, m->xr + 4 * first, m->w, n); /* one block */
     return 0;
 }
 
@@ -161,16 +157,7 @@ static int mix_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uin
     if (m->head_have < sizeof(m->head) && end >= total)
         return hs__err(HS_EPROTO, "a dpsgd message of %llu bytes, shorter than its %zu-byte head",
                        (unsigned long long)total, sizeof(m->head));
-    while (len) {
-        size_t k = sizeof(m->blk) - m->blk_have;
-        if (k > len) k = len;
-        memcpy(m->blk + m->blk_have, p, k);
-        m->blk_have += k, p += k, len -= k;
-        int err = 0;
-        if (m->blk_have == sizeof(m->blk) || m->k + m->blk_have / 4 == a->d) err = mix_block(a, m);
-        if (err < 0) return err;
-    }
-    return 0;
+    return hs__algo_feed_runs(a, &m->runs, p, len, mix_run, m);
 }
 
 enum { MIX_BUF, MIX_IN_PLACE, MIX_VALUES };
@@ -242,15 +229,15 @@ static int pull_one(hs_algo *a, hs_exchange *ex, uint64_t r, const hs_nbr *nb, f
     size_t d = a->d;
     const uint8_t *xr = sent_values(a);
     if (xr && ex->ops->recv_piece) {
-        mix_stream m = {x, xr, (float)nb->w, {0}, 0, {0}, 0, 0, 0};
+        mix_stream m = {x, xr, (float)nb->w, {0}, 0, {{0}, 0, 0, 4}, 0};
         uint64_t taken = 0;
         int got = hs__algo_recv_pieces(a, ex, hs__algo_nbr(a, nb->id), r, a->cfg.recv_timeout_ms,
                                        mix_piece, &m, &taken);
         if (got < 0) return got;
-        if (!got && m.k)
+        if (!got && m.runs.k)
             HS_LOGW("round %llu: the model of peer %u stopped after %zu of %zu values: those are "
                     "mixed, the others keep this peer's own, as for a model that does not come",
-                    (unsigned long long)r, nb->id, m.k, d);
+                    (unsigned long long)r, nb->id, m.runs.k, d);
         if (!got) a->stats.missing++;
         *sq = m.sq;
         return got;

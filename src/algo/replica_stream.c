@@ -17,30 +17,21 @@
 typedef struct rep_stream {
     hs__nbr *n;
     float *acc; /* the running mix, or NULL */
-    size_t width; /* bytes of a value: 4 for a full replica, the cast's for a delta */
     uint8_t head[1 + HS__CHDR];
     size_t head_have, head_len;
-    uint8_t blk[4096]; /* the values of the run being filled, as they came */
-    size_t blk_have;
-    size_t k; /* values taken */
+    hs__runs runs; /* width: 4 for a full replica, the cast's for a delta */
 } rep_stream;
 
-static int take_run(hs_algo *a, rep_stream *s) {
-    size_t n = s->blk_have / s->width;
-    float *rep = s->n->rep + s->k;
-    int err;
-    if (s->head[0] == HS_PAYLOAD_FULL) {
-        if (hs__cf32_max_key(s->blk, n) >= HS_CW_KEY_INF)
-            return hs__err(HS_EFORMAT, "full replica from peer %u: a value of %zu..%zu is not "
-                                       "finite",
-                           s->n->id, s->k, s->k + n - 1);
-        hs__cf32_get(s->blk, n, rep);
-    } else if ((err = hs__compress_dense_add(a->comp, s->blk, n, s->k, rep, 1.0f,
-                                             s->acc ? s->acc + s->k : NULL, s->n->w_in)) < 0) {
-        return err;
-    }
-    s->k += n;
-    s->blk_have = 0;
+static int take_run(hs_algo *a, const uint8_t *v, size_t n, size_t first, void *ctx) {
+    rep_stream *s = ctx;
+    float *rep = s->n->rep + first;
+    if (s->head[0] != HS_PAYLOAD_FULL)
+        return hs__compress_dense_add(a->comp, v, n, first, rep, 1.0f,
+                                      s->acc ? s->acc + first : NULL, s->n->w_in);
+    if (hs__cf32_max_key(v, n) >= HS_CW_KEY_INF)
+        return hs__err(HS_EFORMAT, "full replica from peer %u: a value of %zu..%zu is not finite",
+                       s->n->id, first, first + n - 1);
+    hs__cf32_get(v, n, rep);
     return 0;
 }
 
@@ -58,7 +49,7 @@ static int rep_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uin
                 return hs__err(HS_EFORMAT, "full replica from peer %u: %llu bytes, expected %zu",
                                s->n->id, (unsigned long long)total, 1 + sizeof(float) * a->d);
             s->head_len = 1;
-            s->width = 4;
+            s->runs.width = 4;
             s->n->synced = 0; /* overwritten as it comes: whole again once all of it came */
             a->reps_dirty = 1;
         } else if (s->head_have == 1 && s->head[0] != HS_PAYLOAD_DELTA) {
@@ -71,17 +62,7 @@ static int rep_piece(hs_algo *a, const uint8_t *p, size_t len, uint64_t off, uin
     if (s->head_have < s->head_len && off + len >= total)
         return hs__err(HS_EPROTO, "peer %u: a message of %llu bytes, shorter than its head",
                        s->n->id, (unsigned long long)total);
-    while (len) {
-        size_t k = sizeof(s->blk) - s->blk_have;
-        if (k > len) k = len;
-        memcpy(s->blk + s->blk_have, p, k);
-        s->blk_have += k, p += k, len -= k;
-        int err = 0;
-        if (s->blk_have == sizeof(s->blk) || s->k + s->blk_have / s->width == a->d)
-            err = take_run(a, s);
-        if (err < 0) return err;
-    }
-    return 0;
+    return hs__algo_feed_runs(a, &s->runs, p, len, take_run, s);
 }
 
 int hs__algo_replica_streams(const hs_algo *a, const hs_exchange *ex, const hs__nbr *n,
@@ -93,8 +74,8 @@ int hs__algo_replica_streams(const hs_algo *a, const hs_exchange *ex, const hs__
 
 int hs__algo_recv_replica_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r,
                                  float *acc) {
-    rep_stream s = {n, !a->reps_dirty && n->is_in ? acc : NULL, hs__compress_dense_width(a->comp),
-                    {0}, 0, 1 + HS__CHDR, {0}, 0, 0};
+    rep_stream s = {n, !a->reps_dirty && n->is_in ? acc : NULL, {0}, 0, 1 + HS__CHDR,
+                    {{0}, 0, 0, hs__compress_dense_width(a->comp)}};
     uint64_t taken = 0;
     int got = hs__algo_recv_pieces(a, ex, n, r, a->cfg.recv_timeout_ms, rep_piece, &s, &taken);
     if (got < 0) return got;

@@ -1,6 +1,8 @@
 /* A neighbour's message taken as it arrives, in pieces (algo_internal.h, hs__algo_recv_pieces):
  * a reader that folds each piece into its vector at once never holds the message whole (a
  * model of several GB is mixed through a few MiB). Training thread. */
+#include <string.h>
+
 #include "algo/algo_internal.h"
 #include "core/clock.h"
 #include "core/error_internal.h"
@@ -56,4 +58,22 @@ int hs__algo_recv_pieces(hs_algo *a, hs_exchange *ex, hs__nbr *n, uint64_t r, in
     if (n->next_round <= r) n->next_round = r + 1;
     *taken = at;
     return err < 0 ? err : done;
+}
+
+int hs__algo_feed_runs(hs_algo *a, hs__runs *r, const uint8_t *p, size_t len, hs__run_fn take,
+                       void *ctx) {
+    while (len) {
+        size_t k = sizeof(r->blk) - r->have;
+        if (k > len) k = len;
+        memcpy(r->blk + r->have, p, k);
+        r->have += k, p += k, len -= k;
+        size_t n = r->have / r->width;
+        if (r->have == sizeof(r->blk) || r->k + n == a->d) {
+            int err = take(a, r->blk, n, r->k, ctx);
+            if (err < 0) return err;
+            r->k += n;
+            r->have = 0;
+        }
+    }
+    return 0;
 }
