@@ -336,7 +336,8 @@ const void *hs__algo_round_x(const hs_algo *a);
 /* Whether a's kind holds the round's x that way (ops->round_x). */
 int hs__algo_lends_round_x(const hs_algo *a);
 /* A vector of d floats that a does not use between rounds (ops->tmp_idle), for the owner of x
- * to keep its vector in between its calls instead of a copy of its own (node/vec.c: CHOCO);
+ * to keep its vector in between its calls instead of a copy of its own (node/vec.c: CHOCO,
+ * DCD, BEER);
  * NULL when there is none. Any push or pull overwrites it. */
 float *hs__algo_idle_vector(hs_algo *a);
 
