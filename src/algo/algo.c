@@ -270,6 +270,17 @@ void hs_algo_from_eval_point(hs_algo *a, float *z) {
     if (a->ops->from_eval_point) a->ops->from_eval_point(a, z);
 }
 
+void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t n) {
+    if (a->ops->eval_range)
+        a->ops->eval_range(a, z, x, n);
+    else if (z != x)
+        memcpy(z, x, sizeof(float) * n);
+}
+
+void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t n) {
+    if (a->ops->from_eval_range) a->ops->from_eval_range(a, z, n);
+}
+
 int hs__algo_lends_round_x(const hs_algo *a) { return a && a->ops->round_x != NULL; }
 
 const void *hs__algo_round_x(const hs_algo *a) {

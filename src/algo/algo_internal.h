@@ -77,6 +77,11 @@ typedef struct hs__algo_ops {
      * from the model's parameters. */
     const float *(*eval_point)(hs_algo *a, const float *x);
     void (*from_eval_point)(hs_algo *a, float *z);
+    /* The same two on n <= d host values, elementwise, z and x the caller's: with them the owner
+     * of x keeps no vector of z of its own (hs__algo_eval_range). Both or neither, with
+     * eval_point. */
+    void (*eval_range)(const hs_algo *a, float *z, const float *x, size_t n);
+    void (*from_eval_range)(const hs_algo *a, float *z, size_t n);
     /* Before the first round: the peer starts from x (hs_algo_reset_x), a->own already set. */
     void (*reset_x)(hs_algo *a, const float *x);
     /* The algorithm's own per-round metrics, beyond hs_algo_stats' common ones. */
@@ -169,6 +174,13 @@ int hs__dpsgd_dev_pull(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t r
  * the host (same floats); z = x where the algorithm evaluates at x. */
 int hs__algo_eval_point_be(hs_algo *a, float *z, const float *x);
 int hs__algo_from_eval_point_be(hs_algo *a, float *x, const float *z);
+
+/* On the host, z[k] = the evaluation point of x[k] for k < n (hs_algo_eval_point's floats, into
+ * the caller's memory: z = x where the algorithm evaluates at x; z may be x), and its inverse on
+ * z in place (hs_algo_from_eval_point's): for an owner of x that keeps no z of its own (node/vec.c
+ * under SGP), a block or the caller's vector at a time. */
+void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t n);
+void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t n);
 
 /* The algorithm of kind k, or NULL. */
 const hs__algo_ops *hs__algo_ops_of(hs_algo_kind k);

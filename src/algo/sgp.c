@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "algo/algo_internal.h"
+#include "algo/sgp_share.h"
 #include "compress/device.h"
 #include "core/clock.h"
 #include "core/error_internal.h"
@@ -64,8 +65,9 @@ typedef struct sgp_state {
     double w;             /* the push-sum weight w_i */
     uint64_t first_round; /* the first round this peer ran; no view exists before it */
     int started;
-    float *z;     /* x / w, the evaluation point */
-    float *res;   /* decoded share, for the compression residual and the disagreement */
+    float *z;     /* x / w, the evaluation point (hs_algo_eval_point's; the node uses none) */
+    float *res;   /* decoded share, for the compression residual and the disagreement (a lossy
+                     compressor's; NULL for none, whose shares are read where they lie) */
     sender *snd;
     int n_snd, cap_snd;
     hs_msg *msgs;
@@ -86,12 +88,13 @@ static double sgp_now(hs_exchange *ex) {
 static int sgp_init(hs_algo *a, const float *x0) {
     (void)x0;
     sgp_state *s = a->priv;
-    if (!(s->z = malloc(sizeof(float) * a->d)) || !(s->res = malloc(sizeof(float) * a->d)))
+    s->lossless = hs_compressor_codec(a->comp) == HS_CODEC_NONE;
+    if (!(s->z = malloc(sizeof(float) * a->d)) ||
+        (!s->lossless && !(s->res = malloc(sizeof(float) * a->d))))
         return hs__err(HS_ENOMEM, "sgp: out of memory for %zu parameters", a->d);
     s->cap_msgs = 64;
     if (!(s->msgs = malloc(sizeof(hs_msg) * (size_t)s->cap_msgs)))
         return hs__err(HS_ENOMEM, "sgp: out of memory");
-    s->lossless = hs_compressor_codec(a->comp) == HS_CODEC_NONE;
     s->w = 1.0;
     return 0;
 }
@@ -191,18 +194,25 @@ static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
     return 0;
 }
 
+static void sgp_eval_range(const hs_algo *a, float *z, const float *x, size_t n) {
+    const sgp_state *s = a->priv;
+    float inv = (float)(1.0 / s->w);
+    for (size_t k = 0; k < n; k++) z[k] = x[k] * inv;
+}
+
+static void sgp_from_eval_range(const hs_algo *a, float *z, size_t n) {
+    const sgp_state *s = a->priv;
+    float w = (float)s->w;
+    for (size_t k = 0; k < n; k++) z[k] = z[k] * w;
+}
+
 static const float *sgp_eval_point(hs_algo *a, const float *x) {
     sgp_state *s = a->priv;
-    float inv = (float)(1.0 / s->w);
-    for (size_t k = 0; k < a->d; k++) s->z[k] = x[k] * inv;
+    sgp_eval_range(a, s->z, x, a->d);
     return s->z;
 }
 
-static void sgp_from_eval_point(hs_algo *a, float *z) {
-    const sgp_state *s = a->priv;
-    float w = (float)s->w;
-    for (size_t k = 0; k < a->d; k++) z[k] = z[k] * w;
-}
+static void sgp_from_eval_point(hs_algo *a, float *z) { sgp_from_eval_range(a, z, a->d); }
 
 /* The two above on the device, in their operations: z = x (1 / w) and x = z w. */
 static int sgp_eval_point_be(hs_algo *a, float *z, const float *x) {
@@ -295,6 +305,12 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
         if ((err = add_share_dev(a, x, from, round, b, zi_scale, zj_scale, &d2)) < 0)
             return err;
         if (err > 0) return 0;
+    } else if (s->lossless) {
+        if ((err = hs__sgp_add_share(a, x, b->data + 9, b->len - 9, zi_scale, zj_scale, &d2)) < 0) {
+            HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
+                    (unsigned long long)round, hs_error_message());
+            return 0;
+        }
     } else {
         memset(s->res, 0, sizeof(float) * a->d);
         err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, hs__algo_key(a, round),
@@ -325,6 +341,61 @@ static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t r
     return 0;
 }
 
+/* Whether out-neighbour `to` can take a message of `bytes` now, asked without waiting (SGP never
+ * waits for a link): 0 when its link still holds an earlier share (or it is gone), so that no
+ * share is built only to be refused by send() (a second message of the model's size in memory). */
+static int room_now(hs_exchange *ex, uint32_t to, size_t bytes) {
+    if (!ex->ops->wait_room) return 1;
+    int err = ex->ops->wait_room(ex, to, bytes, 0);
+    return err != HS_ETIMEDOUT && err != HS_ECONNRESET;
+}
+
+/* sgp_push without a compressor (none): each share p_ji x is written into its message as it is
+ * computed, and x becomes the kept part in place, p_ii x plus the shares that stayed (an
+ * out-neighbour gone, or its link still busy with the share before), in the operations and order
+ * of the general case below, so that the floats are the same: no vector but x and the messages. */
+static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_peer_view *v) {
+    sgp_state *s = a->priv;
+    size_t d = a->d, bytes = 9 + hs_compress_max_bytes(a->comp, d);
+    uint8_t *kept;
+    int err = hs__algo_present(a, v->n_out, &kept), nkept = 0;
+    if (err < 0) return err;
+    double w_keep = v->self_w * s->w;
+    for (int i = 0; i < v->n_out; i++) {
+        double wj = v->out[i].w * s->w;
+        hs_buf *msg = NULL;
+        kept[i] = !room_now(ex, v->out[i].id, bytes);
+        if (kept[i])
+            HS_LOGD("round %llu: the share to peer %u stays here: its link still carries the one "
+                    "before, or it is gone", (unsigned long long)r, v->out[i].id);
+        else if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) < 0 ||
+                 (err = hs_buf_append(msg, &wj, 8)) < 0 ||
+                 (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) < 0 ||
+                 (err = hs__algo_send(a, ex, v->out[i].id, r, msg)) < 0) {
+            hs_buf_unref(msg);
+            return err;
+        } else {
+            kept[i] = err == 1; /* the out-neighbour is gone: its share stays here */
+        }
+        hs_buf_unref(msg);
+        if (kept[i]) w_keep += wj;
+        nkept += kept[i];
+    }
+    float pself = (float)v->self_w;
+    if (!nkept) {
+        for (size_t k = 0; k < d; k++) x[k] = pself * x[k];
+    } else {
+        for (size_t k = 0; k < d; k++) {
+            float t = pself * x[k];
+            for (int i = 0; i < v->n_out; i++)
+                if (kept[i]) t = t + (float)v->out[i].w * x[k];
+            x[k] = t;
+        }
+    }
+    s->w = w_keep;
+    return 0;
+}
+
 static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     if (!s->started) {
@@ -335,6 +406,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     int err = ex->ops->view(ex, r, &v);
     if (err < 0) return err;
     if (a->be) return push_dev(a, ex, r, x, &v);
+    if (s->lossless) return push_raw(a, ex, r, x, &v);
     size_t d = a->d;
     /* The kept part: p_ii x and p_ii w, plus each share's compression residual. */
     float *keep = a->tmp, *share = a->tmp2;
@@ -494,6 +566,8 @@ const hs__algo_ops hs__algo_sgp = {
     .pull = sgp_pull,
     .eval_point = sgp_eval_point,
     .from_eval_point = sgp_from_eval_point,
+    .eval_range = sgp_eval_range,
+    .from_eval_range = sgp_from_eval_range,
     .metrics = sgp_metrics,
     .payload_weight = sgp_payload_weight,
     .save = sgp_save,

@@ -4,8 +4,9 @@
  * dh), the caller's vector is the algorithm's x during each call and the node keeps no copy (a
  * model of several GB costs one vector less); otherwise the node keeps its own copy of x and
  * exchanges the caller's vector at hs_node_start and hs_node_step. Under SGP the caller sees
- * z = x / w: the node keeps the numerator x and applies the caller's change of z to it. One
- * thread. */
+ * z = x / w: the node keeps the numerator x and applies the caller's change of z to it, measured
+ * from the z of x (x and w do not change between calls), and during a call writes z into the
+ * caller's vector, its own once that change is taken: no vector of z of its own. One thread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,9 @@ typedef struct caller_vec {
     hs_algo *algo;
     size_t d;
     float *x;  /* the algorithm's x: ours, or (lend) the caller's during a call, else NULL */
-    float *z;  /* SGP: the z the caller was last given */
+    int split; /* SGP: the caller's vector is z, the evaluation point of x */
+    float *cz; /* split, in a call once the caller's change was taken: the caller's vector, where
+                  the node writes z (NULL: the algorithm's z, hs_algo_eval_point) */
     int lend;  /* the caller's vector is x during each call (no copy of ours) */
     int in_call;
     const void *between; /* lend, between calls: the vector the last call returned, as the
@@ -39,7 +42,6 @@ static void vec_free(void *p) {
     hs__outer_free(v->outer);
     if (!v->lend) free(v->x);
     free(v->keep);
-    free(v->z);
     free(v);
 }
 
@@ -47,7 +49,9 @@ static hs_algo *v_algo(void *c) { return ((caller_vec *)c)->algo; }
 static float *v_x(void *c) { return ((caller_vec *)c)->x; }
 static const float *v_eval(void *c) {
     caller_vec *v = c;
-    return hs_algo_eval_point(v->algo, v->x);
+    if (!v->cz) return hs_algo_eval_point(v->algo, v->x);
+    hs__algo_eval_range(v->algo, v->cz, v->x, v->d);
+    return v->cz;
 }
 /* The caller's vector is host memory: nothing to copy. */
 static int v_eval_ms(void *c, double *ms) {
@@ -143,11 +147,9 @@ static int v_load(void *c, const uint8_t *p, size_t len, int with_algo) {
     return 0;
 }
 
-/* Under SGP the caller's next change is measured from the z it holds now. */
 static int v_round_begin(void *c, uint64_t r) {
     (void)r;
     caller_vec *v = c;
-    if (v->z) memcpy(v->z, v_eval(v), sizeof(float) * v->d);
     hs__outer_open(v->outer, v->algo, v->x);
     return 0;
 }
@@ -177,6 +179,11 @@ static const hs__node_model vec_model_ops = {
  * caller's already: what the node reads of it until the next call is what the algorithm holds
  * of the round (or, with no round open, a copy). */
 static int give_back(caller_vec *v, float *x, int err) {
+    if (v->split) {
+        v->cz = NULL;
+        hs__algo_eval_range(v->algo, x, v->x, v->d);
+        return err;
+    }
     if (!v->lend) {
         memcpy(x, v_eval(v), sizeof(float) * v->d);
         return err;
@@ -225,17 +232,17 @@ int hs_node_start(hs_node *n, float *x, size_t d) {
     v->acfg = hs__node_config(n)->algo;
     /* Replicas start equal to x only for a peer that begins with the job (hs__node_begin). */
     v->acfg.same_start = 0;
-    if (hs_algo_kind_split_eval(v->acfg.kind) && !(v->z = malloc(sizeof(float) * d)))
-        return hs__err(HS_ENOMEM, "node: out of memory");
+    v->split = hs_algo_kind_split_eval(v->acfg.kind);
     if ((err = hs_algo_new(&v->algo, &v->acfg, hs__node_self(n), d, x)) < 0 ||
         (err = hs__outer_new(&v->outer, &hs__node_config(n)->outer, d)) < 0)
         return err;
-    v->lend = !v->z && (hs__algo_lends_round_x(v->algo) || hs__algo_idle_vector(v->algo));
+    v->lend = !v->split && (hs__algo_lends_round_x(v->algo) || hs__algo_idle_vector(v->algo));
     if (v->lend) {
         lend(v, x);
     } else {
         if (!(v->x = malloc(sizeof(float) * d))) return hs__err(HS_ENOMEM, "node: out of memory");
         memcpy(v->x, x, sizeof(float) * d);
+        if (v->split) v->cz = x; /* taken: the caller's vector is the node's until it returns */
     }
     hs__node_model m = vec_model_ops;
     m.ctx = v;
@@ -250,23 +257,30 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     if (!v) return hs__err(HS_EINVAL, "hs_node_step before hs_node_start");
     /* This thread's lines are about this node (several nodes may share a process). */
     hs__log_set_thread_peer(hs__node_rank(n), hs__node_self(n));
-    if (v->z) {
+    if (v->split) {
         /* SGP: the caller stepped z, and z takes that change as it is: x += w (z_new - z_prev),
          * as `hearsay run`'s trainer (x = w z after the local steps) and the reference SGP,
          * whose optimizer steps the de-biased parameters. Unscaled, z moved by the change / w:
-         * a 14x step at the w 0.07 of a peer that shares reached late (issue 19). v->z is made
-         * the z of the new x again, so that a call refused below leaves x as it is. */
-        for (size_t k = 0; k < d; k++) v->z[k] = x[k] - v->z[k];
-        hs_algo_from_eval_point(v->algo, v->z);
-        for (size_t k = 0; k < d; k++) v->x[k] += v->z[k];
-        memcpy(v->z, v_eval(v), sizeof(float) * d);
+         * a 14x step at the w 0.07 of a peer that shares reached late (issue 19). z_prev is the
+         * z of x, given back at the last call; a block of it at a time. */
+        float t[1024];
+        for (size_t k = 0; k < d; k += 1024) {
+            size_t m = d - k < 1024 ? d - k : 1024;
+            hs__algo_eval_range(v->algo, t, v->x + k, m);
+            for (size_t i = 0; i < m; i++) t[i] = x[k + i] - t[i];
+            hs__algo_from_eval_range(v->algo, t, m);
+            for (size_t i = 0; i < m; i++) v->x[k + i] += t[i];
+        }
     } else if (v->lend) {
         lend(v, x);
     } else {
         memcpy(v->x, x, sizeof(float) * d);
     }
     /* the caller's vector is the model as evaluated (z for SGP), as the outer step wants it */
-    if ((err = hs__outer_local_done(v->outer, v->algo, x)) == 0) err = hs__node_step(n);
+    if ((err = hs__outer_local_done(v->outer, v->algo, x)) == 0) {
+        if (v->split) v->cz = x; /* its change taken: the node's until the call returns */
+        err = hs__node_step(n);
+    }
     /* The job's end: give_back copies x, which no round holds any more; the last message first
      * leaves (it may still be queued over a slow link: three vectors alive at once). */
     if (err == 1 && hs__node_net(n)) hs__algo_settle(v->algo, hs_net_exchange(hs__node_net(n)));
