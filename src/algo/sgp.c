@@ -531,6 +531,13 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                         (unsigned long long)r, sn->id, a->cfg.staleness);
                 continue;
             }
+            if (got == HS_ENOENT) {
+                /* Never coming, and not for being late: the sender kept that share (its link
+                 * still carried the one before) and a later one of its is on the way. */
+                HS_LOGD("sgp: round %llu: peer %u sent no share of round %llu", (unsigned long long)r,
+                        sn->id, (unsigned long long)old);
+                continue;
+            }
             if (got < 0) return got;
             err = add_share(a, x, r, sn->id, old, b, &dis, &nshares);
             hs_buf_unref(b);
