@@ -364,20 +364,18 @@ static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
     for (int i = 0; i < v->n_out; i++) {
         double wj = v->out[i].w * s->w;
         hs_buf *msg = NULL;
-        kept[i] = !room_now(ex, v->out[i].id, bytes);
-        if (kept[i])
+        if (!room_now(ex, v->out[i].id, bytes)) {
             HS_LOGD("round %llu: the share to peer %u stays here: its link still carries the one "
                     "before, or it is gone", (unsigned long long)r, v->out[i].id);
-        else if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) < 0 ||
-                 (err = hs_buf_append(msg, &wj, 8)) < 0 ||
-                 (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) < 0 ||
-                 (err = hs__algo_send(a, ex, v->out[i].id, r, msg)) < 0) {
-            hs_buf_unref(msg);
-            return err;
-        } else {
-            kept[i] = err == 1; /* the out-neighbour is gone: its share stays here */
+            err = 1;
+        } else if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) == 0 &&
+                   (err = hs_buf_append(msg, &wj, 8)) == 0 &&
+                   (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) == 0) {
+            err = hs__algo_send(a, ex, v->out[i].id, r, msg); /* 1: gone, the share stays */
         }
         hs_buf_unref(msg);
+        if (err < 0) return err;
+        kept[i] = err == 1;
         if (kept[i]) w_keep += wj;
         nkept += kept[i];
     }
