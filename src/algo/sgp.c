@@ -353,32 +353,49 @@ static int room_now(hs_exchange *ex, uint32_t to, size_t bytes) {
 /* sgp_push without a compressor (none): each share p_ji x is written into its message as it is
  * computed, and x becomes the kept part in place, p_ii x plus the shares that stayed (an
  * out-neighbour gone, or its link still busy with the share before), in the operations and order
- * of the general case below, so that the floats are the same: no vector but x and the messages. */
+ * of the general case below, so that the floats are the same: no vector but x and the messages.
+ * Out-neighbours of the same weight (every graph with uniform weights) get the same bytes: one
+ * message, sent to each of them, not one a neighbour. */
 static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_peer_view *v) {
     sgp_state *s = a->priv;
     size_t d = a->d, bytes = 9 + hs_compress_max_bytes(a->comp, d);
     uint8_t *kept;
     int err = hs__algo_present(a, v->n_out, &kept), nkept = 0;
     if (err < 0) return err;
-    double w_keep = v->self_w * s->w;
+    double w_keep = v->self_w * s->w, w_msg = 0;
+    float p_msg = 0;
+    hs_buf *msg = NULL; /* the share p_msg x of weight w_msg, built for an out-neighbour before */
     for (int i = 0; i < v->n_out; i++) {
         double wj = v->out[i].w * s->w;
-        hs_buf *msg = NULL;
         if (!room_now(ex, v->out[i].id, bytes)) {
             HS_LOGD("round %llu: the share to peer %u stays here: its link still carries the one "
                     "before, or it is gone", (unsigned long long)r, v->out[i].id);
             err = 1;
-        } else if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) == 0 &&
-                   (err = hs_buf_append(msg, &wj, 8)) == 0 &&
-                   (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) == 0) {
+        } else {
+            if (msg && (wj != w_msg || (float)v->out[i].w != p_msg)) {
+                hs_buf_unref(msg);
+                msg = NULL;
+            }
+            err = 0;
+            if (!msg && ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) < 0 ||
+                         (err = hs_buf_append(msg, &wj, 8)) < 0 ||
+                         (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) < 0)) {
+                hs_buf_unref(msg);
+                return err;
+            }
+            w_msg = wj;
+            p_msg = (float)v->out[i].w;
             err = hs__algo_send(a, ex, v->out[i].id, r, msg); /* 1: gone, the share stays */
         }
-        hs_buf_unref(msg);
-        if (err < 0) return err;
+        if (err < 0) {
+            hs_buf_unref(msg);
+            return err;
+        }
         kept[i] = err == 1;
         if (kept[i]) w_keep += wj;
         nkept += kept[i];
     }
+    hs_buf_unref(msg);
     float pself = (float)v->self_w;
     if (!nkept) {
         for (size_t k = 0; k < d; k++) x[k] = pself * x[k];
@@ -532,8 +549,8 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             if (got == HS_ENOENT) {
                 /* Never coming, and not for being late: the sender kept that share (its link
                  * still carried the one before) and a later one of its is on the way. */
-                HS_LOGD("sgp: round %llu: peer %u sent no share of round %llu", (unsigned long long)r,
-                        sn->id, (unsigned long long)old);
+                HS_LOGD("sgp: round %llu: peer %u sent no share of round %llu",
+                        (unsigned long long)r, sn->id, (unsigned long long)old);
                 continue;
             }
             if (got < 0) return got;

@@ -3,7 +3,7 @@
  * measured after each push and each pull (it was 3 scratch vectors a peer: the kept part, the
  * share, the decoded share); a share whose link is still busy is kept without being built or
  * sent, and SGP never waits for that link; the floats are push-sum's own to the bit; a bad share
- * leaves x and w as they were. */
+ * leaves x and w as they were; out-neighbours of the same weight get one message between them. */
 #include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
@@ -45,6 +45,7 @@ typedef struct wex {
     hs_exchange ex, *inner;
     int sends, rooms, busy, spoil;
     int max_wait_ms;
+    const hs_buf *sent[4]; /* the first payloads sent */
 } wex;
 
 static int w_view(hs_exchange *ex, uint64_t r, hs_peer_view *v) {
@@ -53,6 +54,7 @@ static int w_view(hs_exchange *ex, uint64_t r, hs_peer_view *v) {
 }
 static int w_send(hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *b) {
     wex *e = ex->impl;
+    if (e->sends < 4) e->sent[e->sends] = b;
     e->sends++;
     return e->inner->ops->send(e->inner, to, r, b);
 }
@@ -114,7 +116,7 @@ static void pair_new(pair *p, int staleness) {
         assert_non_null(p->x[i]);
         for (size_t k = 0; k < D; k++) p->x[i][k] = (float)(k % 97) * 0.013f - (float)i * 0.7f;
         assert_int_equal(hs_algo_new(&p->a[i], &cfg, (uint32_t)i, D, p->x[i]), 0);
-        p->e[i] = (wex){{&wex_ops, &p->e[i]}, hs_simnet_exchange(p->sim, i), 0, 0, 0, 0, 0};
+        p->e[i] = (wex){{&wex_ops, &p->e[i]}, hs_simnet_exchange(p->sim, i), 0, 0, 0, 0, 0, {0}};
     }
 }
 
@@ -163,7 +165,8 @@ static void test_no_scratch_vectors(void **state) {
         }
         double m = (rss() - base) / vec;
         if (m > worst_push) worst_push = m;
-        for (int i = 0; i < 2; i++) assert_int_equal(hs_algo_pull(p.a[i], &p.e[i].ex, r, p.x[i]), 0);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(hs_algo_pull(p.a[i], &p.e[i].ex, r, p.x[i]), 0);
         m = (rss() - base) / vec;
         if (m > worst_pull) worst_pull = m;
     }
@@ -236,7 +239,8 @@ static void test_bad_share_changes_nothing(void **state) {
         pair_new(&p, 0);
         float *x0 = malloc(sizeof(float) * D);
         assert_non_null(x0);
-        for (int i = 0; i < 2; i++) assert_int_equal(hs_algo_push(p.a[i], &p.e[i].ex, 0, p.x[i]), 0);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(hs_algo_push(p.a[i], &p.e[i].ex, 0, p.x[i]), 0);
         memcpy(x0, p.x[0], sizeof(float) * D);
         p.e[0].spoil = spoil;
         assert_int_equal(hs_algo_pull(p.a[0], &p.e[0].ex, 0, p.x[0]), 0);
@@ -248,12 +252,52 @@ static void test_bad_share_changes_nothing(void **state) {
     }
 }
 
+/* On a ring of 4 each peer pushes a third of x to each of its two out-neighbours: one message,
+ * sent to both (a vector in flight, not one a neighbour), with the share's bytes p x. */
+static void test_equal_weights_one_message(void **state) {
+    (void)state;
+    enum { N = 4, DS = 3001 };
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_SGP;
+    cfg.compress = "none";
+    cfg.staleness = 0;
+    hs_topo *topo;
+    hs_simnet *sim;
+    assert_int_equal(hs_topo_new(&topo, "ring", N, 5), 0);
+    assert_int_equal(hs_simnet_new(&sim, topo), 0);
+    float x[DS];
+    for (size_t k = 0; k < DS; k++) x[k] = (float)(k % 89) * 0.017f - 0.3f;
+    hs_algo *a;
+    assert_int_equal(hs_algo_new(&a, &cfg, 0, DS, x), 0);
+    wex e = {{&wex_ops, &e}, hs_simnet_exchange(sim, 0), 0, 0, 0, 0, 0, {0}};
+    hs_peer_view v;
+    assert_int_equal(e.inner->ops->view(e.inner, 0, &v), 0);
+    assert_int_equal(v.n_out, 2);
+    float p = (float)v.out[0].w, want[DS];
+    for (size_t k = 0; k < DS; k++) want[k] = p * x[k];
+    assert_int_equal(hs_algo_push(a, &e.ex, 0, x), 0);
+    assert_int_equal(e.sends, 2);
+    assert_ptr_equal(e.sent[0], e.sent[1]);
+    hs_msg m[4];
+    hs_exchange *to = hs_simnet_exchange(sim, (int)v.out[0].id);
+    int n = to->ops->drain(to, m, 4);
+    assert_int_equal(n, 1);
+    assert_int_equal(m[0].payload->len, 9 + 12 + sizeof(want));
+    assert_memory_equal(m[0].payload->data + 9 + 12, want, sizeof(want));
+    hs_buf_unref(m[0].payload);
+    hs_algo_free(a);
+    hs_simnet_free(sim);
+    hs_topo_free(topo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_scratch_vectors),
         cmocka_unit_test(test_push_sum_to_the_bit),
         cmocka_unit_test(test_busy_link_keeps_share),
         cmocka_unit_test(test_bad_share_changes_nothing),
+        cmocka_unit_test(test_equal_weights_one_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
