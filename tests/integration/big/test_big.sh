@@ -57,8 +57,8 @@ choco_max=${BIG_CHOCO_MAX_VECTORS:-6.25}
 # the caller's vector during each call (between calls the node keeps it in DCD's scratch z, dead
 # from one round to the next; it was a copy, 1), x_r (own, this peer's exact replica), the
 # neighbour's replica and that scratch z: 4; its messages, 0.19 each (6 bits a value with the
-# norms): the one it sends and the neighbour's while it is applied. SGP (none; 4.75-5.08 at 50M,
-# where it was 9.29-10.08, and 9.13-10.02 at 190M): its state, 2: the node's x (the push-sum
+# norms): the one it sends and the neighbour's while it is applied. SGP (none; 4.04-5.04 at 100M,
+# where it was 9.04-9.36, 4.75-5.08 at 50M): its state, 2: the node's x (the push-sum
 # numerator) and the caller's z = x / w, which the node writes there and measures the caller's
 # change from (it kept a z of its own, and the algorithm another); no scratch vectors (there were
 # 3: the kept part, now x scaled in place, the share, now computed into its message, and the
