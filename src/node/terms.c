@@ -27,21 +27,40 @@ int hs__node_terms_read(const hs_net_welcome *w, hs__node_terms *jt) {
     return 0;
 }
 
+/* The job's round count a resumed peer goes by: the welcome's (the running job's, or that of
+ * the peer restarting it); else its checkpoint's; else (a version-4 checkpoint, which does not
+ * record it) its own, said. With another count than the job's its keys and place in a schedule
+ * would be offset from its neighbours' (randk messages refused, QSGD decoded otherwise). */
+static int64_t resumed_rounds(const hs__node_cfg *cfg, const hs__node_terms *wj, int has_wj,
+                              const hs_checkpoint *ck, int64_t own) {
+    if (has_wj) return wj->rounds;
+    /* Modulo 2^64, as written: the count comes back even where end - rounds wrapped. */
+    int64_t c = (int64_t)(ck->end_round - ck->first_round);
+    if (ck->has_first_round && c >= 1 && c <= HS__NODE_NO_END) return c;
+    HS_LOGW("--resume: the checkpoint of round %llu does not record the job's first round (%s): "
+            "counting rounds from --rounds %ld, as the job must have (another count would draw "
+            "random compressors and follow a schedule out of step with the job's)",
+            (unsigned long long)ck->round,
+            ck->has_first_round ? "an impossible one" : "a version-4 file", cfg->rounds);
+    return own;
+}
+
 int hs__node_terms_pick(const hs__node_cfg *cfg, const hs_net_welcome *w,
                         const hs__node_terms *wj, int has_wj, int restart, int have_ck,
                         const hs_checkpoint *ck, hs__node_terms *jt) {
     int64_t own = cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END;
     *jt = (hs__node_terms){0, own, cfg->wait_peers};
+    if (have_ck) jt->rounds = resumed_rounds(cfg, wj, has_wj, ck, own);
     if (restart) {
-        *jt = have_ck ? (hs__node_terms){ck->end_round, own, has_wj ? wj->wait : -jt->wait}
+        *jt = have_ck ? (hs__node_terms){ck->end_round, jt->rounds, has_wj ? wj->wait : -jt->wait}
                       : *wj;
     } else if (!have_ck && w->snapshot) {
         int err = hs__node_terms_read(w, jt);
         if (err < 0) return err;
-        if (jt->rounds != own)
-            HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
-                    "it); this peer follows the job's count and ends with it",
-                    cfg->rounds, (long long)jt->rounds);
     }
+    if ((have_ck || w->snapshot) && jt->rounds != own)
+        HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
+                "it); this peer follows the job's count and ends with it",
+                cfg->rounds, (long long)jt->rounds);
     return 0;
 }
