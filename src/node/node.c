@@ -638,12 +638,15 @@ static int node_end(void *c, uint64_t r) {
     double rate = n->rounds_done / (now - n->t_round0 > 1e-9 ? now - n->t_round0 : 1e-9);
     if ((err = record_round(n, r, rate)) < 0) return err;
     if (!cfg->quiet && (!isnan(acc) || now - n->last_print > 5.0)) {
-        char accs[32] = "";
-        if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
+        /* A caller that reports no loss (NaN) gets none shown, not "loss nan". */
         const hs_metrics_rec *m = &n->rec;
-        HS_LOGI("round %.0f/%llu  loss %.4f%s  consensus %.3g  sent %.3f MB  %.1f rounds/s",
-                hs_metrics_get(m, HS_MF_ROUND), (unsigned long long)n->jt.end,
-                hs_metrics_get(m, HS_MF_LOSS), accs, hs_metrics_get(m, HS_MF_CONSENSUS),
+        char accs[32] = "", losss[32] = "";
+        if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
+        if (!isnan(hs_metrics_get(m, HS_MF_LOSS)))
+            snprintf(losss, sizeof(losss), "  loss %.4f", hs_metrics_get(m, HS_MF_LOSS));
+        HS_LOGI("round %.0f/%llu%s%s  consensus %.3g  sent %.3f MB  %.1f rounds/s",
+                hs_metrics_get(m, HS_MF_ROUND), (unsigned long long)n->jt.end, losss, accs,
+                hs_metrics_get(m, HS_MF_CONSENSUS),
                 hs_metrics_get(m, HS_MF_BYTES_SENT) / 1e6, hs_metrics_get(m, HS_MF_ROUNDS_PER_S));
         n->last_print = now;
     }
