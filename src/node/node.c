@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
@@ -495,6 +496,10 @@ static int node_open(void *c, uint64_t r) {
     hs_node *n = c;
     if (n->stop) {
         n->stopped = 1;
+        /* The last round's message may still be queued over a slow link: let it leave before
+         * a checkpoint's copy of the state and the caller's copy of x (vec.c), as at the job's
+         * end, but briefly: a stop must not hang on a stalled link. */
+        hs__algo_settle(n->m.algo(n->m.ctx), hs_net_exchange(n->net), HS__NODE_STOP_SETTLE_MS);
         if (n->ck_req && n->cfg.checkpoint_dir) {
             n->ck_req = 0;
             if (write_checkpoint(n, r) < 0) HS_LOGW("%s", hs_error_message());

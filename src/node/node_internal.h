@@ -28,6 +28,9 @@
  * one stays for the snapshot timeout, for joiners on their way): a standing copy of a large
  * model would cost a vector of memory every round (issue 21). Joiners wait for the next. */
 #define HS__NODE_SNAP_KEEP_MAX ((size_t)64 << 20)
+/* A stop waits at most this long (or --recv-timeout, when shorter) for the last round's message
+ * to leave before it copies the model (node.c, node_open). */
+#define HS__NODE_STOP_SETTLE_MS 5000
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 

@@ -269,6 +269,6 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     if ((err = hs__outer_local_done(v->outer, v->algo, x)) == 0) err = hs__node_step(n);
     /* The job's end: give_back copies x, which no round holds any more; the last message first
      * leaves (it may still be queued over a slow link: three vectors alive at once). */
-    if (err == 1 && hs__node_net(n)) hs__algo_settle(v->algo, hs_net_exchange(hs__node_net(n)));
+    if (err == 1 && hs__node_net(n)) hs__algo_settle(v->algo, hs_net_exchange(hs__node_net(n)), -1);
     return give_back(v, x, err);
 }
