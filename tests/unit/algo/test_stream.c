@@ -237,50 +237,41 @@ static void choco_rounds(pex *e, const char *comp, size_t dc, float *x0out, hs_a
     hs_topo_free(topo);
 }
 
-static void test_choco_replica_in_pieces(void **state) {
-    (void)state;
-    float *want = malloc(sizeof(float) * DC), *got = malloc(sizeof(float) * DC);
+/* comp's messages of d values, `width` bytes each: taken in pieces, the whole message's bits;
+ * round 0's message cut a third of the way, or with a value that is not finite (a float NaN's
+ * bytes, which are an fp16 NaN too): the replica is lost. */
+static void choco_stream_case(const char *comp, size_t d, size_t width) {
+    float *want = malloc(sizeof(float) * d), *got = malloc(sizeof(float) * d);
     hs_algo_stats st;
-    choco_rounds(NULL, "none", DC, want, &st);
+    choco_rounds(NULL, comp, d, want, &st);
     assert_int_equal(st.resyncs, 0);
     pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX};
-    choco_rounds(&e, "none", DC, got, &st);
-    assert_true(e.pieces > 100);
+    choco_rounds(&e, comp, d, got, &st);
+    assert_true(e.pieces > 100); /* it streamed */
     assert_int_equal(st.resyncs, 0);
-    assert_memory_equal(got, want, sizeof(float) * DC);
-    /* Round 0's message stops a third of the way, or has a NaN: the replica is lost. */
-    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + 4 * (DC / 3)};
-    pex nan = {.nan_at = DC / 2, .stop_at = SIZE_MAX};
+    assert_int_equal(st.missing, 0);
+    assert_memory_equal(got, want, sizeof(float) * d);
+    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + width * (d / 3)};
+    pex nan = {.nan_at = d / 2 * width / 4, .stop_at = SIZE_MAX}; /* in 4-byte units */
     pex *bad[] = {&cut, &nan};
     for (int i = 0; i < 2; i++) {
-        choco_rounds(bad[i], "none", DC, got, &st);
+        choco_rounds(bad[i], comp, d, got, &st);
         assert_int_equal(st.resyncs, 1);
         assert_int_equal(st.missing, 1); /* round 1's: no replica to apply its delta to */
-        assert_memory_not_equal(got, want, sizeof(float) * DC);
+        assert_memory_not_equal(got, want, sizeof(float) * d);
     }
     free(want);
     free(got);
 }
 
+static void test_choco_replica_in_pieces(void **state) {
+    (void)state;
+    choco_stream_case("none", DC, 4);
+}
+
 static void test_choco_fp16_replica_in_pieces(void **state) {
     (void)state;
-    float *want = malloc(sizeof(float) * DC16), *got = malloc(sizeof(float) * DC16);
-    hs_algo_stats st;
-    choco_rounds(NULL, "fp16", DC16, want, &st);
-    assert_int_equal(st.resyncs, 0);
-    pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX};
-    choco_rounds(&e, "fp16", DC16, got, &st);
-    assert_true(e.pieces > 100); /* it streamed */
-    assert_int_equal(st.resyncs, 0);
-    assert_int_equal(st.missing, 0);
-    assert_memory_equal(got, want, sizeof(float) * DC16);
-    /* Round 0's message stops a third of the way: the replica is lost, as with fp32. */
-    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + 2 * (DC16 / 3)};
-    choco_rounds(&cut, "fp16", DC16, got, &st);
-    assert_int_equal(st.resyncs, 1);
-    assert_memory_not_equal(got, want, sizeof(float) * DC16);
-    free(want);
-    free(got);
+    choco_stream_case("fp16", DC16, 2);
 }
 
 int main(void) {
