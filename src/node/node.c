@@ -142,7 +142,7 @@ void hs_node_request_stop(hs_node *n, int checkpoint) {
 /* ---------------------------------------------------------------- snapshots and checkpoints */
 
 static int write_checkpoint_to(hs_node *n, const char *dir, uint64_t round) {
-    hs_checkpoint_info info = {round,    n->jt.end, n->rank, n->self, n->sig, 0, NULL, NULL, &n->tl,
+    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, 0, NULL, NULL, &n->tl,
                                n->jt.end - (uint64_t)n->jt.rounds};
     return hs__node_ck_write(&n->m, n->net, &info, dir);
 }

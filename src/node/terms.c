@@ -38,8 +38,9 @@ static int64_t resumed_rounds(const hs__node_cfg *cfg, const hs__node_terms *wj,
     int64_t c = (int64_t)(ck->end_round - ck->first_round);
     if (ck->has_first_round && c >= 1 && c <= HS__NODE_NO_END) return c;
     HS_LOGW("--resume: the checkpoint of round %llu does not record the job's first round (%s): "
-            "counting rounds from --rounds %ld, as the job must have (another count would draw "
-            "random compressors and follow a schedule out of step with the job's)",
+            "taking the job's round count from this peer's --rounds %ld; give the job's own "
+            "(another count draws random compressors and follows a schedule out of step with "
+            "the job's)",
             (unsigned long long)ck->round,
             ck->has_first_round ? "an impossible one" : "a version-4 file", cfg->rounds);
     return own;
