@@ -2,15 +2,19 @@
  *
  * A checkpoint is one file DIR/ckpt-<shard>-<round, 12 digits>.hsck holding an opaque state
  * (hs_trainer_save), the round it was taken at, the job's end round, the peer's id, the model
- * signature it is valid for, and the members the peer knew (to rejoin through). Files are
+ * signature it is valid for, the members the peer knew (to rejoin through), and the job's first
+ * round (random compressors and a topology's schedule count rounds from it). Files are
  * written to a temporary name, fsync'd and renamed, so a crash leaves the old file or the new
  * one, never half of one; a CRC-32 over every byte before it makes any flipped bit detectable.
  * Peers sharing a directory keep their own files (by shard); one process writes a shard at a
- * time. Layout (little-endian), version 4:
+ * time. Layout (little-endian), version 5:
  *   "HSCK" | u32 version | u64 round | u64 end round | u32 peer id | u32 signature length |
  *   u64 timeline | u32 ancestor count | per ancestor: u64 timeline, u64 round |
  *   signature | u32 member count | per member: u32 id, u16 address length, address |
- *   u64 state length | state | u32 crc32 of all preceding bytes
+ *   u64 first round | u64 state length | state | u32 crc32 of all preceding bytes
+ * The first round is the end round less the job's round count (modulo 2^64). Version 4, the
+ * same without it, is still read (has_first_round 0): a peer resumed from one without a
+ * running job to tell it the job's count counts from its own --rounds, as before version 5.
  *
  * Timelines: a job that restarts from checkpoints (every peer stopped, then --resume) goes on
  * from one round of its past; what its peers wrote after that round belongs to a timeline the
@@ -63,6 +67,7 @@ typedef struct hs_checkpoint_info {
     const uint32_t *member_ids;
     const char *const *member_addrs;
     const hs_timeline *timeline; /* the job's (NULL: id 0, no ancestors) */
+    uint64_t first_round;        /* the job's first round (end round - its round count) */
 } hs_checkpoint_info;
 
 /* Checks at start that dir can hold checkpoints: creates it when missing and writes and
@@ -84,6 +89,8 @@ int hs_checkpoint_write(const char *dir, const hs_checkpoint_info *info, const u
 /* A checkpoint read back, validated completely. */
 typedef struct hs_checkpoint {
     uint64_t round, end_round;
+    uint64_t first_round; /* the job's, when has_first_round (0: a version-4 file) */
+    int has_first_round;
     int rank; /* from the file name */
     uint32_t id;
     hs_timeline timeline;

@@ -449,12 +449,7 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
     return 0;
 }
 
-void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
-                        size_t bytes) {
-    if (!ex->ops->wait_room) return;
-    a->room_bytes = bytes;
-    a->room_round = r;
-    int ms = a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0;
+static void wait_room_ms(hs_exchange *ex, const hs_peer_view *v, size_t bytes, int ms) {
     double deadline = hs__mono_s() + 1e-3 * ms;
     for (int i = 0; i < v->n_out; i++) {
         double left = deadline - hs__mono_s();
@@ -463,10 +458,20 @@ void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint
     }
 }
 
-void hs__algo_settle(hs_algo *a, hs_exchange *ex) {
+void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
+                        size_t bytes) {
+    if (!ex->ops->wait_room) return;
+    a->room_bytes = bytes;
+    a->room_round = r;
+    wait_room_ms(ex, v, bytes, a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0);
+}
+
+void hs__algo_settle(hs_algo *a, hs_exchange *ex, int max_ms) {
     hs_peer_view v;
+    int ms = a && a->cfg.recv_timeout_ms > 0 ? a->cfg.recv_timeout_ms : 0;
+    if (max_ms >= 0 && max_ms < ms) ms = max_ms;
     if (a && a->room_bytes && ex->ops->wait_room && ex->ops->view(ex, a->room_round, &v) == 0)
-        hs__algo_wait_room(a, ex, &v, a->room_round, a->room_bytes);
+        wait_room_ms(ex, &v, a->room_bytes, ms);
 }
 
 int hs__payload_new(hs_algo *a, hs_buf **out, int type, size_t reserve) {

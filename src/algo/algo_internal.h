@@ -206,10 +206,11 @@ int hs__algo_send(hs_algo *a, hs_exchange *ex, uint32_t to, uint64_t r, hs_buf *
  * neighbours anyway; SGP, which must not, does not call this. */
 void hs__algo_wait_room(hs_algo *a, hs_exchange *ex, const hs_peer_view *v, uint64_t r,
                         size_t bytes);
-/* At the job's end: the same wait, for the last message to be out. The node then copies the
- * caller's vector, which no round holds any more (node/vec.c): with that message still queued
- * over a slow link, three vectors would be alive at once. */
-void hs__algo_settle(hs_algo *a, hs_exchange *ex);
+/* At the job's end or a stop: the same wait (at most max_ms when that is shorter, >= 0), for
+ * the last message to be out. The node then copies the caller's vector, which no round holds
+ * any more (node/vec.c), or a checkpoint's state: with that message still queued over a slow
+ * link, three vectors would be alive at once. */
+void hs__algo_settle(hs_algo *a, hs_exchange *ex, int max_ms);
 
 /* Payloads larger than this are not kept in the pool once sent. */
 #define HS__POOL_MAX_BYTES ((size_t)16 << 20)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo_internal.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "hearsay/checkpoint.h"
@@ -141,34 +142,9 @@ void hs_node_request_stop(hs_node *n, int checkpoint) {
 /* ---------------------------------------------------------------- snapshots and checkpoints */
 
 static int write_checkpoint_to(hs_node *n, const char *dir, uint64_t round) {
-    hs_buf *state = NULL;
-    hs_net_member *mem = NULL;
-    uint32_t *ids = NULL;
-    const char **addrs = NULL;
-    int nm = 0, err;
-    if ((err = hs_buf_new(&state, 0)) < 0) return err;
-    if ((err = n->m.save(n->m.ctx, state)) < 0) goto out;
-    if (n->net && hs_net_members(n->net, &mem, &nm, NULL, NULL) < 0) nm = 0;
-    if (nm && (!(ids = calloc((size_t)nm, sizeof(*ids))) ||
-               !(addrs = calloc((size_t)nm, sizeof(*addrs))))) {
-        err = hs__err(HS_ENOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < nm; i++) {
-        ids[i] = mem[i].id;
-        addrs[i] = mem[i].addr;
-    }
-    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, nm, ids, addrs, &n->tl};
-    size_t bytes = 0;
-    if ((err = hs_checkpoint_write(dir, &info, state->data, state->len, &bytes)) == 0)
-        HS_LOGI("checkpoint of round %llu in %s (%zu bytes)", (unsigned long long)round, dir,
-                bytes);
-out:
-    free(ids);
-    free(addrs);
-    free(mem);
-    hs_buf_unref(state);
-    return err;
+    hs_checkpoint_info info = {round, n->jt.end, n->rank, n->self, n->sig, 0, NULL, NULL, &n->tl,
+                               n->jt.end - (uint64_t)n->jt.rounds};
+    return hs__node_ck_write(&n->m, n->net, &info, dir);
 }
 
 static int write_checkpoint(hs_node *n, uint64_t round) {
@@ -322,19 +298,9 @@ int hs__node_connect(hs_node *n) {
                                         n->restart, &n->have_ck, &n->ck, &n->tl)) < 0)
         return err;
     hs__node_ck_shed(&n->ck);
-    /* This peer's own terms hold until it learns the job's. */
-    n->jt = (hs__node_terms){0, cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END, cfg->wait_peers};
-    if (n->restart)
-        n->jt = n->have_ck ? (hs__node_terms){n->ck.end_round, n->jt.rounds,
-                                              wtl ? wj.wait : -n->jt.wait}
-                           : wj;
-    else if (!n->have_ck && n->w.snapshot) {
-        if ((err = hs__node_terms_read(&n->w, &n->jt)) < 0) return err;
-        if (n->jt.rounds != (cfg->rounds > 0 ? cfg->rounds : HS__NODE_NO_END))
-            HS_LOGW("--rounds %ld: the job trains %lld rounds (the count of the peer that started "
-                    "it); this peer follows the job's count and ends with it",
-                    cfg->rounds, (long long)n->jt.rounds);
-    }
+    if ((err = hs__node_terms_pick(cfg, &n->w, &wj, wtl != NULL, n->restart, n->have_ck, &n->ck,
+                                   &n->jt)) < 0)
+        return err;
     /* The job's terms and timeline reach those who join before the first snapshot (taken
      * once the model exists): without them a joiner would start a timeline of its own. */
     if (!n->w.snapshot && (err = publish(n, n->have_ck ? n->ck.round : 0, TERMS)) < 0)
@@ -530,6 +496,10 @@ static int node_open(void *c, uint64_t r) {
     hs_node *n = c;
     if (n->stop) {
         n->stopped = 1;
+        /* The last round's message may still be queued over a slow link: let it leave before
+         * a checkpoint's copy of the state and the caller's copy of x (vec.c), as at the job's
+         * end, but briefly: a stop must not hang on a stalled link. */
+        hs__algo_settle(n->m.algo(n->m.ctx), hs_net_exchange(n->net), HS__NODE_STOP_SETTLE_MS);
         if (n->ck_req && n->cfg.checkpoint_dir) {
             n->ck_req = 0;
             if (write_checkpoint(n, r) < 0) HS_LOGW("%s", hs_error_message());
@@ -673,12 +643,15 @@ static int node_end(void *c, uint64_t r) {
     double rate = n->rounds_done / (now - n->t_round0 > 1e-9 ? now - n->t_round0 : 1e-9);
     if ((err = record_round(n, r, rate)) < 0) return err;
     if (!cfg->quiet && (!isnan(acc) || now - n->last_print > 5.0)) {
-        char accs[32] = "";
-        if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
+        /* A caller that reports no loss (NaN) gets none shown, not "loss nan". */
         const hs_metrics_rec *m = &n->rec;
-        HS_LOGI("round %.0f/%llu  loss %.4f%s  consensus %.3g  sent %.3f MB  %.1f rounds/s",
-                hs_metrics_get(m, HS_MF_ROUND), (unsigned long long)n->jt.end,
-                hs_metrics_get(m, HS_MF_LOSS), accs, hs_metrics_get(m, HS_MF_CONSENSUS),
+        char accs[32] = "", losss[32] = "";
+        if (!isnan(acc)) snprintf(accs, sizeof(accs), "  test acc %.2f%%", 100 * acc);
+        if (!isnan(hs_metrics_get(m, HS_MF_LOSS)))
+            snprintf(losss, sizeof(losss), "  loss %.4f", hs_metrics_get(m, HS_MF_LOSS));
+        HS_LOGI("round %.0f/%llu%s%s  consensus %.3g  sent %.3f MB  %.1f rounds/s",
+                hs_metrics_get(m, HS_MF_ROUND), (unsigned long long)n->jt.end, losss, accs,
+                hs_metrics_get(m, HS_MF_CONSENSUS),
                 hs_metrics_get(m, HS_MF_BYTES_SENT) / 1e6, hs_metrics_get(m, HS_MF_ROUNDS_PER_S));
         n->last_print = now;
     }

@@ -28,6 +28,9 @@
  * one stays for the snapshot timeout, for joiners on their way): a standing copy of a large
  * model would cost a vector of memory every round (issue 21). Joiners wait for the next. */
 #define HS__NODE_SNAP_KEEP_MAX ((size_t)64 << 20)
+/* A stop waits at most this long (or --recv-timeout, when shorter) for the last round's message
+ * to leave before it copies the model (node.c, node_open). */
+#define HS__NODE_STOP_SETTLE_MS 5000
 /* A job without a round count runs until its peers leave: its end lies this far ahead. */
 #define HS__NODE_NO_END ((int64_t)1 << 50)
 
@@ -122,6 +125,11 @@ hs_net *hs__node_net(const hs_node *n);
 void *hs__node_vec(const hs_node *n);
 void hs__node_set_vec(hs_node *n, void *v, void (*free_fn)(void *));
 
+/* ckwrite.c: writes m's state to a checkpoint in dir, described by base (its members: the ones
+ * net knows now, when there is a net). */
+int hs__node_ck_write(const hs__node_model *m, hs_net *net, const hs_checkpoint_info *base,
+                      const char *dir);
+
 /* resume.c: the job's timeline at the head of a welcome snapshot (HS__NODE_TIMELINE_BYTES),
  * and the checkpoint a resumed peer continues from. */
 #define HS__NODE_TIMELINE_BYTES (12 + 16 * HS_TIMELINE_ANCESTORS)
@@ -179,8 +187,14 @@ typedef struct hs__node_terms {
 _Static_assert(sizeof(hs__node_terms) == 24, "job terms are 24 bytes on the wire");
 /* The terms, then the job's timeline (hs__node_timeline_put). */
 #define HS__NODE_TERMS_BYTES (24 + HS__NODE_TIMELINE_BYTES)
-/* Reads the job's terms at the head of a welcome snapshot, validated (resume.c). */
+/* terms.c: reads the job's terms at the head of a welcome snapshot, validated. */
 int hs__node_terms_read(const hs_net_welcome *w, hs__node_terms *jt);
+/* The terms a peer goes by once connected (*jt), until it learns the job's: its own (--rounds,
+ * --wait-peers), a joiner's from the welcome w, a restart's from its checkpoint ck (have_ck)
+ * and the welcome's terms wj (read by the caller; has_wj 0: none came). */
+int hs__node_terms_pick(const hs__node_cfg *cfg, const hs_net_welcome *w,
+                        const hs__node_terms *wj, int has_wj, int restart, int have_ck,
+                        const hs_checkpoint *ck, hs__node_terms *jt);
 
 /* Whether a peer's replicas of its neighbours may start at its own vector (same_start: the
  * configured wish): only for a peer that begins with a fresh job, before anyone trained: the

@@ -315,21 +315,3 @@ int hs__node_restart_agree(const hs__node_cfg *cfg, int rank, const char *sig, h
     }
     return took >= 0;
 }
-
-int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_end,
-                        int64_t rounds, uint64_t start_round, long steps) {
-    int first = job_end == 0 ||
-                (rounds >= 0 && job_end >= (uint64_t)rounds && start_round <= job_end - (uint64_t)rounds);
-    return same_start && !have_ck && !restart && first && steps == 0;
-}
-
-/* Reads the job's terms at the head of a welcome snapshot, validated. */
-int hs__node_terms_read(const hs_net_welcome *w, hs__node_terms *jt) {
-    if (w->snapshot->len < HS__NODE_TERMS_BYTES)
-        return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
-    memcpy(jt, w->snapshot->data, 24);
-    if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
-        return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
-                       (long long)jt->rounds, (long long)jt->wait);
-    return 0;
-}

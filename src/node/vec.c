@@ -283,6 +283,6 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
     }
     /* The job's end: give_back copies x, which no round holds any more; the last message first
      * leaves (it may still be queued over a slow link: three vectors alive at once). */
-    if (err == 1 && hs__node_net(n)) hs__algo_settle(v->algo, hs_net_exchange(hs__node_net(n)));
+    if (err == 1 && hs__node_net(n)) hs__algo_settle(v->algo, hs_net_exchange(hs__node_net(n)), -1);
     return give_back(v, x, err);
 }

@@ -16,7 +16,9 @@
 #include "hearsay/checkpoint.h"
 
 #define CK_MAGIC "HSCK"
-#define CK_VERSION 4u
+#define CK_VERSION 5u
+/* Version 4 lacks the job's first round; it is still read (hearsay/checkpoint.h). */
+#define CK_VERSION_OLD 4u
 #define CK_LIST_MAX 256
 #define CK_NAME_MAX 64
 
@@ -151,7 +153,7 @@ static int read_head(const char *path, uint64_t *round, uint64_t *tl) {
     uint32_t ver;
     if (n < sizeof(h)) return -1;
     memcpy(&ver, h + 4, 4);
-    if (memcmp(h, CK_MAGIC, 4) != 0 || ver != CK_VERSION) return -1;
+    if (memcmp(h, CK_MAGIC, 4) != 0 || (ver != CK_VERSION && ver != CK_VERSION_OLD)) return -1;
     memcpy(round, h + 8, 8);
     memcpy(tl, h + 32, 8);
     return 0;
@@ -229,6 +231,7 @@ static int put_head(hs_buf *file, const hs_checkpoint_info *in, size_t len) {
             (err = hs_buf_append(file, in->member_addrs[i], al)) < 0)
             return err;
     }
+    if ((err = hs_buf_append(file, &in->first_round, 8)) < 0) return err;
     return hs_buf_append(file, &slen, 8);
 }
 
@@ -331,8 +334,9 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *ck) {
     }
     uint32_t ver;
     memcpy(&ver, d + 4, 4);
-    if (ver != CK_VERSION) {
-        err = hs__err(HS_EFORMAT, "%s: version %u (this build reads %u)", path, ver, CK_VERSION);
+    if (ver != CK_VERSION && ver != CK_VERSION_OLD) {
+        err = hs__err(HS_EFORMAT, "%s: version %u (this build reads %u and %u)", path, ver,
+                      CK_VERSION_OLD, CK_VERSION);
         goto fail;
     }
     /* Every byte is covered: check before trusting any length inside. A file cut short fails
@@ -390,6 +394,12 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *ck) {
             ck->n_members++;
         }
         p += al;
+    }
+    if (ver != CK_VERSION_OLD) {
+        NEED(8);
+        memcpy(&ck->first_round, p, 8);
+        ck->has_first_round = 1;
+        p += 8;
     }
     uint64_t slen;
     NEED(8);

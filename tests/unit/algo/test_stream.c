@@ -183,14 +183,15 @@ static void test_short_message_is_missing(void **state) {
  * whole-message path (the simulator's exchange, which has no recv_piece) to the bit; a message
  * that stops midway, or carries a value that is not finite, loses the replica: a full one is
  * asked for (resyncs), the neighbour missing, and x the same as for a message that did not
- * come at all. */
-enum { DC = 1 << 22 };
+ * come at all. The same with fp16 deltas (8M values: 2 bytes each, runs of that width), where
+ * a run width taken as 4 bytes would put every value elsewhere. */
+enum { DC = 1 << 22, DC16 = 1 << 23 };
 
-static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
+static void choco_rounds(pex *e, const char *comp, size_t dc, float *x0out, hs_algo_stats *st) {
     hs_algo_cfg cfg;
     hs_algo_cfg_default(&cfg);
     assert_int_equal(hs_algo_kind_parse("choco", &cfg.kind), 0);
-    cfg.compress = "none";
+    cfg.compress = comp;
     cfg.gamma_c = 0.25f;
     cfg.same_start = 1;
     cfg.recv_timeout_ms = 0;
@@ -201,9 +202,9 @@ static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
     hs_algo *a[2];
     float *x[2];
     for (int i = 0; i < 2; i++) {
-        x[i] = malloc(sizeof(float) * DC);
-        for (size_t k = 0; k < DC; k++) x[i][k] = (float)(k % 97) * 0.013f;
-        assert_int_equal(hs_algo_new(&a[i], &cfg, (uint32_t)i, DC, x[i]), 0);
+        x[i] = malloc(sizeof(float) * dc);
+        for (size_t k = 0; k < dc; k++) x[i][k] = (float)(k % 97) * 0.013f;
+        assert_int_equal(hs_algo_new(&a[i], &cfg, (uint32_t)i, dc, x[i]), 0);
     }
     hs_exchange *ex0 = hs_simnet_exchange(sim, 0);
     if (e) {
@@ -214,7 +215,7 @@ static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
     }
     for (uint64_t r = 0; r < 2; r++) {
         for (int i = 0; i < 2; i++) {
-            for (size_t k = 0; k < DC; k++) x[i][k] -= 0.1f * (x[i][k] - (float)i);
+            for (size_t k = 0; k < dc; k++) x[i][k] -= 0.1f * (x[i][k] - (float)i);
             assert_int_equal(hs_algo_push(a[i], hs_simnet_exchange(sim, i), r, x[i]), 0);
         }
         for (int i = 0; i < 2; i++) hs_simnet_set_clock(sim, i, (double)r + 1.0);
@@ -225,7 +226,7 @@ static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
             e->nan_at = SIZE_MAX;
         }
     }
-    memcpy(x0out, x[0], sizeof(float) * DC);
+    memcpy(x0out, x[0], sizeof(float) * dc);
     hs_algo_get_stats(a[0], st);
     if (e) hs_buf_unref(e->cur);
     for (int i = 0; i < 2; i++) {
@@ -236,34 +237,48 @@ static void choco_rounds(pex *e, float *x0out, hs_algo_stats *st) {
     hs_topo_free(topo);
 }
 
-static void test_choco_replica_in_pieces(void **state) {
-    (void)state;
-    float *want = malloc(sizeof(float) * DC), *got = malloc(sizeof(float) * DC);
+/* comp's messages of d values, `width` bytes each: taken in pieces, the whole message's bits;
+ * with `bad`, round 0's message cut a third of the way, or with a value that is not finite (a
+ * float NaN's bytes, which are an fp16 NaN too): the replica is lost. */
+static void choco_stream_case(const char *comp, size_t d, size_t width, int bad_cases) {
+    float *want = malloc(sizeof(float) * d), *got = malloc(sizeof(float) * d);
     hs_algo_stats st;
-    choco_rounds(NULL, want, &st);
+    choco_rounds(NULL, comp, d, want, &st);
     assert_int_equal(st.resyncs, 0);
     pex e = {.nan_at = SIZE_MAX, .stop_at = SIZE_MAX};
-    choco_rounds(&e, got, &st);
-    assert_true(e.pieces > 100);
+    choco_rounds(&e, comp, d, got, &st);
+    assert_true(e.pieces > 100); /* it streamed */
     assert_int_equal(st.resyncs, 0);
-    assert_memory_equal(got, want, sizeof(float) * DC);
-    /* Round 0's message stops a third of the way, or has a NaN: the replica is lost. */
-    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + 4 * (DC / 3)};
-    pex nan = {.nan_at = DC / 2, .stop_at = SIZE_MAX};
+    assert_int_equal(st.missing, 0);
+    assert_memory_equal(got, want, sizeof(float) * d);
+    pex cut = {.nan_at = SIZE_MAX, .stop_at = 1 + 12 + width * (d / 3)};
+    pex nan = {.nan_at = d / 2 * width / 4, .stop_at = SIZE_MAX}; /* in 4-byte units */
     pex *bad[] = {&cut, &nan};
-    for (int i = 0; i < 2; i++) {
-        choco_rounds(bad[i], got, &st);
+    for (int i = 0; i < 2 * bad_cases; i++) {
+        choco_rounds(bad[i], comp, d, got, &st);
         assert_int_equal(st.resyncs, 1);
         assert_int_equal(st.missing, 1); /* round 1's: no replica to apply its delta to */
-        assert_memory_not_equal(got, want, sizeof(float) * DC);
+        assert_memory_not_equal(got, want, sizeof(float) * d);
     }
     free(want);
     free(got);
 }
 
+static void test_choco_replica_in_pieces(void **state) {
+    (void)state;
+    choco_stream_case("none", DC, 4, 1);
+}
+
+static void test_choco_fp16_replica_in_pieces(void **state) {
+    (void)state;
+    /* The bad messages' handling is the width's as well, and fp16's 8M values cost seconds. */
+    choco_stream_case("fp16", DC16, 2, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choco_replica_in_pieces),
+        cmocka_unit_test(test_choco_fp16_replica_in_pieces),
         cmocka_unit_test(test_pieces_mix_to_the_bit),
         cmocka_unit_test(test_bad_value_stops_at_its_block),
         cmocka_unit_test(test_cut_message),

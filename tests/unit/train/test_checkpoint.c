@@ -1,5 +1,6 @@
 /* Unit tests of checkpoint files (src/train/checkpoint.c): round trip, every flipped bit and
- * every cut detected, stale temporaries removed, rotation that never loses newer progress. */
+ * every cut detected, stale temporaries removed, rotation that never loses newer progress, the
+ * job's first round kept, and files of version 4 (which lack it) still read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
@@ -33,13 +35,13 @@ static int teardown(void **state) {
 static void write_round(int rank, uint64_t round, const uint8_t *state, size_t len) {
     uint32_t ids[2] = {0, 7};
     const char *addrs[2] = {"127.0.0.1:7000", "127.0.0.1:7007"};
-    hs_checkpoint_info in = {round, 500, rank, 7, "mlp:4-3", 2, ids, addrs, NULL};
+    hs_checkpoint_info in = {round, 500, rank, 7, "mlp:4-3", 2, ids, addrs, NULL, 460};
     assert_int_equal(hs_checkpoint_write(dir, &in, state, len, NULL), 0);
 }
 
 static void write_on(const hs_timeline *t, int rank, uint64_t round) {
     uint8_t st[8] = {(uint8_t)round};
-    hs_checkpoint_info in = {round, 900, rank, 1, "mlp:4-3", 0, NULL, NULL, t};
+    hs_checkpoint_info in = {round, 900, rank, 1, "mlp:4-3", 0, NULL, NULL, t, 0};
     assert_int_equal(hs_checkpoint_write(dir, &in, st, sizeof(st), NULL), 0);
 }
 
@@ -56,6 +58,8 @@ static void test_round_trip(void **state) {
     assert_int_equal(hs_checkpoint_newest(dir, 1, "mlp:4-3", &ck), 0);
     assert_int_equal(ck.round, 40);
     assert_int_equal(ck.end_round, 500);
+    assert_int_equal(ck.has_first_round, 1);
+    assert_int_equal(ck.first_round, 460);
     assert_int_equal(ck.rank, 1);
     assert_int_equal(ck.id, 7);
     assert_int_equal(ck.n_members, 2);
@@ -234,11 +238,51 @@ static void test_zero_runs(void **state) {
     free(st);
 }
 
+/* A file of version 4 (before the job's first round was kept) is read as it was: the same
+ * round, end, members and state, and no first round (the node then says what it counts from). */
+static void test_version4_read(void **state) {
+    (void)state;
+    uint8_t st[24] = {9, 8, 7};
+    write_round(3, 30, st, sizeof(st));
+    char p[512];
+    path_of(3, 30, p, sizeof(p));
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    uint8_t v5[1024], v4[1024];
+    size_t n = fread(v5, 1, sizeof(v5), f);
+    fclose(f);
+    assert_true(n > 60 && n < sizeof(v5));
+    /* Version 4: the same bytes without the first round (just before the state's length). */
+    size_t at = n - 4 - sizeof(st) - 8 - 8, m = n - 8;
+    memcpy(v4, v5, at);
+    memcpy(v4 + at, v5 + at + 8, n - 4 - (at + 8));
+    uint32_t ver = 4, crc;
+    memcpy(v4 + 4, &ver, 4);
+    crc = (uint32_t)crc32_z(0L, v4, m - 4);
+    memcpy(v4 + m - 4, &crc, 4);
+    f = fopen(p, "wb");
+    assert_int_equal(fwrite(v4, 1, m, f), m);
+    fclose(f);
+    hs_checkpoint ck;
+    assert_int_equal(hs_checkpoint_read(p, "mlp:4-3", &ck), 0);
+    assert_int_equal(ck.round, 30);
+    assert_int_equal(ck.end_round, 500);
+    assert_int_equal(ck.has_first_round, 0);
+    assert_int_equal(ck.n_members, 2);
+    assert_int_equal(ck.state_len, sizeof(st));
+    assert_memory_equal(ck.state, st, sizeof(st));
+    hs_checkpoint_clear(&ck);
+    /* and found among the shard's files (the header's version is checked there too) */
+    assert_int_equal(hs_checkpoint_newest(dir, 3, "mlp:4-3", &ck), 0);
+    assert_int_equal(ck.round, 30);
+    hs_checkpoint_clear(&ck);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_every_byte_covered),
         cmocka_unit_test(test_stale_tmp_removed), cmocka_unit_test(test_rotation),
-        cmocka_unit_test(test_timelines),
+        cmocka_unit_test(test_timelines),         cmocka_unit_test(test_version4_read),
         cmocka_unit_test(test_dir_check),          cmocka_unit_test(test_zero_runs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
