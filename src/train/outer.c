@@ -62,6 +62,18 @@
  * last round: that difference is this round's pseudo-gradient plus the compression's
  * remainder, so the compressor works on the pseudo-gradient with error feedback.
  *
+ * The defaults (hs__outer_cfg_default: rate 1, momentum 0, what an outer step turned on with
+ * only one value given takes for the other) are SlowMo's rate and its reference's momentum for
+ * up to 16 workers (fairseq), not DiLoCo's 0.7 / 0.9, which is tuned for H = 500 steps of
+ * AdamW. hearsay's users run a few local steps of SGD with momentum 0.9, whose buffer carries
+ * each round's velocity into the next round's steps: an outer momentum sums that velocity a
+ * second time and the step multiplies it by up to alpha / (1 - beta). On the CNN at n = 4,
+ * H = 4 (tools/bench/wan --loopback, seeds 1-3; docs/RESULTS.md, "Outer optimizer defaults")
+ * 1/0 reached 70% at the same step as DDP or sooner; 0.7/0.9 and 1/0.2-0.5 as late
+ * or later, 0.7/0.9 ending 7-13 points lower. 0.7/0.9 caught up with 1/0 only when the inner
+ * momentum was zeroed after each round (SlowMo's reset of the base optimizer's buffers), which
+ * only the owner of the inner optimizer can do, not this file.
+ *
  * Algorithms that evaluate elsewhere than x (SGP: z = x / w) take the step on the evaluation
  * point, as SlowMo's reference de-biases the parameters around it: the anchor and the
  * momentum live in z, and x = w z afterwards (elements the step leaves alone keep their x).
@@ -91,6 +103,12 @@ struct hs__outer {
  * before the gossip for algorithms that mix exactly (no consensus step gamma_c: D-PSGD, DCD,
  * SGP), after it for those whose consensus step damps the mix (CHOCO, BEER). */
 static int exact_mix(hs_algo *a) { return a && !hs_algo_kind_uses_gamma_c(hs_algo_kind_of(a)); }
+
+void hs__outer_cfg_default(hs_outer_cfg *c) {
+    c->on = 0;
+    c->lr = HS__OUTER_LR_DEFAULT;
+    c->momentum = HS__OUTER_MOMENTUM_DEFAULT;
+}
 
 int hs__outer_check(const hs_outer_cfg *c) {
     if (!c->on) return 0;

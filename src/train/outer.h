@@ -14,6 +14,14 @@
 
 typedef struct hs__outer hs__outer;
 
+/* The rate and momentum an outer step takes when it is on and one of them is not given
+ * (`hearsay run --outer-momentum F` alone, the node's "outer-lr" alone, Python's outer_lr
+ * alone): SlowMo's rate 1 and no momentum, not DiLoCo's 0.7 / 0.9 (outer.c says why). */
+#define HS__OUTER_LR_DEFAULT 1.0f
+#define HS__OUTER_MOMENTUM_DEFAULT 0.0f
+/* c off, with the default rate and momentum: either option given turns it on. */
+void hs__outer_cfg_default(hs_outer_cfg *c);
+
 /* Checks lr and momentum, naming the flag that is wrong (HS_EINVAL). */
 int hs__outer_check(const hs_outer_cfg *c);
 /* *out = NULL when c is off; else anchor and momentum for d floats, momentum zero. */

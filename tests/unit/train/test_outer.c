@@ -2,7 +2,7 @@
  * --outer-lr 1 --outer-momentum 0 equal to no outer step bit for bit in the simulator for each
  * algorithm, a consensus-only run keeping the network average, the gossip's correction kept
  * out of the momentum where the algorithm mixes exactly, and the outer momentum carried by
- * checkpoints (resume gives the same bits) and by joiners' snapshots. */
+ * checkpoints (resume gives the same bits) and by joiners' snapshots; the defaults. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -71,6 +71,38 @@ static void test_step_by_hand(void **state) {
     hs_outer_cfg bad = {1, 0.5f, 1.0f};
     assert_int_equal(hs__outer_new(&o, &bad, D), HS_EINVAL);
     assert_non_null(strstr(hs_error_message(), "--outer-momentum 1"));
+    hs_algo_free(a);
+}
+
+/* The defaults (rate 1, momentum 0; outer.c says why), which an outer step turned on with one
+ * value given takes for the other: rounds that each move the model by the same amount move it
+ * by exactly that amount, bit for bit, not up to alpha / (1 - beta) times it as DiLoCo's
+ * 0.7 / 0.9 would (7x). */
+static void test_defaults(void **state) {
+    (void)state;
+    enum { D = 3 };
+    float x[D] = {0.5f, -1, 2}, want[D];
+    hs_algo_cfg ac;
+    hs_algo_cfg_default(&ac);
+    ac.kind = HS_ALGO_CHOCO;
+    ac.compress = "none";
+    hs_algo *a;
+    assert_int_equal(hs_algo_new(&a, &ac, 0, D, x), 0);
+    hs_outer_cfg oc;
+    hs__outer_cfg_default(&oc);
+    assert_int_equal(oc.on, 0); /* off until one of the options is given */
+    oc.on = 1;
+    hs__outer *o;
+    assert_int_equal(hs__outer_new(&o, &oc, D), 0);
+    assert_non_null(o);
+    for (int round = 0; round < 6; round++) {
+        hs__outer_open(o, a, x);
+        for (int k = 0; k < D; k++) x[k] -= 0.25f; /* the round's local steps and gossip */
+        memcpy(want, x, sizeof(want));
+        assert_int_equal(hs__outer_step(o, a, x), 0);
+        assert_memory_equal(x, want, sizeof(want));
+    }
+    hs__outer_free(o);
     hs_algo_free(a);
 }
 
@@ -367,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_identity_sgp),     cmocka_unit_test(test_consensus_dpsgd),
         cmocka_unit_test(test_consensus_choco),  cmocka_unit_test(test_resume_and_join),
         cmocka_unit_test(test_rule_by_hand),     cmocka_unit_test(test_exact_mix),
+        cmocka_unit_test(test_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
