@@ -204,7 +204,7 @@ static int o_ck_every(hs__node_cfg *c, const char *name, const char *v) {
 static int o_same_start(hs__node_cfg *c, const char *name, const char *v) {
     return parse_flag(name, v, &c->algo.same_start);
 }
-/* Either given turns the outer step on (the other keeps its value from cfg_base). */
+/* Either given turns the outer step on (the other stays not given, NaN: outer.c fills it in). */
 static int o_outer(hs__node_cfg *c, const char *name, const char *v, double hi, float *out) {
     char *end;
     double f = strtod(v, &end);
