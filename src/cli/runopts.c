@@ -40,7 +40,7 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "of local steps or --momentum 0: over a few local steps of SGD with momentum it"
      HELP_PAD "overshoots"},
     {"outer-momentum", RO_OUTER_MOMENTUM, "F",
-     "outer optimizer's Nesterov momentum in [0, 1) (default: 1 - --outer-lr, at least 0)"},
+     "outer optimizer's Nesterov momentum in [0, 1); --outer-lr alone: 1 minus it, at least 0"},
     {"topology", RO_TOPOLOGY, "T",
      "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
      "or a topology file (default: ring; onepeer-exp for sgp)"},
