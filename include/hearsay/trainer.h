@@ -30,7 +30,8 @@ extern "C" {
  * Nesterov step of rate lr and momentum `momentum` on the round's pseudo-gradient (the model
  * at the round's open minus the model after the gossip for CHOCO and BEER; before it for the
  * others, whose mixing is then applied once). on = 0: no outer step; lr 1 with
- * momentum 0 computes the same bits as no outer step. */
+ * momentum 0 computes the same bits as no outer step. A NaN lr or momentum is not given:
+ * neither given, 0.5 and 0.5; one given, the other makes them sum to 1 (outer.c says why). */
 typedef struct hs_outer_cfg {
     int on;
     float lr;       /* [0, 10] */

@@ -105,7 +105,10 @@ class Node:
     join_timeout and handshake_timeout (ms), max_pending and max_pending_per_addr (strangers
     at the door), world (shards), rank, rendezvous (a file), wait_peers, checkpoint_dir,
     checkpoint_every (rounds), resume, same_start (every peer starts from the same vector),
-    outer_lr and outer_momentum (the outer Nesterov step over the gossip; either turns it on).
+    outer_lr and outer_momentum (the outer Nesterov step over the gossip; either turns it on,
+    the other then makes them sum to 1, as 0.5 and 0.5 do; 1 and 0 is the plain algorithm;
+    DiLoCo's 0.7 / 0.9 is for hundreds of local steps and overshoots over a few of SGD with
+    momentum: README).
     """
 
     def __init__(

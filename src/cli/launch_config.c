@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,8 +110,10 @@ static int add_default(cJSON *o, const hs_cli_opt *opt, const hs_runopts *ro,
     }
     case RO_OUTER_LR:
     case RO_OUTER_MOMENTUM:
-        /* Off unless one of them was given; writing either would turn the outer step on. */
-        if (!ro->outer.on) return 1;
+        /* Off unless one of them was given; writing either would turn the outer step on. A
+         * value not given (NaN) is left to the node, which fills it in as `run` does. */
+        if (!ro->outer.on || isnan(opt->key == RO_OUTER_LR ? ro->outer.lr : ro->outer.momentum))
+            return 1;
         add_float(o, k, opt->key == RO_OUTER_LR ? ro->outer.lr : ro->outer.momentum);
         return 0;
     case RO_ON_DIVERGENCE:

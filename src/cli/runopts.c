@@ -10,6 +10,7 @@
 #include "hearsay/error.h"
 #include "hearsay/topo.h"
 #include "node/node_internal.h"
+#include "train/outer.h"
 
 const hs_cli_opt hs_runopts_table[] = {
     {"algo", RO_ALGO, "A", "dpsgd, dcd, choco, sgp or beer (default: choco)"},
@@ -33,9 +34,13 @@ const hs_cli_opt hs_runopts_table[] = {
      HELP_PAD "[0, 10] on the round's pseudo-gradient (model at the round's start minus the"
      HELP_PAD "model after the gossip for choco and beer; before it for the others, whose"
      HELP_PAD "mixing is then applied once). Not given, nor --outer-momentum: no outer step; either"
-     HELP_PAD "given: the other is 1 (rate) or 0 (momentum), and 1 with 0 gives the plain"
-     HELP_PAD "algorithm's bits. DiLoCo uses 0.7 with momentum 0.9"},
-    {"outer-momentum", RO_OUTER_MOMENTUM, "F", "outer optimizer's Nesterov momentum in [0, 1)"},
+     HELP_PAD "given: the other makes them sum to 1 (rate / (1 - momentum) = 1: the momentum"
+     HELP_PAD "smooths the rounds, does not amplify them; 0.5 with 0.5 worked best), and 1 with"
+     HELP_PAD "0 gives the plain algorithm's bits. DiLoCo's 0.7 with momentum 0.9 is for hundreds"
+     HELP_PAD "of local steps or --momentum 0: over a few local steps of SGD with momentum it"
+     HELP_PAD "overshoots"},
+    {"outer-momentum", RO_OUTER_MOMENTUM, "F",
+     "outer optimizer's Nesterov momentum in [0, 1); --outer-lr alone: 1 minus it, at least 0"},
     {"topology", RO_TOPOLOGY, "T",
      "ring, torus:RxC, hypercube, exponential, onepeer-exp, complete, regular:D, two-cluster, "
      "or a topology file (default: ring; onepeer-exp for sgp)"},
@@ -95,7 +100,7 @@ void hs__runopts_default(hs_runopts *o) {
     o->device = HS_DEVICE_CPU;
     hs_algo_cfg_default(&o->algo);
     o->local_steps = 1;
-    o->outer.lr = 1.0f;
+    hs__outer_cfg_default(&o->outer);
     o->partition_spec = "iid";
 }
 

@@ -13,6 +13,7 @@
 #include "hearsay/compress.h"
 #include "hearsay/topo.h"
 #include "node/node_internal.h"
+#include "train/outer.h"
 
 /* What one option does to the resolved configuration; v is never NULL. */
 typedef int (*opt_apply)(hs__node_cfg *c, const char *name, const char *v);
@@ -203,7 +204,7 @@ static int o_ck_every(hs__node_cfg *c, const char *name, const char *v) {
 static int o_same_start(hs__node_cfg *c, const char *name, const char *v) {
     return parse_flag(name, v, &c->algo.same_start);
 }
-/* Either given turns the outer step on (the other keeps its value from cfg_base). */
+/* Either given turns the outer step on (the other stays not given, NaN: outer.c fills it in). */
 static int o_outer(hs__node_cfg *c, const char *name, const char *v, double hi, float *out) {
     char *end;
     double f = strtod(v, &end);
@@ -316,7 +317,7 @@ static void cfg_base(hs__node_cfg *c) {
     c->wait_timeout_ms = c->net.join_timeout_ms > 0 ? c->net.join_timeout_ms
                                                     : HS__NODE_JOIN_TIMEOUT_MS;
     c->net.security = HS_NET_SECRET;
-    c->outer.lr = 1.0f;
+    hs__outer_cfg_default(&c->outer);
 }
 
 void hs__node_cfg_defaults(hs__node_cfg *c) {

@@ -62,6 +62,23 @@
  * last round: that difference is this round's pseudo-gradient plus the compression's
  * remainder, so the compressor works on the pseudo-gradient with error feedback.
  *
+ * The defaults (hs__outer_resolve: rate 0.5 and momentum 0.5 when neither is given; one given,
+ * the other makes them sum to 1) give the step a gain alpha / (1 - beta) of 1 on a
+ * pseudo-gradient that repeats: the momentum smooths the rounds' pseudo-gradients and does not
+ * amplify them. DiLoCo's 0.7 / 0.9 (gain 7) is tuned for H = 500 steps of AdamW; hearsay's
+ * users run a few local steps of SGD with momentum 0.9, whose buffer carries each round's
+ * velocity into the next round's steps, and an outer momentum that amplifies sums that velocity
+ * a second time. SlowMo keeps the rate 1 and its reference (fairseq) the momentum 0 up to 16
+ * workers, the plain algorithm. On the CNN at n = 4 (tools/bench/wan --loopback, 100 steps, 96
+ * at H = 8, seeds 1-3; docs/RESULTS.md, "Outer optimizer defaults"), 0.5/0.5 reached 70% as
+ * soon as 1/0 or sooner (evaluated every 10 steps; H = 4: steps 50/40/40 against 50/40/50;
+ * H = 8: 50/40/40 against 50/50/50) and
+ * ended 2.0 points above it at H = 4 (84.4%, DDP 83.9%), 0.35 below at H = 8; 0.7/0.9 reached it
+ * 0-20 steps later and ended 7-13 points lower at H = 4, and rate 1 with momentum 0.2-0.5
+ * (gain 1.25-2) was no sooner than 1/0. Under `hearsay sim` (MLP, n = 8, 10 epochs, D-PSGD and
+ * CHOCO top-10% at H = 8 and 32, 2 seeds) 0.5/0.5 ended at or above the plain algorithm in all
+ * 8 runs, by up to 2.2 points.
+ *
  * Algorithms that evaluate elsewhere than x (SGP: z = x / w) take the step on the evaluation
  * point, as SlowMo's reference de-biases the parameters around it: the anchor and the
  * momentum live in z, and x = w z afterwards (elements the step leaves alone keep their x).
@@ -92,14 +109,37 @@ struct hs__outer {
  * SGP), after it for those whose consensus step damps the mix (CHOCO, BEER). */
 static int exact_mix(hs_algo *a) { return a && !hs_algo_kind_uses_gamma_c(hs_algo_kind_of(a)); }
 
+void hs__outer_cfg_default(hs_outer_cfg *c) {
+    c->on = 0;
+    c->lr = NAN;
+    c->momentum = NAN;
+}
+
+void hs__outer_resolve(const hs_outer_cfg *c, float *lr, float *momentum) {
+    float a = c->lr, b = c->momentum;
+    if (isnan(a) && isnan(b)) {
+        a = HS__OUTER_LR_DEFAULT;
+        b = HS__OUTER_MOMENTUM_DEFAULT;
+    } else if (isnan(a)) {
+        a = 1.0f - b;
+    } else if (isnan(b)) {
+        b = a < 1.0f ? 1.0f - a : 0.0f;
+    }
+    *lr = a;
+    *momentum = b;
+}
+
 int hs__outer_check(const hs_outer_cfg *c) {
     if (!c->on) return 0;
-    if (!(c->lr >= 0.0f && c->lr <= 10.0f))
+    float lr, m;
+    hs__outer_resolve(c, &lr, &m);
+    /* the momentum first: a rate not given is made from it */
+    if (!(m >= 0.0f && m < 1.0f))
+        return hs__err(HS_EINVAL, "--outer-momentum %g: must be in [0, 1)", (double)m);
+    if (!(lr >= 0.0f && lr <= 10.0f))
         return hs__err(HS_EINVAL, "--outer-lr %g: must be in [0, 10] (1 with --outer-momentum 0 "
                                   "is the plain algorithm)",
-                       (double)c->lr);
-    if (!(c->momentum >= 0.0f && c->momentum < 1.0f))
-        return hs__err(HS_EINVAL, "--outer-momentum %g: must be in [0, 1)", (double)c->momentum);
+                       (double)lr);
     return 0;
 }
 
@@ -120,8 +160,7 @@ int hs__outer_new(hs__outer **out, const hs_outer_cfg *c, size_t d) {
         hs__outer_free(o);
         return hs__err(HS_ENOMEM, "outer optimizer: out of memory");
     }
-    o->lr = c->lr;
-    o->mom = c->momentum;
+    hs__outer_resolve(c, &o->lr, &o->mom);
     o->d = d;
     *out = o;
     return 0;

@@ -14,6 +14,18 @@
 
 typedef struct hs__outer hs__outer;
 
+/* The rate and momentum of an outer step whose hs_outer_cfg leaves them NaN (not given):
+ * neither given, these; one given (`hearsay run --outer-momentum F` alone, the node's
+ * "outer-lr" alone, Python's outer_lr alone), the other makes rate + momentum = 1, so that
+ * rate / (1 - momentum), the step's gain on a pseudo-gradient that repeats, is 1 (the rate at
+ * least 0). outer.c says why. */
+#define HS__OUTER_LR_DEFAULT 0.5f
+#define HS__OUTER_MOMENTUM_DEFAULT 0.5f
+/* c off, neither value given: either option given turns it on. */
+void hs__outer_cfg_default(hs_outer_cfg *c);
+/* The rate and momentum c asks for, a value not given filled in as above. */
+void hs__outer_resolve(const hs_outer_cfg *c, float *lr, float *momentum);
+
 /* Checks lr and momentum, naming the flag that is wrong (HS_EINVAL). */
 int hs__outer_check(const hs_outer_cfg *c);
 /* *out = NULL when c is off; else anchor and momentum for d floats, momentum zero. */

@@ -117,17 +117,20 @@ def outer_step_through_the_node():
     # src/train/outer.c on it (computed here in float64).
     e = raises(hearsay.InvalidArgument, hearsay.Node, outer_momentum=1)
     assert "outer-momentum" in str(e), str(e)
-    x = np.linspace(-1, 1, 64, dtype=np.float32)
-    ref, u = x.astype(np.float64), np.zeros(64)
-    with solo(rounds=3, algo="dpsgd", outer_lr=0.5, outer_momentum=0.5) as n:
-        n.start(x)
-        for r in range(3):
-            x *= np.float32(0.5)
-            n.step(x)
-            g = ref - ref * 0.5
-            u = 0.5 * u + g
-            ref = ref - 0.5 * (g + 0.5 * u)
-    assert np.allclose(x, ref, rtol=1e-5, atol=1e-7), (x[:4], ref[:4])
+    # Either given alone, the other makes them sum to 1 (outer.c's defaults): 0.5 and 0.5 here.
+    for given in ({"outer_lr": 0.5, "outer_momentum": 0.5}, {"outer_lr": 0.5},
+                  {"outer_momentum": 0.5}):
+        x = np.linspace(-1, 1, 64, dtype=np.float32)
+        ref, u = x.astype(np.float64), np.zeros(64)
+        with solo(rounds=3, algo="dpsgd", **given) as n:
+            n.start(x)
+            for r in range(3):
+                x *= np.float32(0.5)
+                n.step(x)
+                g = ref - ref * 0.5
+                u = 0.5 * u + g
+                ref = ref - 0.5 * (g + 0.5 * u)
+        assert np.allclose(x, ref, rtol=1e-5, atol=1e-7), (given, x[:4], ref[:4])
     # A vector that is no longer finite makes the outer momentum so: the node stops the run as
     # a divergence, naming the outer momentum.
     x = np.ones(64, np.float32)

@@ -2,7 +2,7 @@
  * --outer-lr 1 --outer-momentum 0 equal to no outer step bit for bit in the simulator for each
  * algorithm, a consensus-only run keeping the network average, the gossip's correction kept
  * out of the momentum where the algorithm mixes exactly, and the outer momentum carried by
- * checkpoints (resume gives the same bits) and by joiners' snapshots. */
+ * checkpoints (resume gives the same bits) and by joiners' snapshots; the defaults. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -71,6 +71,55 @@ static void test_step_by_hand(void **state) {
     hs_outer_cfg bad = {1, 0.5f, 1.0f};
     assert_int_equal(hs__outer_new(&o, &bad, D), HS_EINVAL);
     assert_non_null(strstr(hs_error_message(), "--outer-momentum 1"));
+    hs_algo_free(a);
+}
+
+/* The defaults (outer.c says why): neither value given, rate 0.5 and momentum 0.5; one given,
+ * the other makes them sum to 1. Rounds that each move the model by the same amount then move
+ * it by 1 - 0.5^(k+2) times that amount in round k = 0, 1, ...: smoothed, approaching it, never
+ * above it
+ * (the old 1 / 0 moves it by the amount at once; DiLoCo's 0.7 / 0.9 by up to 7 times it). */
+static void test_defaults(void **state) {
+    (void)state;
+    enum { D = 3 };
+    float x[D] = {0.5f, -1, 2}, before[D];
+    hs_algo_cfg ac;
+    hs_algo_cfg_default(&ac);
+    ac.kind = HS_ALGO_CHOCO;
+    ac.compress = "none";
+    hs_algo *a;
+    assert_int_equal(hs_algo_new(&a, &ac, 0, D, x), 0);
+    hs_outer_cfg oc;
+    hs__outer_cfg_default(&oc);
+    assert_int_equal(oc.on, 0); /* off until one of the options is given */
+    float lr, m;
+    hs__outer_resolve(&oc, &lr, &m);
+    assert_true(lr == 0.5f && m == 0.5f);
+    const struct {
+        float lr, m, want_lr, want_m;
+    } one[] = {{0.7f, NAN, 0.7f, 0.3f}, {NAN, 0.9f, 0.1f, 0.9f}, {1, NAN, 1, 0},
+               {1.5f, NAN, 1.5f, 0}, {NAN, 0, 1, 0}, {0.3f, 0.2f, 0.3f, 0.2f}};
+    for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+        hs_outer_cfg c = {1, one[i].lr, one[i].m};
+        hs__outer_resolve(&c, &lr, &m);
+        assert_true(fabsf(lr - one[i].want_lr) < 1e-6f && fabsf(m - one[i].want_m) < 1e-6f);
+    }
+    oc.on = 1;
+    hs__outer *o;
+    assert_int_equal(hs__outer_new(&o, &oc, D), 0);
+    assert_non_null(o);
+    for (int round = 0; round < 6; round++) {
+        hs__outer_open(o, a, x);
+        memcpy(before, x, sizeof(before));
+        for (int k = 0; k < D; k++) x[k] -= 0.25f; /* the round's local steps and gossip */
+        assert_int_equal(hs__outer_step(o, a, x), 0);
+        double want = 0.25 * (1.0 - ldexp(1.0, -(round + 2)));
+        for (int k = 0; k < D; k++) assert_true(fabs((before[k] - x[k]) - want) < 1e-5);
+    }
+    hs__outer_free(o);
+    hs_outer_cfg bad = {1, NAN, 1.5f}; /* a given value out of range is still refused */
+    assert_int_equal(hs__outer_new(&o, &bad, D), HS_EINVAL);
+    assert_non_null(strstr(hs_error_message(), "--outer-momentum 1.5"));
     hs_algo_free(a);
 }
 
@@ -367,6 +416,7 @@ int main(void) {
         cmocka_unit_test(test_identity_sgp),     cmocka_unit_test(test_consensus_dpsgd),
         cmocka_unit_test(test_consensus_choco),  cmocka_unit_test(test_resume_and_join),
         cmocka_unit_test(test_rule_by_hand),     cmocka_unit_test(test_exact_mix),
+        cmocka_unit_test(test_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
