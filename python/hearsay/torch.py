@@ -237,7 +237,11 @@ class Gossip:
         of the job calls it once, after the job's last round. The averaging job's options
         come from the node's (world, rank, security, a rendezvous PATH.average or the ports
         above listen/bootstrap); `options` win. Returns (and keeps in g.averaged) what it
-        cost: rounds, bytes_sent, seconds. Raises hearsay.Error when that job fails."""
+        cost: rounds, bytes_sent, seconds. Raises hearsay.Error when that job fails,
+        RuntimeError on a second call (the averaging job's meeting place is per job)."""
+        if self.averaged is not None:
+            raise RuntimeError("hearsay.torch: Gossip.average: this job's parameters were "
+                               "averaged already (once per job)")
         self._settle()
         given = dict(self.node._given)
         rank = self.node.rank

@@ -111,6 +111,25 @@ def check_vectors(n, compress, tol, deadline):
         return costs[0]["bytes_sent"]
 
 
+def check_placement():
+    """The averaging job meets where the main job did, one port up or one file over."""
+    o = average.job_options({"world": 4, "rank": 1, "bootstrap": "10.0.0.1:7000",
+                             "listen": "10.0.0.2:0", "secret_file": "s.key"})
+    assert (o["bootstrap"], o["listen"], o["secret-file"]) == \
+        ("10.0.0.1:7001", "10.0.0.2:0", "s.key"), o
+    assert (o["algo"], o["rounds"], o["wait-peers"], o["compress"]) == ("dpsgd", 2, 4, "fp16"), o
+    o = average.job_options({"world": 8, "rank": 0, "rendezvous": "j.addr", "run_id": "r"},
+                            "none", {"recv_timeout": 9000})
+    assert (o["rendezvous"], o["run-id"], o["rounds"], o["recv-timeout"]) == \
+        ("j.addr.average", "r-average", 3, 9000), o
+    try:
+        average.job_options({"world": 2, "rank": 0})
+        raise AssertionError("a job with no meeting place was accepted")
+    except ValueError as e:
+        assert "meeting place" in str(e), e
+    assert [average.rounds_needed(n) for n in (1, 2, 3, 8, 12, 16)] == [0, 1, 1, 3, 1, 4]
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "vec":
         return vec_peer(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
@@ -118,6 +137,7 @@ def main():
         return torch_peer(int(sys.argv[2]), sys.argv[3])
     deadline = time.monotonic() + 100
     print(f"library {hearsay.library_path()}")
+    check_placement()
     full = check_vectors(4, "none", 1e-6, deadline)
     half = check_vectors(4, "fp16", 8e-3, deadline)  # 2 rounds of fp16 rounding at values up to 16
     # fp16 halves the payload (headers aside): the vectors did travel at 2 bytes a value
