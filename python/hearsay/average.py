@@ -102,13 +102,20 @@ def job_options(given: Mapping[str, OptionValue], compress: str = "fp16",
 
 
 def average(x: Any, given: Mapping[str, OptionValue], compress: str = "fp16",
-            options: Optional[Mapping[str, OptionValue]] = None) -> Dict[str, Any]:
+            options: Optional[Mapping[str, OptionValue]] = None,
+            linger: Optional[float] = None) -> Dict[str, Any]:
     """Makes x (a float32 NumPy array or contiguous CPU tensor, in place) the mean of the n
     peers' x, n the `world` of `given` (the main job's options, see job_options): every peer
     of the job calls it with its own vector. Returns what it cost: rounds, bytes_sent (this
-    peer's payload, as the metrics count it), seconds (joining included), peers. Raises
-    hearsay.Error when the job fails, RuntimeError when a neighbour's vector did not come (x
-    then holds a partial mix, not the mean)."""
+    peer's payload, as the metrics count it), seconds (joining and lingering included),
+    peers. Raises hearsay.Error when the job fails, RuntimeError when a neighbour's vector
+    did not come (x then holds a partial mix, not the mean).
+
+    After its last round a peer waits `linger` seconds before it leaves (default: twice its
+    longest round, at least 0.2 s): the runtime takes a neighbour's BYE as the end of its
+    messages, also of one still on its way over a slow link, so a peer that finished first
+    and left at once cost its slower partner the last vector (seen on the thin-WAN profile
+    of tools/bench/wan, n = 4)."""
     opts = job_options(given, compress, options)
     world = int(str(opts.get("world", 1)))
     t0 = time.perf_counter()
@@ -121,23 +128,29 @@ def average(x: Any, given: Mapping[str, OptionValue], compress: str = "fp16",
             with open(path, "w") as f:
                 json.dump(schedule(world), f)
             opts["topology"] = path
-        missing, sent, records = 0, 0, 0
+        missing: Dict[int, int] = {}  # round: neighbour messages that did not come
+        sent, records = 0, 0
         with Node(opts) as node:
             node.start(x)
             if not node.running:
                 raise RuntimeError("hearsay.average: the averaging job had ended before this "
                                    "peer joined it: x is not this job's mean")
-            going = True
+            going, longest = True, 0.0
             while going:
+                r0 = time.perf_counter()
                 going = node.step(x)
+                longest = max(longest, time.perf_counter() - r0)
                 rec: Optional[Mapping[str, Any]] = node.metrics()
                 if rec is not None:
-                    missing += int(rec.get("missing", 0))
+                    if rec.get("missing"):
+                        missing[int(rec.get("round", -1))] = int(rec["missing"])
                     sent = int(rec.get("bytes_sent", sent))
                     records += 1
+            time.sleep(max(0.2, 2 * longest) if linger is None else linger)
         if missing:
-            raise RuntimeError(f"hearsay.average: {missing} neighbour message(s) did not come "
-                               "in time: x is a partial mix, not the mean")
+            where = ", ".join(f"{k} in round {r}" for r, k in sorted(missing.items()))
+            raise RuntimeError(f"hearsay.average: neighbour messages did not come in time "
+                               f"({where}): x is a partial mix, not the mean")
         return {"rounds": records, "bytes_sent": sent,
                 "seconds": time.perf_counter() - t0, "peers": world}
     finally:
