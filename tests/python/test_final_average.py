@@ -3,8 +3,9 @@
 4 peers (dimension exchange, 2 rounds) without compression: every value within 1e-6 of the
 float64 mean; with fp16: within fp16's rounding, at about half the bytes; 3 peers (not a power
 of 2: one round of the complete graph): the mean too. Then hearsay.torch: 2 peers gossip a
-small model with CHOCO top-10% (which leaves them apart) and final_average="none": the step
-that ends the job leaves both with the mean of their parameters as they were before it.
+small model with CHOCO top-10% (which leaves them apart) and final_average="none", one of them
+with overlap=True: the step that ends the job leaves both with the mean of their parameters as
+they were before it.
 
     test_final_average.py                       the test (spawns the peers, kills them by PID)
     test_final_average.py vec RANK N COMPRESS DIR    one numpy peer
@@ -53,7 +54,7 @@ def torch_peer(rank, d):
     torch.set_num_threads(1)
     model = torch.nn.Sequential(torch.nn.Linear(40, 20), torch.nn.Tanh(), torch.nn.Linear(20, 3))
     g = hearsay.torch.Gossip(model, algo="choco", compress="topk:0.1", rounds=3,
-                             on_divergence="warn", final_average="none",
+                             on_divergence="warn", final_average="none", overlap=rank == 1,
                              **base_options(rank, 2, d))
     inner = g.average
 
