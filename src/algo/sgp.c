@@ -30,6 +30,11 @@
 
 /* The largest push-sum weight a share may carry: weights sum to the number of peers. */
 #define SGP_MAX_WEIGHT 1e9
+/* The smallest weight a peer pushes from. One that gets no share (its in-neighbours paused or
+ * far behind, which staleness 0 never waits for) halves w each round: 128 such rounds and 1 / w
+ * is no float, z = x / w not finite. Below this, x = w z still holds z to a float's precision,
+ * and a share of it would add less than a float's rounding to any peer of weight above 1e-13. */
+#define SGP_MIN_WEIGHT 1e-20
 /* The longest staleness wait, in this peer's own rounds (each with the most punctual
  * in-neighbour's usual wait). A peer that keeps up is late by less than that (its share was
  * sent about when ours was); one that computes 4x slower, with staleness 1, by about 3 rounds:
@@ -420,6 +425,12 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
     if (err < 0) return err;
+    if (s->w < SGP_MIN_WEIGHT) {
+        /* Every share stays here, mass and all, until one comes in (a pull adds its weight). */
+        HS_LOGD("round %llu: push-sum weight %g, too small to share: nothing pushed",
+                (unsigned long long)r, s->w);
+        return 0;
+    }
     if (a->be) return push_dev(a, ex, r, x, &v);
     if (s->lossless) return push_raw(a, ex, r, x, &v);
     size_t d = a->d;
