@@ -190,6 +190,8 @@ static void on_closed(void *owner, hs__conn *c, int err, int dial_failed) {
         p->m.conn = NULL;
         uv_mutex_lock(&net->mu);
         net->n_open--;
+        p->rx_open = 0;
+        hs__net_wake(net); /* a receiver waiting on a dead peer's last messages: no more come */
         uv_mutex_unlock(&net->mu);
     }
     if (was_attached || c->outgoing)
@@ -287,7 +289,10 @@ static int on_frame(void *owner, hs__conn *c, const hs__hdr *h, hs_buf *pay) {
         int resent = (h->flags & HS__F_RESENT) != 0;
         int dup = hs__net_mail_dup(p, h->round, resent);
         net->st.resend_dup += (uint64_t)dup;
-        int drop = p->m.dead || dup;
+        /* A dead peer's DATA on its open connection was sent before its BYE: a member list
+         * that dropped it on another peer's word reached us first. Copies sent again are
+         * never asked of a dead peer (resend.c): one is stale. */
+        int drop = dup || (p->m.dead && resent);
         err = drop ? 0 : hs__net_mail_put(net, p, h->round, pay, resent);
         int pause = p->rx_paused;
         uv_mutex_unlock(&net->mu);

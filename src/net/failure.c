@@ -57,7 +57,9 @@ void hs__mb_peer_dead(hs__mb *mb, hs__mpeer *p, const char *fmt, ...) {
         HS_LOGI("peer %u (%s) left the run", p->id, p->addr);
     else
         HS_LOGW("peer %u (%s) declared dead: %s", p->id, p->addr, why);
-    if (p->conn)
+    /* A leaver closes its connections itself, after its BYE: this one may still carry what it
+     * sent before (it said BYE to another peer first, whose report this is). */
+    if (p->conn && !left)
         mb->env->close(mb->ctx, p->conn, HS_ECONNRESET, 0, HS_LOG_DEBUG, "peer declared dead");
     if (p->dialing)
         mb->env->close(mb->ctx, p->dialing, HS_ECANCELED, 0, HS_LOG_DEBUG, "peer declared dead");

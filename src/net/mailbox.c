@@ -138,7 +138,7 @@ int hs__net_mail_put_piece(hs_net *net, hs__peer *p, uint64_t round, hs_buf *buf
         /* The message's round is checked at its first piece, as a whole message's. */
         int dup = hs__net_mail_dup(p, round, resent);
         net->st.resend_dup += (uint64_t)dup;
-        if (p->m.dead || dup) {
+        if (dup || (p->m.dead && resent)) { /* (as a whole message: dispatch.c) */
             hs__pstream_drop(&p->pstream);
             return 0;
         }
@@ -323,7 +323,9 @@ static int mail_wait(hs_net *net, uint32_t from, uint64_t round, int timeout_ms,
             err = hs__err(HS_EINVAL, "recv from peer %u: not a member", from);
             break;
         }
-        if (p->m.dead) {
+        /* Gone once its connection is: a peer dropped by a member list (its BYE went to the
+         * sequencer first) may still be sending what it sent before the BYE it owes us. */
+        if (p->m.dead && !p->rx_open) {
             err = hs__err(HS_ECONNRESET, "recv from peer %u: it is gone", from);
             break;
         }

@@ -109,6 +109,9 @@ void hs__net_attach(hs_net *net, hs__conn *c) {
     }
     p->m.conn = c;
     c->peer = p;
+    uv_mutex_lock(&net->mu);
+    p->rx_open = 1;
+    uv_mutex_unlock(&net->mu);
     hs__mb_on_open(&net->mb, &p->m, &c->hello, c->outgoing);
     net->tr.ops->pump(c);
 }

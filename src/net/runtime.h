@@ -46,6 +46,9 @@ struct hs__peer {
     size_t queued_bytes;      /* DATA bytes accepted by send() and not yet written */
     size_t mailbox_bytes;     /* bytes from it waiting in the mailbox */
     int rx_paused;            /* (mu) over rx_cap: its connection stops reading */
+    /* (mu) a connection of its is attached: what it sent before its BYE may still come, even
+     * once it is dead here (a member list dropped it on another peer's word) */
+    int rx_open;
     size_t rx_cap;            /* (mu) what paused it: max_buffered, or HS__PIECES_CAP (pieces) */
     hs__pstream pstream;      /* (mu) its DATA message arriving in pieces (net/pieces.h) */
     hs__rstore rs;            /* (loop) payloads last sent to it, for RESEND */
