@@ -14,8 +14,10 @@ for the mean to float32 rounding).
 The averaging job reuses the round engine (hearsay.Node, algo dpsgd, a topology file with that
 schedule) and the main job's placement and security: the same world, rank, secret or
 certificates, a rendezvous file PATH.average with run id RUN-average, or, for a job that met
-through bootstrap addresses, the port above each given port (listen and bootstrap). Its own
-options win over those (`options`). Every peer of the job must call it, once its last round is
+through bootstrap addresses, the port above each given port (listen, advertise and bootstrap:
+port P + 1 must be free on every host) with run id RUN-average. It waits up to 120 s for the
+last peer to arrive unless the job gave a join-timeout. Its own options win over those
+(`options`). Every peer of the job must call it, once its last round is
 over."""
 import json
 import os
@@ -32,6 +34,7 @@ from .node import Node, OptionValue, _option_name
 _KEPT = ("world", "rank", "seed", "quiet", "insecure", "secret-file", "ca", "cert", "key",
          "emulate", "max-frame", "peer-timeout", "join-timeout", "handshake-timeout",
          "recv-timeout", "max-pending", "max-pending-per-addr")
+_JOIN_WAIT_MS = 120000  # the averaging job's join timeout when the main job gave none
 
 
 def schedule(n: int) -> Dict[str, Any]:
@@ -81,18 +84,25 @@ def job_options(given: Mapping[str, OptionValue], compress: str = "fp16",
         out["rendezvous"] = (os.fspath(rv) if isinstance(rv, os.PathLike) else str(rv)) + \
             ".average"
         out["run-id"] = str(g.get("run-id", "hearsay")) + "-average"
-        if "listen" in g:
-            out["listen"] = _port_above(str(g["listen"]))
-    elif "listen" in g or "bootstrap" in g:
-        for k in ("listen", "bootstrap"):
+        for k in ("listen", "advertise"):
             if k in g:
                 out[k] = _port_above(str(g[k]))
-        if "run-id" in g:
-            out["run-id"] = str(g["run-id"]) + "-average"
+    elif "listen" in g or "bootstrap" in g:
+        for k in ("listen", "advertise", "bootstrap"):
+            if k in g:
+                out[k] = _port_above(str(g[k]))
+        # Always a run id of its own: a port above may be another peer's listener of the main
+        # job (consecutive ports on one host), which must refuse the averaging job's handshake
+        # rather than take its peers as late joiners of the job that ended.
+        out["run-id"] = str(g.get("run-id", "hearsay")) + "-average"
     elif world > 1 and not any(k in own for k in ("rendezvous", "bootstrap", "listen")):
         raise ValueError("hearsay.average: the job has no rendezvous, listen or bootstrap "
                          "option to derive the averaging job's meeting place from: pass one "
                          "in options")
+    if "join-timeout" not in g:
+        # Peers end the main job apart (a straggler, SGP's uneven progress): the first to
+        # finish waits here for the last one, longer than a join's default 30 s.
+        out["join-timeout"] = _JOIN_WAIT_MS
     out.update({"algo": "dpsgd", "compress": compress, "rounds": rounds_needed(world),
                 "same-start": False, "wait-peers": world,
                 # Peers that start apart look diverged to the guard at the first round.
@@ -109,7 +119,10 @@ def average(x: Any, given: Mapping[str, OptionValue], compress: str = "fp16",
     of the job calls it with its own vector. Returns what it cost: rounds, bytes_sent (this
     peer's payload, as the metrics count it), seconds (joining and lingering included),
     peers. Raises hearsay.Error when the job fails, RuntimeError when a neighbour's vector
-    did not come (x then holds a partial mix, not the mean).
+    did not come (x then holds a partial mix, not the mean). Only the peer that missed a
+    vector raises; its partners' later rounds carry its partial mix on, so after a
+    RuntimeError on any peer no peer's x is the mean: treat the whole average as failed (a
+    launcher does, by that peer's non-zero exit).
 
     After its last round a peer waits `linger` seconds before it leaves (default: twice its
     longest round, at least 0.2 s): the runtime takes a neighbour's BYE as the end of its

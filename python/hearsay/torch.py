@@ -238,7 +238,9 @@ class Gossip:
         come from the node's (world, rank, security, a rendezvous PATH.average or the ports
         above listen/bootstrap); `options` win. Returns (and keeps in g.averaged) what it
         cost: rounds, bytes_sent, seconds. Raises hearsay.Error when that job fails,
-        RuntimeError on a second call (the averaging job's meeting place is per job)."""
+        RuntimeError on a second call (the averaging job's meeting place is per job) and when
+        a neighbour's vector did not come: the parameters then hold the partial mix (as
+        hearsay.average.average leaves x), not the mean."""
         if self.averaged is not None:
             raise RuntimeError("hearsay.torch: Gossip.average: this job's parameters were "
                                "averaged already (once per job)")

@@ -119,6 +119,13 @@ def check_placement():
     assert (o["bootstrap"], o["listen"], o["secret-file"]) == \
         ("10.0.0.1:7001", "10.0.0.2:0", "s.key"), o
     assert (o["algo"], o["rounds"], o["wait-peers"], o["compress"]) == ("dpsgd", 2, 4, "fp16"), o
+    # A run id of its own even when the job had the default one, a longer wait for the last
+    # peer, and an advertised address moves with the listener.
+    assert (o["run-id"], o["join-timeout"]) == ("hearsay-average", 120000), o
+    o = average.job_options({"world": 2, "listen": "0.0.0.0:7070",
+                             "advertise": "10.0.0.6:7070", "join_timeout": 5000})
+    assert (o["listen"], o["advertise"], o["join-timeout"]) == \
+        ("0.0.0.0:7071", "10.0.0.6:7071", 5000), o
     o = average.job_options({"world": 8, "rank": 0, "rendezvous": "j.addr", "run_id": "r"},
                             "none", {"recv_timeout": 9000})
     assert (o["rendezvous"], o["run-id"], o["rounds"], o["recv-timeout"]) == \
