@@ -125,10 +125,10 @@ def average(x: Any, given: Mapping[str, OptionValue], compress: str = "fp16",
     launcher does, by that peer's non-zero exit).
 
     After its last round a peer waits `linger` seconds before it leaves (default: twice its
-    longest round, at least 0.2 s): the runtime takes a neighbour's BYE as the end of its
-    messages, also of one still on its way over a slow link, so a peer that finished first
-    and left at once cost its slower partner the last vector (seen on the thin-WAN profile
-    of tools/bench/wan, n = 4)."""
+    longest round, at least 0.2 s): on the thin-WAN profile of tools/bench/wan (n = 4) a
+    peer that finished first and left at once cost its slower partner the last vector. The
+    runtime then dropped a leaver's data that came after a member list without it; it keeps
+    it now (test net_leave_late), and the linger stays as a margin for what it did not show."""
     opts = job_options(given, compress, options)
     world = int(str(opts.get("world", 1)))
     t0 = time.perf_counter()
