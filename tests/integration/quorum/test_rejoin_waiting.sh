@@ -3,7 +3,7 @@
 # job (real processes, loopback). Usage: test_rejoin_waiting.sh HEARSAY
 #
 # The job waits for 4 peers. The first peer (the sequencer) lets the 4th in, so its own wait is
-# over and it starts; its frames leave 1 s late (--emulate), and it is frozen before the list
+# over and it starts; its frames leave 2 s late (--emulate), and it is frozen before the list
 # with 4 members reaches peers 1 and 2, who wait on with 3. The 4th is killed. Peers 1 and 2
 # declare the frozen one dead and remove it; woken, it learns that and joins again through
 # peer 1, whose terms have no end yet (it still waits). A 5th peer then completes the 4.
@@ -19,7 +19,7 @@ fail_extra() {
 rounds=40
 ip="127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$(($$ % 250 + 2))"
 common=(--insecure --algo sgp --staleness 0 --synthetic --subset 2000 --test-subset 100
-    --batch 32 --rounds $rounds --world 4 --wait-peers 4 --peer-timeout 4000
+    --batch 32 --rounds $rounds --world 4 --wait-peers 4 --peer-timeout 5000
     --join-timeout 30000 --on-divergence warn)
 start() { # start I [ARGS...]: process I, listening on port 7650+I
     local i=$1
@@ -31,13 +31,13 @@ has() { grep -Eq "$1" "${@:2}" 2>/dev/null; }
 both() { has "$1" "$tmp/e1" && has "$1" "$tmp/e2"; }
 either() { has "$1" "$tmp/e1" || has "$1" "$tmp/e2"; }
 
-start 0 --emulate delay=1500ms
+start 0 --emulate delay=2000ms
 wait_for 30 grep -q "listening on" "$tmp/e0" || fail "peer 0 did not start"
 start 1 --bootstrap "$ip:7650"
 start 2 --bootstrap "$ip:7650"
 wait_for 30 both "3 peers \[0 1 2\]" || fail "peers 1 and 2 did not join"
 # The list of 3 agreed, as the first peer's (late) heartbeats tell: then 2 of the 3 may remove it.
-sleep 3
+sleep 4
 start 3 --bootstrap "$ip:7650"
 for _ in $(seq 3000); do has "starting at round" "$tmp/e0" && break; sleep 0.01; done
 kill -STOP "${pids[0]}"
