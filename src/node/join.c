@@ -246,6 +246,16 @@ int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop) 
     }
 }
 
+int hs__node_start_round(hs_net *net, uint64_t *r) {
+    uint64_t eff = 0;
+    hs_net_member *mem;
+    int nm, err = hs_net_members(net, &mem, &nm, NULL, &eff);
+    if (err < 0) return err;
+    free(mem);
+    if (eff > *r) *r = eff;
+    return 0;
+}
+
 /* Runs no round while this peer is cut off from a majority of the job, which would make it (or
  * its minority) a second job: 0 once in touch again (or on a stop request); HS_ECANCELED once the
  * job removed it; HS_ETIMEDOUT after bound_ms cut off. */

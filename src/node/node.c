@@ -390,12 +390,7 @@ int hs__node_begin(hs_node *n, const hs__node_model *m) {
         }
         /* Everyone starts at the round from which the full member list is in force, so the
          * first round already mixes with every neighbour. */
-        uint64_t eff = 0;
-        hs_net_member *mem;
-        int nm;
-        if ((err = hs_net_members(n->net, &mem, &nm, NULL, &eff)) < 0) return err;
-        free(mem);
-        if (eff > r) r = eff;
+        if ((err = hs__node_start_round(n->net, &r)) < 0) return err;
         if (n->restart) {
             int what = RETERM; /* the model published before the wait, unless loaded now */
             if (hs__node_restart_agree(cfg, n->rank, n->sig, &n->tl, r, &n->ck, n->have_ck,
@@ -483,9 +478,25 @@ static int recover(hs_node *n, int err) {
     hs_buf_unref(n->w.snapshot);
     n->w.snapshot = NULL;
     hs_algo_set_same_start(n->m.algo(n->m.ctx), 0);
+    /* Let in by a member still waiting for the job's first members (terms without an end):
+     * this peer waits with it, as a joiner does (hs__node_begin; published first, or joins
+     * through it would stall), and ends where every peer that waited does. With no end it
+     * would train on for ever, alone once the others finished. */
+    uint64_t r = n->w.join_round;
+    if ((err = publish(n, r, MODEL)) < 0) return err;
+    if (!n->jt.end) {
+        int wait = n->jt.wait < 0 ? -(int)n->jt.wait : (int)n->jt.wait;
+        if (wait > 1 && (err = hs__node_wait_members(n->net, wait, n->cfg.wait_timeout_ms,
+                                                     &n->stop)) < 0)
+            return hs__err_prefix(err, "joined again: waiting for %d peers", wait);
+        if ((err = hs__node_start_round(n->net, &r)) < 0) return err;
+        n->jt.end = r + (uint64_t)n->jt.rounds;
+        HS_LOGI("joined again before the job's first round: starting at round %llu, ending at "
+                "round %llu", (unsigned long long)r, (unsigned long long)n->jt.end);
+        if ((err = publish(n, r, RETERM)) < 0) return err;
+    }
     set_first_round(n);
-    if ((err = publish(n, n->w.join_round, MODEL)) < 0) return err;
-    n->r = n->w.join_round;
+    n->r = r;
     return past_end(n, n->r);
 }
 

@@ -218,6 +218,9 @@ int hs__node_rendezvous_turn(const char *path, const char *run_id, int rank, int
                              atomic_int *stop);
 void hs__node_rendezvous_mark(const char *path, const char *run_id, int rank, const char *addr);
 int hs__node_wait_members(hs_net *net, int n, int timeout_ms, atomic_int *stop);
+/* *r raised to the first round of the newest member list: where a wait for the job's first
+ * members ends, the same for every peer that waited. */
+int hs__node_start_round(hs_net *net, uint64_t *r);
 int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop);
 int hs__node_rejoin(hs_net **netp, const hs_net_config *nc, hs_net_welcome *w, int bound_ms,
                     atomic_int *stop);

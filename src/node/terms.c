@@ -18,8 +18,9 @@ int hs__node_same_start(int same_start, int have_ck, int restart, uint64_t job_e
 
 /* Reads the job's terms at the head of a welcome snapshot, validated. */
 int hs__node_terms_read(const hs_net_welcome *w, hs__node_terms *jt) {
-    if (w->snapshot->len < HS__NODE_TERMS_BYTES)
-        return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes", w->snapshot->len);
+    if (!w->snapshot || w->snapshot->len < HS__NODE_TERMS_BYTES)
+        return hs__err(HS_EFORMAT, "welcome snapshot: %zu bytes (the job's terms are %d)",
+                       w->snapshot ? w->snapshot->len : 0, HS__NODE_TERMS_BYTES);
     memcpy(jt, w->snapshot->data, 24);
     if (jt->rounds < 1 || jt->wait < -(1 << 20) || jt->wait > (1 << 20))
         return hs__err(HS_EFORMAT, "welcome snapshot: %lld rounds, waiting for %lld peers",
