@@ -135,6 +135,10 @@ static double weight(const hs_algo *a) {
     return st.push_weight;
 }
 
+/* Not built under a sanitizer, whose allocator keeps freed blocks resident; left out rather
+ * than skipped, since cmocka's TAP output writes a skip as "not ok # SKIP", which meson counts
+ * as a failure. */
+#if !SANITIZED
 /* Resident bytes of this process. */
 static double rss(void) {
     long pages = 0, res = 0;
@@ -149,7 +153,6 @@ static double rss(void) {
  * nothing after the pulls, with 0.25 of a vector for the allocator's and the loader's noise. */
 static void test_no_scratch_vectors(void **state) {
     (void)state;
-    if (SANITIZED) skip(); /* a sanitizer's allocator keeps freed blocks resident */
     /* Blocks of a vector's size are mapped and unmapped as they come and go (glibc would raise
      * its threshold past them after the first free and keep them in its heap), and nothing
      * writes into a block that was only allocated (MALLOC_PERTURB_). */
@@ -177,6 +180,7 @@ static void test_no_scratch_vectors(void **state) {
     for (int i = 0; i < 2; i++) assert_true(fabs(weight(p.a[i]) - 1.0) < 1e-12);
     pair_free(&p);
 }
+#endif
 
 /* The pushes and pulls of round 0 to the bit: each peer keeps p_ii x and sends p_ji x (both 1/2
  * on two peers), then adds the share that came; x_i = 0.5 x_i + (0 + 0.5 x_j). */
@@ -293,7 +297,9 @@ static void test_equal_weights_one_message(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+#if !SANITIZED
         cmocka_unit_test(test_no_scratch_vectors),
+#endif
         cmocka_unit_test(test_push_sum_to_the_bit),
         cmocka_unit_test(test_busy_link_keeps_share),
         cmocka_unit_test(test_bad_share_changes_nothing),
