@@ -39,7 +39,7 @@ typedef struct hs_guard_cfg {
     float lr;             /* the peak learning rate, for the advice (0: not known) */
     long window;          /* rounds per growth window (0: 15); a quarter epoch suits */
     long warmup;          /* rounds ignored for growth while the peers first drift apart from
-                             their common start (0: 4 windows) */
+                             their common start (0: 4 windows, at least 60 rounds) */
 } hs_guard_cfg;
 
 typedef struct hs_guard_obs {

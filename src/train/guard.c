@@ -156,7 +156,10 @@ int hs_guard_new(hs_guard **out, const hs_guard_cfg *cfg) {
     snprintf(g->compress, sizeof(g->compress), "%s", cfg->compress ? cfg->compress : "none");
     g->cfg.compress = g->compress;
     g->window = cfg->window > 0 ? cfg->window : 15;
-    g->warmup = cfg->warmup > 0 ? cfg->warmup : 4 * g->window;
+    /* Four windows, and at least the 60 rounds the thresholds were measured with (windows of 15):
+     * a newcomer's pull-in lasted 30-40 rounds of steady rise in examples/churn, whose windows of
+     * 5 rounds ended a 20-round warm-up mid-rise and read it as 4.7x of drift (a false stop). */
+    g->warmup = cfg->warmup > 0 ? cfg->warmup : (4 * g->window > 60 ? 4 * g->window : 60);
     g->blk = -1;
     g->peak = -INFINITY;
     g->best_acc = 0;

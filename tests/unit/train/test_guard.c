@@ -334,7 +334,9 @@ static const double lost_peer[] = {
 /* Feeds lost_peer (round 5 on), restarting the guard where the node would: at the job's first
  * round and at the change of members. Returns the first round with a verdict, or -1. */
 static long feed_lost_peer(int restarts) {
-    hs_guard_cfg c = {HS_GUARD_STOP, HS_ALGO_CHOCO, "topk:0.01", 0.005f, 0.05f, 5, 0};
+    /* The warm-up of 4 windows that run had (20 rounds; the default is now at least 60, which
+     * would hide the step in these 50 rounds either way). */
+    hs_guard_cfg c = {HS_GUARD_STOP, HS_ALGO_CHOCO, "topk:0.01", 0.005f, 0.05f, 5, 20};
     hs_guard *g;
     assert_int_equal(hs_guard_new(&g, &c), 0);
     if (restarts) hs_guard_restart(g, 4);
@@ -355,6 +357,33 @@ static void test_membership_step_is_not_growth(void **st) {
     (void)st;
     assert_int_equal(feed_lost_peer(0), 50);
     assert_int_equal(feed_lost_peer(1), -1);
+}
+
+/* Windows of 5 rounds still warm up for 60 rounds (examples/churn: a newcomer's pull-in rose
+ * 1.3-2.3x a window for 30-40 rounds after the restart at its join, and a 20-round warm-up read
+ * it as drift), and growth that goes on past the warm-up is still stopped. Returns the first
+ * round with a verdict, or -1, for a distance that grows 1.5x a window from round 0. */
+static long feed_pull_in(long warmup, long rounds) {
+    hs_guard_cfg c = {HS_GUARD_STOP, HS_ALGO_CHOCO, "topk:0.05", 0.09f, 0.05f, 5, warmup};
+    hs_guard *g;
+    assert_int_equal(hs_guard_new(&g, &c), 0);
+    hs_guard_restart(g, 0);
+    long hit = -1;
+    for (long r = 0; r < rounds && hit < 0; r++) {
+        hs_guard_obs o = {(double)r, 1e-9 * pow(1.5, (double)r / 5), 0, 0.5, NAN};
+        if (hs_guard_observe(g, &o) != HS_GUARD_OK) hit = r;
+    }
+    hs_guard_free(g);
+    return hit;
+}
+
+static void test_warmup_floor(void **st) {
+    (void)st;
+    assert_true(feed_pull_in(20, 60) > 0);  /* 4 windows of 5: stopped within the pull-in */
+    assert_int_equal(feed_pull_in(0, 60), -1); /* the default: not before round 60 */
+    long hit = feed_pull_in(0, 200);
+    print_message("# 1.5x a window from round 0, default warm-up: stopped at round %ld\n", hit);
+    assert_true(hit >= 60 && hit < 120);
 }
 
 /* A restart forgets the windows before it and warms up again from its round; geometric growth
@@ -496,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_relative_consensus_limit),
         cmocka_unit_test(test_different_starts),
         cmocka_unit_test(test_membership_step_is_not_growth),
+        cmocka_unit_test(test_warmup_floor),
         cmocka_unit_test(test_restart_warms_up_again),
         cmocka_unit_test(test_rejoin_transient_is_not_drift),
         cmocka_unit_test(test_leave_restarts_warm_up),
