@@ -266,9 +266,7 @@ void hs_algo_reset_x(hs_algo *a, const float *x) {
     if (a->ops->reset_x) a->ops->reset_x(a, x);
 }
 
-void hs_algo_from_eval_point(hs_algo *a, float *z) {
-    if (a->ops->from_eval_point) a->ops->from_eval_point(a, z);
-}
+void hs_algo_from_eval_point(hs_algo *a, float *z) { hs__algo_from_eval_range(a, z, a->d); }
 
 void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t n) {
     if (a->ops->eval_range)

@@ -72,14 +72,12 @@ typedef struct hs__algo_ops {
     int (*begin)(hs_algo *a, hs_exchange *ex, uint64_t r, const float *x);
     int (*push)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
     int (*pull)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
-    /* The point the gradient is taken at, when it is not x (hs_algo_eval_point), and its
-     * inverse (hs_algo_from_eval_point); both or neither. With them the trainer keeps x apart
-     * from the model's parameters. */
+    /* The point the gradient is taken at, when it is not x (hs_algo_eval_point, into the
+     * algorithm's own z), and the same on n <= d host values, elementwise, z and x the caller's
+     * (hs__algo_eval_range: the owner of x then keeps no vector of z of its own); with the
+     * inverse on n values, which serves hs_algo_from_eval_point too (all of d). All three or
+     * none. With them the trainer keeps x apart from the model's parameters. */
     const float *(*eval_point)(hs_algo *a, const float *x);
-    void (*from_eval_point)(hs_algo *a, float *z);
-    /* The same two on n <= d host values, elementwise, z and x the caller's: with them the owner
-     * of x keeps no vector of z of its own (hs__algo_eval_range). Both or neither, with
-     * eval_point. */
     void (*eval_range)(const hs_algo *a, float *z, const float *x, size_t n);
     void (*from_eval_range)(const hs_algo *a, float *z, size_t n);
     /* Before the first round: the peer starts from x (hs_algo_reset_x), a->own already set. */

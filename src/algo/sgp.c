@@ -217,8 +217,6 @@ static const float *sgp_eval_point(hs_algo *a, const float *x) {
     return s->z;
 }
 
-static void sgp_from_eval_point(hs_algo *a, float *z) { sgp_from_eval_range(a, z, a->d); }
-
 /* The two above on the device, in their operations: z = x (1 / w) and x = z w. */
 static int sgp_eval_point_be(hs_algo *a, float *z, const float *x) {
     const sgp_state *s = a->priv;
@@ -598,7 +596,6 @@ const hs__algo_ops hs__algo_sgp = {
     .push = sgp_push,
     .pull = sgp_pull,
     .eval_point = sgp_eval_point,
-    .from_eval_point = sgp_from_eval_point,
     .eval_range = sgp_eval_range,
     .from_eval_range = sgp_from_eval_range,
     .metrics = sgp_metrics,
