@@ -11,7 +11,8 @@
 #   ALGO=dcd|sgp|beer: two peers run BIG_GOSSIP_ROUNDS (5) rounds of that algorithm with its
 #     default compressor (qsgd:16, none, topk:0.01); each holds about 4.4, 5.1 and 12.4 vectors
 #     (test_big.sh counts them): past 2^28 values (BIG_DIM 270000000) DCD needs 10 GB for the
-#     two, SGP 11 GB and BEER 27 GB.
+#     two, SGP 11 GB and BEER 27 GB (it ran on 23 GB with a swap file: docs/RESULTS.md, BIG_NEED_GB
+#     and the watchdog below count memory without swap, so run test_big.sh directly for that).
 # Each phase's peak memory per peer, in vectors, the peers' x[0] (they must stay within 0.3),
 # and the run's wall time are in the test's lines.
 #
