@@ -278,6 +278,13 @@ static int sgp_load(hs_algo *a, const uint8_t **p, const uint8_t *end) {
     return 0;
 }
 
+/* Whether shares are taken in pieces as they arrive: uncompressed on the host, from an exchange
+ * that hands up pieces (the network runtime's). */
+static int in_pieces(const hs_algo *a, const hs_exchange *ex) {
+    const sgp_state *s = a->priv;
+    return s->lossless && !a->be && ex->ops->drain_pieces && ex->ops->recv_piece;
+}
+
 /* Whether out-neighbour `to` can take a message of `bytes` now, asked without waiting (SGP never
  * waits for a link): 0 when its link still holds an earlier share (or it is gone), so that no
  * share is built only to be refused by send() (a second message of the model's size in memory). */
@@ -351,6 +358,8 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if (!s->started) {
         s->first_round = r;
         s->started = 1;
+        /* From the first share on, large ones come in pieces (none taken yet). */
+        if (in_pieces(a, ex)) (void)ex->ops->drain_pieces(ex, s->pcs, 0);
     }
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
@@ -427,13 +436,6 @@ static int wait_ms(const hs_algo *a, const sender *sn, double budget) {
     if (budget < 0 || !sn->late) return a->cfg.recv_timeout_ms;
     double b = budget * 1e3;
     return b < a->cfg.recv_timeout_ms ? (int)ceil(b) : a->cfg.recv_timeout_ms;
-}
-
-/* Whether shares are taken in pieces as they arrive: uncompressed on the host, from an exchange
- * that hands up pieces (the network runtime's). */
-static int in_pieces(const hs_algo *a, const hs_exchange *ex) {
-    const sgp_state *s = a->priv;
-    return s->lossless && !a->be && ex->ops->drain_pieces && ex->ops->recv_piece;
 }
 
 /* A payload or a piece of one drained: a share that came whole is added as one. */
