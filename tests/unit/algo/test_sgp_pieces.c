@@ -4,7 +4,8 @@
  * block (the sum of x and of each w_b over both peers and the share still arriving is what they
  * started with), and peer 0's z is exact per block: a complete block's the average, the others'
  * its own x, untouched by the values that came without the rest of their block; a share whose
- * head is bad, or whose block 1 holds a NaN, adds only the blocks before the fault. */
+ * head is bad, or whose block 1 holds a NaN, adds only the blocks before the fault; a checkpoint
+ * keeps each block's weight. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -292,10 +293,42 @@ static void test_bad_share_in_pieces(void **state) {
     }
 }
 
+/* A checkpoint holds every block's weight (peer 0 with a share half taken: 1, 0.5, 0.5); one
+ * of a build before blocks holds one weight, read as every block's; a count of weights other
+ * than 1 or the blocks' is refused. */
+static void test_checkpoint_weights(void **state) {
+    (void)state;
+    pair p;
+    pair_new(&p);
+    p.e[0].cut = VAL0 + BLK + 8;
+    push_both(&p, 0);
+    pull_both(&p, 0);
+    hs_buf *b;
+    assert_int_equal(hs_buf_new(&b, 64), 0);
+    assert_int_equal(hs_algo_save(p.a[0], b), 0);
+    hs_algo_cfg cfg;
+    hs_algo_cfg_default(&cfg);
+    cfg.kind = HS_ALGO_SGP;
+    cfg.compress = "none";
+    hs_algo *c;
+    assert_int_equal(hs_algo_new(&c, &cfg, 0, D, p.x[0]), 0);
+    assert_int_equal(hs_algo_load(c, b->data, b->len), 0);
+    for (size_t k = 0; k < NB; k++) assert_true(st(c)->w[k] == st(p.a[0])->w[k]);
+    assert_true(st(c)->w[0] == 1.0 && st(c)->w[1] == 0.5);
+    assert_int_equal(hs_algo_load(c, b->data, b->len - 8), HS_EFORMAT);
+    assert_true(st(c)->w[1] == 0.5); /* refused: nothing changed */
+    assert_int_equal(hs_algo_load(c, b->data, b->len - 16), 0);
+    for (size_t k = 0; k < NB; k++) assert_true(st(c)->w[k] == 1.0);
+    hs_algo_free(c);
+    hs_buf_unref(b);
+    pair_free(&p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_across_two_rounds),
         cmocka_unit_test(test_bad_share_in_pieces),
+        cmocka_unit_test(test_checkpoint_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
