@@ -278,11 +278,11 @@ static int sgp_load(hs_algo *a, const uint8_t **p, const uint8_t *end) {
     return 0;
 }
 
-/* Whether shares are taken in pieces as they arrive: uncompressed on the host, from an exchange
- * that hands up pieces (the network runtime's). */
+/* Whether shares are taken in pieces as they arrive, from an exchange that hands up pieces (the
+ * network runtime's): block by block uncompressed on the host, gathered whole otherwise. */
 static int in_pieces(const hs_algo *a, const hs_exchange *ex) {
-    const sgp_state *s = a->priv;
-    return s->lossless && !a->be && ex->ops->drain_pieces && ex->ops->recv_piece;
+    (void)a;
+    return ex->ops->drain_pieces && ex->ops->recv_piece;
 }
 
 /* Whether out-neighbour `to` can take a message of `bytes` now, asked without waiting (SGP never
@@ -442,8 +442,10 @@ static int wait_ms(const hs_algo *a, const sender *sn, double budget) {
 static int take_piece(hs_algo *a, float *x, uint64_t r, const hs_msg_piece *m, double *dis,
                       int *nshares) {
     const hs_piece *pc = &m->pc;
-    if (pc->off == 0 && pc->len == pc->total)
+    if (pc->off == 0 && pc->len == pc->total) {
+        a->stats.bytes_recv += pc->len;
         return hs__sgp_add_whole(a, x, r, m->from, m->round, pc->p, pc->len, dis, nshares);
+    }
     int err = hs__sgp_add_piece(a, x, r, m->from, m->round, pc, dis, nshares);
     return err < 0 ? err : 0;
 }
@@ -457,6 +459,7 @@ static int await_share(hs_algo *a, hs_exchange *ex, float *x, uint64_t r, uint32
         hs_buf *b = NULL;
         int got = ex->ops->recv(ex, from, old, ms, &b);
         if (got < 0) return got;
+        a->stats.bytes_recv += b->len;
         got = hs__sgp_add_whole(a, x, r, from, old, b->data, b->len, dis, nshares);
         hs_buf_unref(b);
         return got;
@@ -495,6 +498,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                 hs_buf_unref(s->pcs[i].pc.buf);
             } else {
                 const hs_buf *b = s->msgs[i].payload;
+                a->stats.bytes_recv += b->len;
                 e = hs__sgp_add_whole(a, x, r, s->msgs[i].from, s->msgs[i].round, b->data,
                                       b->len, &dis, &nshares);
                 hs_buf_unref(s->msgs[i].payload);

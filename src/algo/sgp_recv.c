@@ -12,6 +12,7 @@
 #include "algo/sgp_state.h"
 #include "compress/codec.h"
 #include "compress/device.h"
+#include "hearsay/compress.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 
@@ -96,7 +97,6 @@ static int add_share_dev(hs_algo *a, float *x, uint32_t from, uint64_t round, co
 int hs__sgp_add_whole(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
                       const uint8_t *p, size_t len, double *dis, int *nshares) {
     sgp_state *s = a->priv;
-    a->stats.bytes_recv += len;
     size_t hl = hs__sgp_head_len(s);
     double wj;
     if (len < hl || p[0] != HS_PAYLOAD_PUSH) {
@@ -178,6 +178,7 @@ void hs__sgp_rx_free(sgp_state *s) {
     for (int i = 0; i < s->n_rx; i++) {
         free(s->rx[i].head);
         free(s->rx[i].blk);
+        hs_buf_unref(s->rx[i].gather);
     }
     free(s->rx);
 }
@@ -263,6 +264,22 @@ static int feed(hs_algo *a, float *x, sgp_rx *rx, const uint8_t *p, size_t len, 
     return rx->at == rx->total;
 }
 
+/* A share that is added whole (compressed, or on the device: its blocks are not apart in the
+ * message, or not on the host) gathered as it comes, then added. */
+static int gather_piece(hs_algo *a, float *x, uint64_t r, sgp_rx *rx, const uint8_t *p,
+                        size_t len, double *dis, int *nshares) {
+    memcpy(rx->gather->data + rx->at, p, len);
+    rx->at += len;
+    if (rx->at < rx->total) return 0;
+    rx->active = 0;
+    rx->gather->len = (size_t)rx->total;
+    int err = hs__sgp_add_whole(a, x, r, rx->from, rx->round, rx->gather->data, rx->gather->len,
+                                dis, nshares);
+    hs_buf_unref(rx->gather);
+    rx->gather = NULL;
+    return err < 0 ? err : 1;
+}
+
 int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
                       const hs_piece *pc, double *dis, int *nshares) {
     sgp_state *s = a->priv;
@@ -271,17 +288,31 @@ int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
     if (!rx) return hs__err(HS_ENOMEM, "sgp: out of memory");
     const uint8_t *p = pc->p;
     size_t len = pc->len;
+    int gather = !s->lossless || a->be != NULL;
     if (pc->off == 0) {
         if (rx->active)
             HS_LOGW("sgp: the share of round %llu from peer %u stopped after %llu of %llu bytes "
                     "(round %llu's began): the mass of its %zu blocks not come is lost",
                     (unsigned long long)rx->round, from, (unsigned long long)rx->at,
                     (unsigned long long)rx->total, (unsigned long long)round, s->nb - rx->b);
-        if (!rx->head && !(rx->head = malloc(hs__sgp_head_len(s) + HS__CHDR)))
+        if (!gather && !rx->head && !(rx->head = malloc(hs__sgp_head_len(s) + HS__CHDR)))
             return hs__err(HS_ENOMEM, "sgp: out of memory");
-        if (!rx->blk && !(rx->blk = malloc(sizeof(float) * HS__SGP_BLOCK)))
+        if (!gather && !rx->blk && !(rx->blk = malloc(sizeof(float) * HS__SGP_BLOCK)))
             return hs__err(HS_ENOMEM, "sgp: out of memory for a block of a share");
-        *rx = (sgp_rx){from, round, 1, 0, pc->total, rx->head, 0, rx->blk, 0, 0};
+        hs_buf_unref(rx->gather);
+        *rx = (sgp_rx){from, round, 1, 0, pc->total, rx->head, 0, rx->blk, 0, 0, NULL};
+        uint64_t most = hs__sgp_head_len(s) + hs_compress_max_bytes(a->comp, a->d);
+        if (gather && pc->total > most) {
+            HS_LOGW("sgp: dropped the share of round %llu from peer %u: %llu bytes, more than "
+                    "a share's %llu",
+                    (unsigned long long)round, from, (unsigned long long)pc->total,
+                    (unsigned long long)most);
+            rx->active = 0;
+            return 0;
+        }
+        if (gather && hs_buf_new(&rx->gather, (size_t)pc->total) < 0)
+            return hs__err(HS_ENOMEM, "sgp: out of memory for a share of %llu bytes",
+                           (unsigned long long)pc->total);
     } else if (!rx->active || rx->round != round) {
         return 0; /* the rest of a share dropped (or abandoned) at an earlier piece */
     }
@@ -290,10 +321,18 @@ int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
         if (skip >= len) return 0;
         p += skip, len -= (size_t)skip;
     }
-    int err = pc->off > rx->at
-                  ? hs__err(HS_EPROTO, "bytes at %llu, %llu of them taken",
-                            (unsigned long long)pc->off, (unsigned long long)rx->at)
-                  : feed(a, x, rx, p, len, dis);
+    int err = 0;
+    if (pc->total != rx->total || pc->off + pc->len > rx->total)
+        err = hs__err(HS_EPROTO, "bytes %llu..%llu of a message of %llu, begun as one of %llu",
+                      (unsigned long long)pc->off, (unsigned long long)(pc->off + pc->len),
+                      (unsigned long long)pc->total, (unsigned long long)rx->total);
+    else if (pc->off > rx->at)
+        err = hs__err(HS_EPROTO, "bytes at %llu, %llu of them taken", (unsigned long long)pc->off,
+                      (unsigned long long)rx->at);
+    else if (gather)
+        return gather_piece(a, x, r, rx, p, len, dis, nshares);
+    else
+        err = feed(a, x, rx, p, len, dis);
     if (err < 0) {
         HS_LOGW("sgp: dropped the share of round %llu from peer %u at byte %llu of %llu (%zu of "
                 "its %zu blocks were added): %s",

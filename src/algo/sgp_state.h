@@ -36,6 +36,7 @@ typedef struct sgp_rx {
     size_t head_have;
     uint8_t *blk; /* the block in progress's bytes (HS__SGP_BLOCK floats at most) */
     size_t blk_have, b;
+    hs_buf *gather; /* a share added whole (compressed, or on the device), as it comes */
 } sgp_rx;
 
 typedef struct sgp_state {
@@ -78,10 +79,10 @@ static inline size_t hs__sgp_head_len(const sgp_state *s) { return 1 + 8 * s->nb
  * half. < 0: a device's failure. */
 int hs__sgp_add_whole(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
                       const uint8_t *p, size_t len, double *dis, int *nshares);
-/* Bytes [pc->off, pc->off + pc->len) of the share of `round` from `from` (uncompressed, host):
- * each block that completes is added with its weight; the share counted once whole (1), else
- * 0. A malformed share's remaining blocks are dropped with a warning (those added stay: each
- * was its own push-sum pair). */
+/* Bytes [pc->off, pc->off + pc->len) of the share of `round` from `from`: uncompressed on the
+ * host, each block that completes is added with its weight (a malformed share's remaining
+ * blocks are dropped with a warning; those added stay, each its own push-sum pair); otherwise
+ * the share is gathered and added whole once complete. 1 when the share is complete, else 0. */
 int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
                       const hs_piece *pc, double *dis, int *nshares);
 /* Where the share of `round` from `from` in pieces stands: the next byte to take (0: none

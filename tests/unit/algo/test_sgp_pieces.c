@@ -5,7 +5,7 @@
  * started with), and peer 0's z is exact per block: a complete block's the average, the others'
  * its own x, untouched by the values that came without the rest of their block; a share whose
  * head is bad, or whose block 1 holds a NaN, adds only the blocks before the fault; a checkpoint
- * keeps each block's weight. */
+ * keeps each block's weight; a compressed share in pieces is added whole once all of it came. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -123,12 +123,12 @@ typedef struct pair {
     pex e[2];
 } pair;
 
-static void pair_new(pair *p) {
+static void pair_new_c(pair *p, const char *compress) {
     memset(p, 0, sizeof(*p));
     hs_algo_cfg cfg;
     hs_algo_cfg_default(&cfg);
     cfg.kind = HS_ALGO_SGP;
-    cfg.compress = "none";
+    cfg.compress = compress;
     cfg.staleness = 0;
     cfg.recv_timeout_ms = 0;
     assert_int_equal(hs_topo_new(&p->topo, "onepeer-exp", 2, 5), 0);
@@ -146,6 +146,8 @@ static void pair_new(pair *p) {
         p->e[i] = (pex){{&pex_ops, &p->e[i]}, hs_simnet_exchange(p->sim, i), 0, 0, {0}, 0};
     }
 }
+
+static void pair_new(pair *p) { pair_new_c(p, "none"); }
 
 static void pair_free(pair *p) {
     for (int i = 0; i < 2; i++) {
@@ -324,11 +326,39 @@ static void test_checkpoint_weights(void **state) {
     pair_free(&p);
 }
 
+/* A compressed share (fp16) in pieces is gathered and added whole once its last piece came: the
+ * same floats and weights as the share that came whole, and nothing of it before. */
+static void test_compressed_share_gathered(void **state) {
+    (void)state;
+    pair p, q;
+    pair_new_c(&p, "fp16");
+    pair_new_c(&q, "fp16");
+    p.e[0].cut = VAL0 + BLK / 2;
+    push_both(&p, 0);
+    push_both(&q, 0);
+    float *kept = malloc(sizeof(float) * D);
+    assert_non_null(kept);
+    memcpy(kept, p.x[0], sizeof(float) * D);
+    assert_int_equal(hs_algo_pull(p.a[0], &p.e[0].ex, 0, p.x[0]), 0);
+    assert_non_null(p.e[0].held.payload);
+    assert_memory_equal(p.x[0], kept, sizeof(float) * D);
+    for (size_t b = 0; b < NB; b++) assert_true(st(p.a[0])->w[b] == 0.5);
+    assert_int_equal(hs_algo_pull(p.a[0], &p.e[0].ex, 1, p.x[0]), 0);
+    assert_null(p.e[0].held.payload);
+    assert_int_equal(hs_algo_pull(q.a[0], &q.e[0].ex, 0, q.x[0]), 0);
+    assert_memory_equal(p.x[0], q.x[0], sizeof(float) * D);
+    for (size_t b = 0; b < NB; b++) assert_true(st(p.a[0])->w[b] == 1.0);
+    free(kept);
+    pair_free(&p);
+    pair_free(&q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_across_two_rounds),
         cmocka_unit_test(test_bad_share_in_pieces),
         cmocka_unit_test(test_checkpoint_weights),
+        cmocka_unit_test(test_compressed_share_gathered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
