@@ -15,7 +15,10 @@
  * pace for as long as the receive timeout allows, while links that delay every share alike are
  * still waited for. Mass is conserved: a
  * compressed share C(p x) leaves its compression error p x - C(p x) with the sender, so the sum
- * of all x (and of all w), shares in flight included, is unchanged by a round. */
+ * of all x (and of all w), shares in flight included, is unchanged by a round. w is one weight a
+ * block of x (sgp_state.h), so that a share taken in pieces as it arrives (sgp_recv.c) adds each
+ * block with its own weight, never values without theirs: each block is a push-sum of its own,
+ * and all blocks' weights are equal while every share comes whole in one pull. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,8 +168,9 @@ static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
             keep_add(s, v->out[i].w);
         } else if (err >= 0 && !s->lossless) {
             if ((err = be->ops->fill(be, s->dres, d, 0.0f)) == 0 &&
-                (err = hs__compress_decode_add_be(a->comp, be, msg->data + hl, msg->len - hl, a->self,
-                                                  hs__algo_key(a, r), s->dres, d, 1.0f)) == 0)
+                (err = hs__compress_decode_add_be(a->comp, be, msg->data + hl, msg->len - hl,
+                                                  a->self, hs__algo_key(a, r), s->dres, d,
+                                                  1.0f)) == 0)
                 err = go->acc_diff(be, s->dkeep, s->dshare, s->dres, d, 1.0f);
         }
         hs_buf_unref(msg);
@@ -383,7 +387,8 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         float p = (float)v.out[i].w;
         for (size_t k = 0; k < d; k++) share[k] = p * x[k];
         hs_buf *msg;
-        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, hl - 1 + hs_compress_max_bytes(a->comp, d))) < 0)
+        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH,
+                                   hl - 1 + hs_compress_max_bytes(a->comp, d))) < 0)
             return err;
         if ((err = put_weights(s, v.out[i].w, msg)) < 0 ||
             (err = hs_compress_encode(a->comp, share, d, a->self, hs__algo_key(a, r), msg)) < 0) {

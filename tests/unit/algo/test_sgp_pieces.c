@@ -254,7 +254,8 @@ static void test_share_across_two_rounds(void **state) {
     const float *z1 = hs_algo_eval_point(p.a[1], p.x[1]);
     for (size_t k = 0; k < D; k++) {
         double avg = p.sum0[k] / 2;
-        if (fabs(z0[k] - avg) > 1e-5 * (fabs(avg) + 1) || fabs(z1[k] - avg) > 1e-5 * (fabs(avg) + 1))
+        double tol = 1e-5 * (fabs(avg) + 1);
+        if (fabs(z0[k] - avg) > tol || fabs(z1[k] - avg) > tol)
             fail_msg("z[%zu]: %.9g and %.9g, want the average %.9g", k, (double)z0[k],
                      (double)z1[k], avg);
     }
