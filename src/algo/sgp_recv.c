@@ -233,30 +233,24 @@ static int feed(hs_algo *a, float *x, sgp_rx *rx, const uint8_t *p, size_t len, 
     sgp_state *s = a->priv;
     size_t hl = hs__sgp_head_len(s) + HS__CHDR;
     while (len) {
-        size_t k;
+        int err = 0;
         if (rx->head_have < hl) {
-            k = hl - rx->head_have < len ? hl - rx->head_have : len;
+            size_t k = hl - rx->head_have < len ? hl - rx->head_have : len;
             memcpy(rx->head + rx->head_have, p, k);
-            rx->head_have += k;
-            if (rx->head_have == 1 && rx->head[0] != HS_PAYLOAD_PUSH)
-                return hs__err(HS_EPROTO, "a payload of type %d, not a push-sum share",
-                               rx->head[0]);
-            if (rx->head_have == hl) {
-                int err = check_head(a, rx);
-                if (err < 0) return err;
-            }
+            rx->head_have += k, rx->at += k, p += k, len -= k;
+            if (rx->head[0] != HS_PAYLOAD_PUSH)
+                err = hs__err(HS_EPROTO, "a payload of type %d, not a push-sum share",
+                              rx->head[0]);
+            else if (rx->head_have == hl)
+                err = check_head(a, rx);
         } else {
             size_t want = sizeof(float) * hs__sgp_block_len(a->d, rx->b) - rx->blk_have;
-            k = want < len ? want : len;
+            size_t k = want < len ? want : len;
             memcpy(rx->blk + rx->blk_have, p, k);
-            rx->blk_have += k;
-            if (k == want) {
-                int err = add_block(a, x, rx, dis);
-                if (err < 0) return err;
-            }
+            rx->blk_have += k, rx->at += k, p += k, len -= k;
+            if (k == want) err = add_block(a, x, rx, dis);
         }
-        p += k, len -= k;
-        rx->at += k;
+        if (err < 0) return err;
     }
     if (rx->at == rx->total && rx->head_have < hl)
         return hs__err(HS_EPROTO, "a message of %llu bytes, shorter than a share's head",
