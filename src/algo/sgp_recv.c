@@ -200,26 +200,15 @@ static int check_head(const hs_algo *a, const sgp_rx *rx) {
     return hs__compress_f32_head(a->comp, rx->head + hl, (size_t)(rx->total - hl));
 }
 
-/* Block rx->b, whole in rx->blk: checked finite, then added with its weight, in the operations
- * of hs__sgp_add_share. */
+/* Block rx->b, whole in rx->blk: checked finite, then added with its weight, as
+ * hs__sgp_add_share adds it. */
 static int add_block(hs_algo *a, float *x, sgp_rx *rx, double *dis) {
     sgp_state *s = a->priv;
     size_t b = rx->b, first = b * HS__SGP_BLOCK, n = hs__sgp_block_len(a->d, b);
     int err = hs__compress_f32_check(a->comp, rx->blk, n, first);
     if (err < 0) return err;
-    double wj = weight_at(rx->head, b), zi = 1.0 / s->w[b], zj = 1.0 / wj, e = 0;
-    float *xb = x + first;
-    float t[1024];
-    for (size_t k = 0; k < n; k += 1024) {
-        size_t m = n - k < 1024 ? n - k : 1024;
-        hs__cf32_get(rx->blk + sizeof(float) * k, m, t);
-        for (size_t i = 0; i < m; i++) {
-            float v = 0.0f + t[i];
-            double dz = v * zj - xb[k + i] * zi;
-            e += dz * dz;
-            xb[k + i] = xb[k + i] + v;
-        }
-    }
+    double wj = weight_at(rx->head, b), e = 0;
+    hs__sgp_add_run(x + first, rx->blk, n, 1.0 / s->w[b], 1.0 / wj, &e);
     *dis += e;
     s->w[b] += wj;
     rx->b++;

@@ -39,6 +39,21 @@ int hs__sgp_put_share(const hs_algo *a, const float *x, float p, hs_buf *msg) {
     return 0;
 }
 
+void hs__sgp_add_run(float *x, const uint8_t *v, size_t n, double zi, double zj, double *e) {
+    float t[SHARE_BLOCK];
+    for (size_t k = 0; k < n; k += SHARE_BLOCK) {
+        size_t m = n - k < SHARE_BLOCK ? n - k : SHARE_BLOCK;
+        hs__cf32_get(v + sizeof(float) * k, m, t);
+        for (size_t i = 0; i < m; i++) {
+            /* 0 + v: the decode into a zeroed vector it replaces (a -0 share adds +0). */
+            float s = 0.0f + t[i];
+            double dz = s * zj - x[k + i] * zi;
+            *e += dz * dz;
+            x[k + i] = x[k + i] + s;
+        }
+    }
+}
+
 int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, const double *wi,
                       const uint8_t *wj, double *d2) {
     const uint8_t *v;
@@ -46,24 +61,12 @@ int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, 
      * nothing. */
     int err = hs__compress_f32_values(a->comp, p, len, &v);
     if (err < 0) return err;
-    double e = 0, zi = 0, zj = 0;
-    float t[SHARE_BLOCK];
-    for (size_t k = 0; k < a->d; k += SHARE_BLOCK) {
-        size_t n = a->d - k < SHARE_BLOCK ? a->d - k : SHARE_BLOCK;
-        if (k % HS__SGP_BLOCK == 0) { /* a push-sum block's first values: its weights */
-            double w;
-            memcpy(&w, wj + 8 * (k / HS__SGP_BLOCK), 8);
-            zi = 1.0 / wi[k / HS__SGP_BLOCK];
-            zj = 1.0 / w;
-        }
-        memcpy(t, v + sizeof(float) * k, sizeof(float) * n);
-        for (size_t i = 0; i < n; i++) {
-            /* 0 + v: the decode into a zeroed vector it replaces (a -0 share adds +0). */
-            float s = 0.0f + t[i];
-            double dz = s * zj - x[k + i] * zi;
-            e += dz * dz;
-            x[k + i] = x[k + i] + s;
-        }
+    double e = 0;
+    for (size_t k = 0, b = 0; k < a->d; k += HS__SGP_BLOCK, b++) {
+        double w;
+        memcpy(&w, wj + 8 * b, 8);
+        hs__sgp_add_run(x + k, v + sizeof(float) * k, hs__sgp_block_len(a->d, b), 1.0 / wi[b],
+                        1.0 / w, &e);
     }
     *d2 = e;
     return 0;
