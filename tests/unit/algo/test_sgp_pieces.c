@@ -6,7 +6,8 @@
  * its own x, untouched by the values that came without the rest of their block; a share whose
  * head is bad, or whose block 1 holds a NaN, adds only the blocks before the fault; a checkpoint
  * keeps each block's weight; a compressed share in pieces is added whole once all of it came;
- * a share half taken costs its receiver one block of memory, not half a share. */
+ * a share half taken costs its receiver one block of memory, not half a share; a staleness wait
+ * takes the rest of a share from where it stands. */
 #include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
@@ -54,6 +55,8 @@ typedef struct pex {
     int spoil;
     hs_msg held; /* the part not handed up yet (payload NULL: none) */
     size_t held_at;
+    int held_for_recv; /* the held part goes only to recv_piece (a staleness wait) */
+    int recvs;         /* recv_piece calls */
 } pex;
 
 static int p_view(hs_exchange *ex, uint64_t r, hs_peer_view *v) {
@@ -77,22 +80,30 @@ static void p_stats(hs_exchange *ex, hs_exchange_stats *out) {
     hs_exchange *in = ((pex *)ex->impl)->inner;
     in->ops->stats(in, out);
 }
-static int p_recv_piece(hs_exchange *ex, uint32_t from, uint64_t r, uint64_t at, int t,
-                        hs_piece *out) {
-    (void)ex, (void)from, (void)r, (void)at, (void)t, (void)out;
-    return HS_ETIMEDOUT; /* staleness 0 never waits */
-}
-
 static hs_msg_piece piece(const hs_msg *m, size_t off, size_t len) {
     hs_buf *b = hs_buf_ref(m->payload);
     return (hs_msg_piece){m->from, m->round, {b, b->data + off, len, off, b->len}};
+}
+
+/* The held part, asked for from where it starts; nothing else ever comes. */
+static int p_recv_piece(hs_exchange *ex, uint32_t from, uint64_t r, uint64_t at, int t,
+                        hs_piece *out) {
+    (void)t;
+    pex *e = ex->impl;
+    e->recvs++;
+    const hs_msg *h = &e->held;
+    if (!h->payload || h->from != from || h->round != r || at != e->held_at) return HS_ETIMEDOUT;
+    *out = piece(h, at, h->payload->len - at).pc;
+    hs_buf_unref(e->held.payload);
+    e->held.payload = NULL;
+    return 0;
 }
 
 static int p_drain_pieces(hs_exchange *ex, hs_msg_piece *out, int max) {
     pex *e = ex->impl;
     int n = 0;
     if (max == 0) return 0; /* asked to hand up pieces from now on */
-    if (e->held.payload) {
+    if (e->held.payload && !e->held_for_recv) {
         out[n++] = piece(&e->held, e->held_at, e->held.payload->len - e->held_at);
         hs_buf_unref(e->held.payload);
         e->held.payload = NULL;
@@ -137,14 +148,14 @@ typedef struct pair {
     pex e[2];
 } pair;
 
-static void pair_new_d(pair *p, const char *compress, size_t d) {
+static void pair_new_s(pair *p, const char *compress, size_t d, int staleness) {
     memset(p, 0, sizeof(*p));
     hs_algo_cfg cfg;
     hs_algo_cfg_default(&cfg);
     cfg.kind = HS_ALGO_SGP;
     cfg.compress = compress;
-    cfg.staleness = 0;
-    cfg.recv_timeout_ms = 0;
+    cfg.staleness = staleness;
+    cfg.recv_timeout_ms = staleness ? 1000 : 0;
     assert_int_equal(hs_topo_new(&p->topo, "onepeer-exp", 2, 5), 0);
     assert_int_equal(hs_simnet_new(&p->sim, p->topo), 0);
     p->sum0 = calloc(d, sizeof(double));
@@ -157,10 +168,11 @@ static void pair_new_d(pair *p, const char *compress, size_t d) {
             p->sum0[k] += p->x[i][k];
         }
         assert_int_equal(hs_algo_new(&p->a[i], &cfg, (uint32_t)i, d, p->x[i]), 0);
-        p->e[i] = (pex){{&pex_ops, &p->e[i]}, hs_simnet_exchange(p->sim, i), 0, 0, {0}, 0};
+        p->e[i] = (pex){{&pex_ops, &p->e[i]}, hs_simnet_exchange(p->sim, i), 0, 0, {0}, 0, 0, 0};
     }
 }
 
+static void pair_new_d(pair *p, const char *compress, size_t d) { pair_new_s(p, compress, d, 0); }
 static void pair_new_c(pair *p, const char *compress) { pair_new_d(p, compress, D); }
 static void pair_new(pair *p) { pair_new_c(p, "none"); }
 
@@ -369,6 +381,32 @@ static void test_compressed_share_gathered(void **state) {
     pair_free(&q);
 }
 
+/* With staleness 1, round 1's pull waits for the rest of peer 1's round-0 share, which only the
+ * wait's recv_piece hands up, asked for from the byte where the share stands: then every block
+ * is whole again (weights 1), the mass kept. */
+static void test_staleness_wait_takes_the_rest(void **state) {
+    (void)state;
+    pair p;
+    pair_new_s(&p, "none", D, 1);
+    p.e[0].cut = VAL0 + BLK + BLK / 3;
+    p.e[0].held_for_recv = 1;
+    push_both(&p, 0);
+    pull_both(&p, 0);
+    assert_int_equal(p.e[0].recvs, 0); /* round 0 waits for nothing */
+    assert_non_null(p.e[0].held.payload);
+    check_mass(&p);
+    assert_int_equal(hs_algo_pull(p.a[0], &p.e[0].ex, 1, p.x[0]), 0);
+    assert_int_equal(p.e[0].recvs, 1);
+    assert_null(p.e[0].held.payload);
+    check_mass(&p);
+    for (size_t b = 0; b < NB; b++) assert_true(st(p.a[0])->w[b] == 1.0);
+    hs_algo_stats s;
+    hs_algo_get_stats(p.a[0], &s);
+    assert_int_equal(s.waits, 1);
+    assert_int_equal(s.missing, 0);
+    pair_free(&p);
+}
+
 /* Not built under a sanitizer, whose allocator keeps freed blocks resident (left out, not
  * skipped: meson counts cmocka's skip as a failure). */
 #if !SANITIZED
@@ -415,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_bad_share_in_pieces),
         cmocka_unit_test(test_checkpoint_weights),
         cmocka_unit_test(test_compressed_share_gathered),
+        cmocka_unit_test(test_staleness_wait_takes_the_rest),
 #if !SANITIZED
         cmocka_unit_test(test_half_share_holds_one_block),
 #endif
