@@ -4,7 +4,8 @@
  * bytes wait in a buffer of one block, so a peer holds a constant, not a second model, of the
  * shares it takes, and z_b = x_b / w_b stays exact for every block, whatever part of a share
  * came by this round's pull. A share whose blocks all come in one pull adds what the whole
- * share adds, to the bit. */
+ * share adds, to the bit. A compressed share (its blocks are not apart in its message) or a
+ * device's is gathered from its pieces and added whole, as before blocks. */
 #include <stdlib.h>
 #include <string.h>
 
