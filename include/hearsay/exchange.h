@@ -57,6 +57,13 @@ typedef struct hs_piece {
     uint64_t off, total;
 } hs_piece;
 
+/* A piece taken by drain_pieces: of the payload of `round` from `from`. */
+typedef struct hs_msg_piece {
+    uint32_t from;
+    uint64_t round;
+    hs_piece pc;
+} hs_msg_piece;
+
 typedef struct hs_exchange_stats {
     uint64_t bytes_sent, bytes_recv; /* payload bytes plus framing */
     uint64_t msgs_sent, msgs_recv;
@@ -103,6 +110,14 @@ typedef struct hs_exchange_ops {
      * still be on a slow link; built at once, it would be a second copy of the model in
      * memory, refused by send() anyway, and a round lost to the neighbour. */
     int (*wait_room)(hs_exchange *ex, uint32_t to, size_t bytes, int timeout_ms);
+
+    /* Optional (NULL: drain only). drain() in pieces, for an asynchronous reader that adds a
+     * large payload as it arrives (SGP): takes every payload and every piece of one that has
+     * arrived, of any round, without waiting, a sender's in the order of their bytes (a piece
+     * starts where the last of its payload ended; a payload whose rest never comes is followed
+     * by the next one's first piece, at 0). Returns the number written to out (at most max).
+     * Once called, large payloads arrive in pieces, as with recv_piece. */
+    int (*drain_pieces)(hs_exchange *ex, hs_msg_piece *out, int max);
 } hs_exchange_ops;
 
 struct hs_exchange {

@@ -266,17 +266,17 @@ void hs_algo_reset_x(hs_algo *a, const float *x) {
     if (a->ops->reset_x) a->ops->reset_x(a, x);
 }
 
-void hs_algo_from_eval_point(hs_algo *a, float *z) { hs__algo_from_eval_range(a, z, a->d); }
+void hs_algo_from_eval_point(hs_algo *a, float *z) { hs__algo_from_eval_range(a, z, 0, a->d); }
 
-void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t n) {
+void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t first, size_t n) {
     if (a->ops->eval_range)
-        a->ops->eval_range(a, z, x, n);
+        a->ops->eval_range(a, z, x, first, n);
     else if (z != x)
         memcpy(z, x, sizeof(float) * n);
 }
 
-void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t n) {
-    if (a->ops->from_eval_range) a->ops->from_eval_range(a, z, n);
+void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t first, size_t n) {
+    if (a->ops->from_eval_range) a->ops->from_eval_range(a, z, first, n);
 }
 
 int hs__algo_lends_round_x(const hs_algo *a) { return a && a->ops->round_x != NULL; }

@@ -18,7 +18,7 @@
 enum {
     HS_PAYLOAD_DELTA = 1, /* a compressor message (hearsay/compress.h) */
     HS_PAYLOAD_FULL = 2,  /* a full replica: d little-endian fp32 values */
-    HS_PAYLOAD_PUSH = 3,  /* push-sum: fp64 weight share, then a compressor message */
+    HS_PAYLOAD_PUSH = 3,  /* push-sum: fp64 weight shares (one a block), a compressor message */
     /* Replicas of several vectors (ops->pub_vectors > 1): for each vector but the last the u32
      * length of its compressor message, then the messages in vector order. Vector k's message
      * of round r is keyed by hs__part_round(r, k). */
@@ -74,12 +74,13 @@ typedef struct hs__algo_ops {
     int (*pull)(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
     /* The point the gradient is taken at, when it is not x (hs_algo_eval_point, into the
      * algorithm's own z), and the same on n <= d host values, elementwise, z and x the caller's
-     * (hs__algo_eval_range: the owner of x then keeps no vector of z of its own); with the
+     * from value `first` on (hs__algo_eval_range: the owner of x then keeps no vector of z of
+     * its own; SGP's weight is its block's); with the
      * inverse on n values, which serves hs_algo_from_eval_point too (all of d). All three or
      * none. With them the trainer keeps x apart from the model's parameters. */
     const float *(*eval_point)(hs_algo *a, const float *x);
-    void (*eval_range)(const hs_algo *a, float *z, const float *x, size_t n);
-    void (*from_eval_range)(const hs_algo *a, float *z, size_t n);
+    void (*eval_range)(const hs_algo *a, float *z, const float *x, size_t first, size_t n);
+    void (*from_eval_range)(const hs_algo *a, float *z, size_t first, size_t n);
     /* Before the first round: the peer starts from x (hs_algo_reset_x), a->own already set. */
     void (*reset_x)(hs_algo *a, const float *x);
     /* The algorithm's own per-round metrics, beyond hs_algo_stats' common ones. */
@@ -173,12 +174,13 @@ int hs__dpsgd_dev_pull(hs_algo *a, hs__dpsgd_dev *s, hs_exchange *ex, uint64_t r
 int hs__algo_eval_point_be(hs_algo *a, float *z, const float *x);
 int hs__algo_from_eval_point_be(hs_algo *a, float *x, const float *z);
 
-/* On the host, z[k] = the evaluation point of x[k] for k < n (hs_algo_eval_point's floats, into
+/* On the host, z[k] = the evaluation point of x[k] for k < n, x[0] being the model's value
+ * `first` (hs_algo_eval_point's floats, into
  * the caller's memory: z = x where the algorithm evaluates at x; z may be x), and its inverse on
  * z in place (hs_algo_from_eval_point's): for an owner of x that keeps no z of its own (node/vec.c
  * under SGP), a block or the caller's vector at a time. */
-void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t n);
-void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t n);
+void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t first, size_t n);
+void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t first, size_t n);
 
 /* The algorithm of kind k, or NULL. */
 const hs__algo_ops *hs__algo_ops_of(hs_algo_kind k);

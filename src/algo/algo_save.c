@@ -11,8 +11,10 @@
 #define SAVE_MAGIC 0x4C415348u /* "HSAL" */
 /* 2: the push-sum weight moved from the common fields to SGP's own. 3: an algorithm without
  * replicas saves no own vector (it is scratch; version 2 wrote it as d zeros, which a
- * checkpoint of a large model had to hold in memory while it was written). Both are read. */
-#define SAVE_VERSION 3u
+ * checkpoint of a large model had to hold in memory while it was written). 4: SGP saves one
+ * push-sum weight a block of its values (one, as before, for a model of one block; SGP reads
+ * the single weight of 2 and 3 as every block's). All three are read. */
+#define SAVE_VERSION 4u
 
 int hs__put_u32(hs_buf *b, uint32_t v) { return hs_buf_append(b, &v, 4); }
 int hs__put_u64(hs_buf *b, uint64_t v) { return hs_buf_append(b, &v, 8); }
@@ -113,8 +115,8 @@ int hs_algo_load(hs_algo *a, const uint8_t *p, size_t len) {
     if ((err = hs__get_u32(&p, end, &magic)) < 0) return err;
     if (magic != SAVE_MAGIC) return hs__err(HS_EFORMAT, "algorithm state: bad magic 0x%08x", magic);
     if ((err = hs__get_u32(&p, end, &version)) < 0) return err;
-    if (version != SAVE_VERSION && version != 2)
-        return hs__err(HS_EFORMAT, "algorithm state: version %u (this build reads 2 and %u)",
+    if (version < 2 || version > SAVE_VERSION)
+        return hs__err(HS_EFORMAT, "algorithm state: version %u (this build reads 2 to %u)",
                        version, SAVE_VERSION);
     if ((err = hs__get_u32(&p, end, &kind)) < 0 || (err = hs__get_u64(&p, end, &d)) < 0 ||
         (err = hs__get_u32(&p, end, &cl)) < 0)

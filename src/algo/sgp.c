@@ -15,21 +15,23 @@
  * pace for as long as the receive timeout allows, while links that delay every share alike are
  * still waited for. Mass is conserved: a
  * compressed share C(p x) leaves its compression error p x - C(p x) with the sender, so the sum
- * of all x (and of all w), shares in flight included, is unchanged by a round. */
+ * of all x (and of all w), shares in flight included, is unchanged by a round. w is one weight a
+ * block of x (sgp_state.h), so that a share taken in pieces as it arrives (sgp_recv.c) adds each
+ * block with its own weight, never values without theirs: each block is a push-sum of its own,
+ * and all blocks' weights are equal while every share comes whole in one pull. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo_internal.h"
 #include "algo/sgp_share.h"
+#include "algo/sgp_state.h"
 #include "compress/device.h"
 #include "core/clock.h"
 #include "core/error_internal.h"
 #include "core/log.h"
 #include "tensor/gossip_ops.h"
 
-/* The largest push-sum weight a share may carry: weights sum to the number of peers. */
-#define SGP_MAX_WEIGHT 1e9
 /* The smallest weight a peer pushes from. One that gets no share (its in-neighbours paused or
  * far behind, which staleness 0 never waits for) halves w each round: 128 such rounds and 1 / w
  * is no float, z = x / w not finite. Below this, x = w z still holds z to a float's precision,
@@ -58,34 +60,6 @@ static int sgp_check_compressor(const hs_compressor *c) {
     return 0;
 }
 
-typedef struct sender {
-    uint32_t id;
-    uint64_t next_round; /* rounds below this one have all been received */
-    int lagging;
-    int late;      /* its last awaited share came later than the budget */
-    double wait_s; /* mean seconds its shares kept this peer waiting; < 0: never needed */
-} sender;
-
-typedef struct sgp_state {
-    double w;             /* the push-sum weight w_i */
-    uint64_t first_round; /* the first round this peer ran; no view exists before it */
-    int started;
-    float *z;     /* x / w, the evaluation point (hs_algo_eval_point's; the node uses none) */
-    float *res;   /* decoded share, for the compression residual and the disagreement (a lossy
-                     compressor's; NULL for none, whose shares are read where they lie) */
-    sender *snd;
-    int n_snd, cap_snd;
-    hs_msg *msgs;
-    int cap_msgs;
-    int lossless; /* the compressor reproduces its input exactly */
-    /* Device mode (a->be): the kept part, a share and a decoded share in the backend's
-     * memory; z and res stay the host's: eval_point and from_eval_point take a host x, their
-     * _be forms a device one. */
-    float *dkeep, *dshare, *dres;
-    double t_pull;  /* the exchange's clock when the last pull ended; 0: no pull yet */
-    double round_s; /* mean seconds of this peer's rounds outside the pull; 0: none yet */
-} sgp_state;
-
 static double sgp_now(hs_exchange *ex) {
     return ex->ops->now ? ex->ops->now(ex) : hs__mono_s();
 }
@@ -98,9 +72,12 @@ static int sgp_init(hs_algo *a, const float *x0) {
         (!s->lossless && !(s->res = malloc(sizeof(float) * a->d))))
         return hs__err(HS_ENOMEM, "sgp: out of memory for %zu parameters", a->d);
     s->cap_msgs = 64;
-    if (!(s->msgs = malloc(sizeof(hs_msg) * (size_t)s->cap_msgs)))
+    s->nb = (a->d + HS__SGP_BLOCK - 1) / HS__SGP_BLOCK;
+    if (!(s->msgs = malloc(sizeof(hs_msg) * (size_t)s->cap_msgs)) ||
+        !(s->pcs = malloc(sizeof(hs_msg_piece) * (size_t)s->cap_msgs)) ||
+        !(s->w = malloc(sizeof(double) * s->nb)) || !(s->wk = malloc(sizeof(double) * s->nb)))
         return hs__err(HS_ENOMEM, "sgp: out of memory");
-    s->w = 1.0;
+    for (size_t b = 0; b < s->nb; b++) s->w[b] = 1.0;
     return 0;
 }
 
@@ -111,6 +88,10 @@ static void sgp_fini(hs_algo *a) {
     free(s->res);
     free(s->snd);
     free(s->msgs);
+    free(s->pcs);
+    free(s->w);
+    free(s->wk);
+    hs__sgp_rx_free(s);
     if (a->be) {
         hs_be_free(a->be, s->dkeep);
         hs_be_free(a->be, s->dshare);
@@ -132,32 +113,32 @@ static int sgp_to_device(hs_algo *a, hs_backend *be) {
     return 0;
 }
 
-/* add_share's decode and sum on the device: res = 0 + C(share), x = x + res (1 res is res),
- * the host's floats. *d2 = sum (res zj - x zi)^2 from three dot products, a statistic. 1: the
- * share is dropped (a malformed message; x untouched); a device error is the caller's. */
-static int add_share_dev(hs_algo *a, float *x, uint32_t from, uint64_t round, const hs_buf *b,
-                         double zi, double zj, double *d2) {
-    sgp_state *s = a->priv;
-    hs_backend *be = a->be;
-    size_t d = a->d;
-    int err = be->ops->fill(be, s->dres, d, 0.0f);
-    if (err == 0)
-        err = hs__compress_decode_add_be(a->comp, be, b->data + 9, b->len - 9, from,
-                                         hs__algo_key(a, round), s->dres, d, 1.0f);
-    if (err < 0 && err != HS_ECUDA) {
-        HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
-                (unsigned long long)round, hs_error_message());
-        return 1;
+/* The weights of a share p x: p w_b for each block b, after its type byte. */
+static int put_weights(const sgp_state *s, double p, hs_buf *msg) {
+    int err = 0;
+    for (size_t b = 0; b < s->nb && err == 0; b++) {
+        double wj = p * s->w[b];
+        err = hs_buf_append(msg, &wj, 8);
     }
-    double rr, rx, xx;
-    if (err < 0 || (err = hs_be_dot(be, s->dres, s->dres, d, &rr)) < 0 ||
-        (err = hs_be_dot(be, s->dres, x, d, &rx)) < 0 ||
-        (err = hs_be_dot(be, x, x, d, &xx)) < 0 ||
-        (err = hs_be_axpy(be, x, s->dres, d, 1.0f)) < 0)
-        return err;
-    double e = zj * zj * rr - 2 * zj * zi * rx + zi * zi * xx;
-    *d2 = e > 0 ? e : 0;
-    return 0;
+    return err;
+}
+
+/* The kept weights, summed in s->wk as a push goes (p_ii w, then each share that stayed), then
+ * made the weights. */
+static void keep_begin(sgp_state *s, double pself) {
+    for (size_t b = 0; b < s->nb; b++) s->wk[b] = pself * s->w[b];
+}
+static void keep_add(sgp_state *s, double p) {
+    for (size_t b = 0; b < s->nb; b++) s->wk[b] += p * s->w[b];
+}
+static void keep_end(sgp_state *s) { memcpy(s->w, s->wk, sizeof(double) * s->nb); }
+
+/* The smallest weight of a block, and whether every one is a positive number. */
+static double min_weight(const sgp_state *s) {
+    double m = s->w[0];
+    for (size_t b = 1; b < s->nb; b++)
+        if (!(s->w[b] >= m)) m = s->w[b];
+    return m;
 }
 
 /* sgp_push's shares on the device, in its operations: keep = p_ii x, share = p_ji x, and
@@ -169,63 +150,84 @@ static int push_dev(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
     const hs_gossip_ops *go = be->ops->gossip;
     size_t d = a->d;
     int err = go->scale_to(be, s->dkeep, x, d, (float)v->self_w);
-    double w_keep = v->self_w * s->w;
+    size_t hl = hs__sgp_head_len(s);
+    keep_begin(s, v->self_w);
     for (int i = 0; i < v->n_out && err == 0; i++) {
         if ((err = go->scale_to(be, s->dshare, x, d, (float)v->out[i].w)) < 0) break;
         hs_buf *msg;
         if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH,
-                                   8 + hs_compress_max_bytes(a->comp, d))) < 0)
+                                   hl - 1 + hs_compress_max_bytes(a->comp, d))) < 0)
             break;
-        double wj = v->out[i].w * s->w;
-        if ((err = hs_buf_append(msg, &wj, 8)) == 0 &&
+        if ((err = put_weights(s, v->out[i].w, msg)) == 0 &&
             (err = hs__compress_encode_be(a->comp, be, s->dshare, d, a->self, hs__algo_key(a, r),
                                           msg)) >= 0)
             err = hs__algo_send(a, ex, v->out[i].id, r, msg);
         if (err == 1) {
             /* The out-neighbour is gone: its share stays here, mass and all. */
             err = hs_be_axpy(be, s->dkeep, s->dshare, d, 1.0f);
-            w_keep += wj;
+            keep_add(s, v->out[i].w);
         } else if (err >= 0 && !s->lossless) {
             if ((err = be->ops->fill(be, s->dres, d, 0.0f)) == 0 &&
-                (err = hs__compress_decode_add_be(a->comp, be, msg->data + 9, msg->len - 9, a->self,
-                                                  hs__algo_key(a, r), s->dres, d, 1.0f)) == 0)
+                (err = hs__compress_decode_add_be(a->comp, be, msg->data + hl, msg->len - hl,
+                                                  a->self, hs__algo_key(a, r), s->dres, d,
+                                                  1.0f)) == 0)
                 err = go->acc_diff(be, s->dkeep, s->dshare, s->dres, d, 1.0f);
         }
         hs_buf_unref(msg);
     }
     if (err >= 0) err = hs_be_copy_f(be, x, s->dkeep, d);
     if (err < 0) return err;
-    s->w = w_keep;
+    keep_end(s);
     return 0;
 }
 
-static void sgp_eval_range(const hs_algo *a, float *z, const float *x, size_t n) {
+/* z = x / w_b on values [first, first + n), each with its block's weight. */
+static void sgp_eval_range(const hs_algo *a, float *z, const float *x, size_t first, size_t n) {
     const sgp_state *s = a->priv;
-    float inv = (float)(1.0 / s->w);
-    for (size_t k = 0; k < n; k++) z[k] = x[k] * inv;
+    for (size_t k = 0; k < n;) {
+        size_t b = (first + k) / HS__SGP_BLOCK, end = (b + 1) * HS__SGP_BLOCK - first;
+        float inv = (float)(1.0 / s->w[b]);
+        for (end = end < n ? end : n; k < end; k++) z[k] = x[k] * inv;
+    }
 }
 
-static void sgp_from_eval_range(const hs_algo *a, float *z, size_t n) {
+static void sgp_from_eval_range(const hs_algo *a, float *z, size_t first, size_t n) {
     const sgp_state *s = a->priv;
-    float w = (float)s->w;
-    for (size_t k = 0; k < n; k++) z[k] = z[k] * w;
+    for (size_t k = 0; k < n;) {
+        size_t b = (first + k) / HS__SGP_BLOCK, end = (b + 1) * HS__SGP_BLOCK - first;
+        float w = (float)s->w[b];
+        for (end = end < n ? end : n; k < end; k++) z[k] = z[k] * w;
+    }
 }
 
 static const float *sgp_eval_point(hs_algo *a, const float *x) {
     sgp_state *s = a->priv;
-    sgp_eval_range(a, s->z, x, a->d);
+    sgp_eval_range(a, s->z, x, 0, a->d);
     return s->z;
 }
 
-/* The two above on the device, in their operations: z = x (1 / w) and x = z w. */
+/* The two above on the device, in their operations, a block at a time: z = x (1 / w) and
+ * x = z w. */
 static int sgp_eval_point_be(hs_algo *a, float *z, const float *x) {
     const sgp_state *s = a->priv;
-    return a->be->ops->gossip->scale_to(a->be, z, x, a->d, (float)(1.0 / s->w));
+    int err = 0;
+    for (size_t b = 0; b < s->nb && err == 0; b++) {
+        size_t k = b * HS__SGP_BLOCK;
+        err = a->be->ops->gossip->scale_to(a->be, z + k, x + k, hs__sgp_block_len(a->d, b),
+                                           (float)(1.0 / s->w[b]));
+    }
+    return err;
 }
 
 static int sgp_from_eval_point_be(hs_algo *a, float *x, const float *z) {
     const sgp_state *s = a->priv;
-    return a->be->ops->gossip->scale_to(a->be, x, z, a->d, (float)s->w);
+    int err = 0;
+    for (size_t b = 0; b < s->nb && err == 0; b++) {
+        size_t k = b * HS__SGP_BLOCK;
+        err = a->be->ops->gossip->scale_to(a->be, x + k, z + k, hs__sgp_block_len(a->d, b),
+                                           (float)s->w[b]);
+    }
+    return err;
 }
 
 static void sgp_metrics(const hs_algo *a, hs_algo_metric_fn emit, void *ctx) {
@@ -236,112 +238,55 @@ static void sgp_metrics(const hs_algo *a, hs_algo_metric_fn emit, void *ctx) {
     emit(ctx, "waits", (double)a->stats.waits, 1);
 }
 
-/* The weight share of a PUSH payload; the share's bytes are validated on receipt. */
+/* The weight share of a PUSH payload, its first block's (every block's, for a share that came
+ * whole); the share's bytes are validated on receipt. */
 static double sgp_payload_weight(const uint8_t *p, size_t len) {
     double w = 0;
     if (len >= 9 && p[0] == HS_PAYLOAD_PUSH) memcpy(&w, p + 1, 8);
     return w;
 }
 
-/* SGP's own checkpoint field: the push-sum weight (f64), the last field of the state. */
+/* SGP's own checkpoint field, the last of the state: the push-sum weights (f64), one a block
+ * (one for a model of one block, as before blocks). */
 static int sgp_save(const hs_algo *a, hs_buf *out) {
     const sgp_state *s = a->priv;
-    return hs__put_f64(out, s->w);
+    int err = 0;
+    for (size_t b = 0; b < s->nb && err == 0; b++) err = hs__put_f64(out, s->w[b]);
+    return err;
 }
 
+/* A file written before blocks holds one weight, every block's. */
 static int sgp_load(hs_algo *a, const uint8_t **p, const uint8_t *end) {
     sgp_state *s = a->priv;
-    double w;
-    int err = hs__get_f64(p, end, &w);
-    if (err < 0) return err;
-    if (!(w > 0.0) || w > SGP_MAX_WEIGHT)
-        return hs__err(HS_EFORMAT, "algorithm state: push-sum weight %g", w);
-    if (*p != end)
-        return hs__err(HS_EFORMAT, "algorithm state: %zu trailing bytes", (size_t)(end - *p));
-    s->w = w;
-    a->stats.push_weight = w;
+    size_t n = (size_t)(end - *p) / 8;
+    if (n != 1 && n != s->nb)
+        return hs__err(HS_EFORMAT, "algorithm state: %zu bytes of push-sum weights, want 8 or %zu "
+                                   "(one a block of %zu values)",
+                       (size_t)(end - *p), 8 * s->nb, HS__SGP_BLOCK);
+    const uint8_t *q = *p;
+    for (size_t b = 0; b < n; b++) {
+        double w;
+        int err = hs__get_f64(&q, end, &w);
+        if (err < 0) return err;
+        if (!(w > 0.0) || w > SGP_MAX_WEIGHT)
+            return hs__err(HS_EFORMAT, "algorithm state: push-sum weight %g of block %zu", w, b);
+    }
+    if (q != end)
+        return hs__err(HS_EFORMAT, "algorithm state: %zu trailing bytes", (size_t)(end - q));
+    for (size_t b = 0; b < s->nb; b++) {
+        const uint8_t *at = *p + 8 * (n == 1 ? 0 : b);
+        (void)hs__get_f64(&at, end, &s->w[b]);
+    }
+    *p = end;
+    a->stats.push_weight = min_weight(s);
     return 0;
 }
 
-static sender *find_sender(sgp_state *s, uint32_t id, uint64_t first_round) {
-    for (int i = 0; i < s->n_snd; i++)
-        if (s->snd[i].id == id) return &s->snd[i];
-    if (s->n_snd == s->cap_snd) {
-        int cap = s->cap_snd ? s->cap_snd * 2 : 8;
-        sender *n = realloc(s->snd, sizeof(*n) * (size_t)cap);
-        if (!n) return NULL;
-        s->snd = n;
-        s->cap_snd = cap;
-    }
-    sender *n = &s->snd[s->n_snd++];
-    n->id = id;
-    n->next_round = first_round;
-    n->lagging = 0;
-    n->late = 0;
-    n->wait_s = -1;
-    return n;
-}
-
-/* Adds one arrived share to (x, w). A malformed share is dropped with a warning: its mass is
- * lost, but no state is touched by half. */
-static int add_share(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t round,
-                     const hs_buf *b, double *dis, int *nshares) {
-    sgp_state *s = a->priv;
-    a->stats.bytes_recv += b->len;
-    double wj;
-    if (b->len < 9 || b->data[0] != HS_PAYLOAD_PUSH) {
-        HS_LOGW("sgp: dropped a share from peer %u of round %llu: not a push-sum payload", from,
-                (unsigned long long)round);
-        return 0;
-    }
-    memcpy(&wj, b->data + 1, 8);
-    if (!(wj > 0.0 && wj <= SGP_MAX_WEIGHT)) {
-        HS_LOGW("sgp: dropped a share from peer %u of round %llu: weight %g out of range", from,
-                (unsigned long long)round, wj);
-        return 0;
-    }
-    /* Decode into scratch first so a bad share leaves x untouched, and to measure how far the
-     * sender's z is from ours. */
-    double zi_scale = 1.0 / s->w, zj_scale = 1.0 / wj, d2 = 0;
-    int err;
-    if (a->be) {
-        if ((err = add_share_dev(a, x, from, round, b, zi_scale, zj_scale, &d2)) < 0)
-            return err;
-        if (err > 0) return 0;
-    } else if (s->lossless) {
-        if ((err = hs__sgp_add_share(a, x, b->data + 9, b->len - 9, zi_scale, zj_scale, &d2)) < 0) {
-            HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
-                    (unsigned long long)round, hs_error_message());
-            return 0;
-        }
-    } else {
-        memset(s->res, 0, sizeof(float) * a->d);
-        err = hs_compress_decode_add(a->comp, b->data + 9, b->len - 9, from, hs__algo_key(a, round),
-                                     s->res, a->d, 1.0f);
-        if (err < 0) {
-            HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
-                    (unsigned long long)round, hs_error_message());
-            return 0;
-        }
-        for (size_t k = 0; k < a->d; k++) {
-            double dz = s->res[k] * zj_scale - x[k] * zi_scale;
-            d2 += dz * dz;
-            x[k] = x[k] + s->res[k];
-        }
-    }
-    *dis += d2;
-    s->w += wj;
-    (*nshares)++;
-    int st = round <= r ? (int)(r - round) : 0;
-    if (st > a->stats.staleness_max) a->stats.staleness_max = st;
-    a->stats.staleness_mean += st;
-    sender *sn = find_sender(s, from, round);
-    if (sn && round >= sn->next_round) sn->next_round = round + 1;
-    /* A lagging sender is waited for again only once its shares are back within the staleness
-     * bound: clearing the mark on any newer share would make every share of a straggler cost
-     * its out-neighbours one more receive timeout. */
-    if (sn && sn->lagging && round + (uint64_t)a->cfg.staleness >= r) sn->lagging = 0;
-    return 0;
+/* Whether shares are taken in pieces as they arrive, from an exchange that hands up pieces (the
+ * network runtime's): block by block uncompressed on the host, gathered whole otherwise. */
+static int in_pieces(const hs_algo *a, const hs_exchange *ex) {
+    (void)a;
+    return ex->ops->drain_pieces && ex->ops->recv_piece;
 }
 
 /* Whether out-neighbour `to` can take a message of `bytes` now, asked without waiting (SGP never
@@ -361,33 +306,31 @@ static int room_now(hs_exchange *ex, uint32_t to, size_t bytes) {
  * message, sent to each of them, not one a neighbour. */
 static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_peer_view *v) {
     sgp_state *s = a->priv;
-    size_t d = a->d, bytes = 9 + hs_compress_max_bytes(a->comp, d);
+    size_t d = a->d, bytes = hs__sgp_head_len(s) + hs_compress_max_bytes(a->comp, d);
     uint8_t *kept;
     int err = hs__algo_present(a, v->n_out, &kept), nkept = 0;
     if (err < 0) return err;
-    double w_keep = v->self_w * s->w, w_msg = 0;
-    float p_msg = 0;
-    hs_buf *msg = NULL; /* the share p_msg x of weight w_msg, built for an out-neighbour before */
+    double p_msg = 0;
+    keep_begin(s, v->self_w);
+    hs_buf *msg = NULL; /* the share p_msg x (weights p_msg w), built for an out-neighbour before */
     for (int i = 0; i < v->n_out; i++) {
-        double wj = v->out[i].w * s->w;
         if (!room_now(ex, v->out[i].id, bytes)) {
             HS_LOGD("round %llu: the share to peer %u stays here: its link still carries the one "
                     "before, or it is gone", (unsigned long long)r, v->out[i].id);
             err = 1;
         } else {
-            if (msg && (wj != w_msg || (float)v->out[i].w != p_msg)) {
+            if (msg && v->out[i].w != p_msg) {
                 hs_buf_unref(msg);
                 msg = NULL;
             }
             err = 0;
             if (!msg && ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, bytes - 1)) < 0 ||
-                         (err = hs_buf_append(msg, &wj, 8)) < 0 ||
+                         (err = put_weights(s, v->out[i].w, msg)) < 0 ||
                          (err = hs__sgp_put_share(a, x, (float)v->out[i].w, msg)) < 0)) {
                 hs_buf_unref(msg);
                 return err;
             }
-            w_msg = wj;
-            p_msg = (float)v->out[i].w;
+            p_msg = v->out[i].w;
             err = hs__algo_send(a, ex, v->out[i].id, r, msg); /* 1: gone, the share stays */
         }
         if (err < 0) {
@@ -395,7 +338,7 @@ static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
             return err;
         }
         kept[i] = err == 1;
-        if (kept[i]) w_keep += wj;
+        if (kept[i]) keep_add(s, v->out[i].w);
         nkept += kept[i];
     }
     hs_buf_unref(msg);
@@ -410,7 +353,7 @@ static int push_raw(hs_algo *a, hs_exchange *ex, uint64_t r, float *x, const hs_
             x[k] = t;
         }
     }
-    s->w = w_keep;
+    keep_end(s);
     return 0;
 }
 
@@ -419,14 +362,16 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     if (!s->started) {
         s->first_round = r;
         s->started = 1;
+        /* From the first share on, large ones come in pieces (none taken yet). */
+        if (in_pieces(a, ex)) (void)ex->ops->drain_pieces(ex, s->pcs, 0);
     }
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
     if (err < 0) return err;
-    if (s->w < SGP_MIN_WEIGHT) {
+    if (min_weight(s) < SGP_MIN_WEIGHT) {
         /* Every share stays here, mass and all, until one comes in (a pull adds its weight). */
         HS_LOGD("round %llu: push-sum weight %g, too small to share: nothing pushed",
-                (unsigned long long)r, s->w);
+                (unsigned long long)r, min_weight(s));
         return 0;
     }
     if (a->be) return push_dev(a, ex, r, x, &v);
@@ -436,15 +381,16 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     float *keep = a->tmp, *share = a->tmp2;
     float pself = (float)v.self_w;
     for (size_t k = 0; k < d; k++) keep[k] = pself * x[k];
-    double w_keep = v.self_w * s->w;
+    size_t hl = hs__sgp_head_len(s);
+    keep_begin(s, v.self_w);
     for (int i = 0; i < v.n_out; i++) {
         float p = (float)v.out[i].w;
         for (size_t k = 0; k < d; k++) share[k] = p * x[k];
         hs_buf *msg;
-        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH, 8 + hs_compress_max_bytes(a->comp, d))) < 0)
+        if ((err = hs__payload_new(a, &msg, HS_PAYLOAD_PUSH,
+                                   hl - 1 + hs_compress_max_bytes(a->comp, d))) < 0)
             return err;
-        double wj = v.out[i].w * s->w;
-        if ((err = hs_buf_append(msg, &wj, 8)) < 0 ||
+        if ((err = put_weights(s, v.out[i].w, msg)) < 0 ||
             (err = hs_compress_encode(a->comp, share, d, a->self, hs__algo_key(a, r), msg)) < 0) {
             hs_buf_unref(msg);
             return err;
@@ -453,12 +399,12 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         if (err == 1) {
             /* The out-neighbour is gone: its share stays here, mass and all. */
             for (size_t k = 0; k < d; k++) keep[k] = keep[k] + share[k];
-            w_keep += wj;
+            keep_add(s, v.out[i].w);
             err = 0;
         } else if (err == 0 && !s->lossless) {
             /* The compression error p x - C(p x) stays with the sender. */
             memset(s->res, 0, sizeof(float) * d);
-            err = hs_compress_decode_add(a->comp, msg->data + 9, msg->len - 9, a->self,
+            err = hs_compress_decode_add(a->comp, msg->data + hl, msg->len - hl, a->self,
                                          hs__algo_key(a, r), s->res, d, 1.0f);
             if (err == 0)
                 for (size_t k = 0; k < d; k++) keep[k] = keep[k] + (share[k] - s->res[k]);
@@ -467,7 +413,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         if (err < 0) return err;
     }
     memcpy(x, keep, sizeof(float) * d);
-    s->w = w_keep;
+    keep_end(s);
     return 0;
 }
 
@@ -497,6 +443,45 @@ static int wait_ms(const hs_algo *a, const sender *sn, double budget) {
     return b < a->cfg.recv_timeout_ms ? (int)ceil(b) : a->cfg.recv_timeout_ms;
 }
 
+/* A payload or a piece of one drained: a share that came whole is added as one. */
+static int take_piece(hs_algo *a, float *x, uint64_t r, const hs_msg_piece *m, double *dis,
+                      int *nshares) {
+    const hs_piece *pc = &m->pc;
+    if (pc->off == 0 && pc->len == pc->total) {
+        a->stats.bytes_recv += pc->len;
+        return hs__sgp_add_whole(a, x, r, m->from, m->round, pc->p, pc->len, dis, nshares);
+    }
+    int err = hs__sgp_add_piece(a, x, r, m->from, m->round, pc, dis, nshares);
+    return err < 0 ? err : 0;
+}
+
+/* The share of `old` from `from`, waited for up to ms: whole, or in pieces from where it stands
+ * until all of it came (or the rest of it was dropped); recv's errors. */
+static int await_share(hs_algo *a, hs_exchange *ex, float *x, uint64_t r, uint32_t from,
+                       uint64_t old, int ms, double *dis, int *nshares) {
+    sgp_state *s = a->priv;
+    if (!in_pieces(a, ex)) {
+        hs_buf *b = NULL;
+        int got = ex->ops->recv(ex, from, old, ms, &b);
+        if (got < 0) return got;
+        a->stats.bytes_recv += b->len;
+        got = hs__sgp_add_whole(a, x, r, from, old, b->data, b->len, dis, nshares);
+        hs_buf_unref(b);
+        return got;
+    }
+    double end = sgp_now(ex) + 1e-3 * ms;
+    for (;;) {
+        double left = end - sgp_now(ex);
+        hs_msg_piece m = {from, old, {0}};
+        int got = ex->ops->recv_piece(ex, from, old, hs__sgp_piece_at(s, from, old),
+                                      left > 0 ? (int)ceil(1e3 * left) : 0, &m.pc);
+        if (got < 0) return got;
+        got = take_piece(a, x, r, &m, dis, nshares);
+        hs_buf_unref(m.pc.buf);
+        if (got < 0 || !hs__sgp_piece_at(s, from, old)) return got;
+    }
+}
+
 static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     sgp_state *s = a->priv;
     size_t d = a->d;
@@ -506,15 +491,24 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     a->stats.missing = 0;
     double dis = 0;
     int nshares = 0;
-    /* Everything that has arrived, of any round. */
+    /* Everything that has arrived, of any round (in pieces: what has of each share). */
+    int pieces = in_pieces(a, ex);
     for (;;) {
-        int n = ex->ops->drain(ex, s->msgs, s->cap_msgs);
+        int n = pieces ? ex->ops->drain_pieces(ex, s->pcs, s->cap_msgs)
+                       : ex->ops->drain(ex, s->msgs, s->cap_msgs);
         if (n < 0) return n;
         for (int i = 0, e; i < n; i++) {
-            e = add_share(a, x, r, s->msgs[i].from, s->msgs[i].round, s->msgs[i].payload, &dis,
-                          &nshares);
+            if (pieces) {
+                e = take_piece(a, x, r, &s->pcs[i], &dis, &nshares);
+                hs_buf_unref(s->pcs[i].pc.buf);
+            } else {
+                const hs_buf *b = s->msgs[i].payload;
+                a->stats.bytes_recv += b->len;
+                e = hs__sgp_add_whole(a, x, r, s->msgs[i].from, s->msgs[i].round, b->data,
+                                      b->len, &dis, &nshares);
+                hs_buf_unref(s->msgs[i].payload);
+            }
             if (e < 0 && err >= 0) err = e; /* a device's failure; the rest are let go */
-            hs_buf_unref(s->msgs[i].payload);
         }
         if (err < 0) return err;
         if (n < s->cap_msgs) break;
@@ -531,7 +525,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         hs_peer_view ov;
         if ((err = ex->ops->view(ex, old, &ov)) < 0) return err;
         for (int i = 0; i < ov.n_in; i++) {
-            sender *sn = find_sender(s, ov.in[i].id, old);
+            sender *sn = hs__sgp_sender(s, ov.in[i].id, old);
             if (!sn) return hs__err(HS_ENOMEM, "sgp: out of memory");
             if (sn->lagging) continue;
             if (sn->next_round > old) { /* in already: no wait */
@@ -541,9 +535,9 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
             }
             /* Everything that had arrived was drained above: this receive blocks. */
             a->stats.waits++;
-            hs_buf *b = NULL;
             double t0 = sgp_now(ex), budget = wait_budget_s(s, sn);
-            int got = ex->ops->recv(ex, sn->id, old, wait_ms(a, sn, budget), &b);
+            int got = await_share(a, ex, x, r, sn->id, old, wait_ms(a, sn, budget), &dis,
+                                  &nshares);
             double w = sgp_now(ex) - t0;
             sn->late = budget >= 0 && w > budget;
             sn->wait_s = sn->wait_s >= 0 ? 0.75 * sn->wait_s + 0.25 * w : w;
@@ -563,17 +557,15 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                 continue;
             }
             if (got < 0) return got;
-            err = add_share(a, x, r, sn->id, old, b, &dis, &nshares);
-            hs_buf_unref(b);
-            if (err < 0) return err;
         }
     }
     s->t_pull = sgp_now(ex);
     if (nshares) a->stats.staleness_mean /= nshares;
     a->stats.disagreement = nshares ? dis / ((double)nshares * (double)d) : 0.0;
-    a->stats.push_weight = s->w;
-    if (!(s->w > 0.0) || !isfinite(s->w))
-        return hs__err(HS_EDIVERGED, "sgp: push-sum weight became %g at round %llu", s->w,
+    double wmin = min_weight(s);
+    a->stats.push_weight = wmin;
+    if (!(wmin > 0.0) || !isfinite(wmin))
+        return hs__err(HS_EDIVERGED, "sgp: push-sum weight became %g at round %llu", wmin,
                        (unsigned long long)r);
     return 0;
 }

@@ -8,11 +8,12 @@
 
 #include "algo/algo_internal.h"
 #include "algo/sgp_share.h"
+#include "algo/sgp_state.h"
 #include "compress/codec.h"
 #include "compress/compress_ew.h"
 #include "core/error_internal.h"
 
-/* Values per block: a block of floats on the stack. */
+/* Values per block: a block of floats on the stack (HS__SGP_BLOCK is a multiple). */
 #define SHARE_BLOCK 1024
 
 int hs__sgp_put_share(const hs_algo *a, const float *x, float p, hs_buf *msg) {
@@ -38,25 +39,34 @@ int hs__sgp_put_share(const hs_algo *a, const float *x, float p, hs_buf *msg) {
     return 0;
 }
 
-int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, double zi,
-                      double zj, double *d2) {
+void hs__sgp_add_run(float *x, const uint8_t *v, size_t n, double zi, double zj, double *e) {
+    float t[SHARE_BLOCK];
+    for (size_t k = 0; k < n; k += SHARE_BLOCK) {
+        size_t m = n - k < SHARE_BLOCK ? n - k : SHARE_BLOCK;
+        hs__cf32_get(v + sizeof(float) * k, m, t);
+        for (size_t i = 0; i < m; i++) {
+            /* 0 + v: the decode into a zeroed vector it replaces (a -0 share adds +0). */
+            float s = 0.0f + t[i];
+            double dz = s * zj - x[k + i] * zi;
+            *e += dz * dz;
+            x[k + i] = x[k + i] + s;
+        }
+    }
+}
+
+int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, const double *wi,
+                      const uint8_t *wj, double *d2) {
     const uint8_t *v;
     /* Header, length and every value checked before x is touched: a bad share changes
      * nothing. */
     int err = hs__compress_f32_values(a->comp, p, len, &v);
     if (err < 0) return err;
     double e = 0;
-    float t[SHARE_BLOCK];
-    for (size_t k = 0; k < a->d; k += SHARE_BLOCK) {
-        size_t n = a->d - k < SHARE_BLOCK ? a->d - k : SHARE_BLOCK;
-        memcpy(t, v + sizeof(float) * k, sizeof(float) * n);
-        for (size_t i = 0; i < n; i++) {
-            /* 0 + v: the decode into a zeroed vector it replaces (a -0 share adds +0). */
-            float s = 0.0f + t[i];
-            double dz = s * zj - x[k + i] * zi;
-            e += dz * dz;
-            x[k + i] = x[k + i] + s;
-        }
+    for (size_t k = 0, b = 0; k < a->d; k += HS__SGP_BLOCK, b++) {
+        double w;
+        memcpy(&w, wj + 8 * b, 8);
+        hs__sgp_add_run(x + k, v + sizeof(float) * k, hs__sgp_block_len(a->d, b), 1.0 / wi[b],
+                        1.0 / w, &e);
     }
     *d2 = e;
     return 0;

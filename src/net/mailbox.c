@@ -507,6 +507,34 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
     return n;
 }
 
+/* Whole payloads and pieces alike, in the order they came (a sender's pieces arrive in the order
+ * of their bytes: net/pieces.h). Taking them lets a sender held back for its share of the
+ * mailbox be read again, so what waits here for an asynchronous reader stays within that share
+ * (HS__PIECES_CAP for pieces) and a part. */
+static int ex_drain_pieces(hs_exchange *ex, hs_msg_piece *out, int max) {
+    hs_net *net = ex->impl;
+    __atomic_store_n(&net->tr.stream_data, 1, __ATOMIC_RELAXED);
+    uv_mutex_lock(&net->mu);
+    int n = 0, kept = 0;
+    for (int i = 0; i < net->n_mail; i++) {
+        hs__mail *m = &net->mail[i];
+        if (n < max) {
+            out[n++] = (hs_msg_piece){m->from, m->round,
+                                      {m->buf, m->buf->data + m->skip, m->buf->len - m->skip,
+                                       m->off, m->total}};
+            hs__peer *p = hs__peer_find(net, m->from);
+            if (p)
+                p->mailbox_bytes -= m->buf->len;
+        } else {
+            net->mail[kept++] = *m;
+        }
+    }
+    net->n_mail = kept;
+    mail_taken(net);
+    uv_mutex_unlock(&net->mu);
+    return n;
+}
+
 static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
     hs_net *net = ex->impl;
     out->msgs_sent = __atomic_load_n(&net->st.ex.msgs_sent, __ATOMIC_RELAXED);
@@ -521,5 +549,6 @@ const hs_exchange_ops hs__net_exchange_ops = {.view = ex_view,
                                               .drain = ex_drain,
                                               .stats = ex_stats,
                                               .recv_piece = ex_recv_piece,
-                                              .wait_room = ex_wait_room};
+                                              .wait_room = ex_wait_room,
+                                              .drain_pieces = ex_drain_pieces};
 

@@ -230,9 +230,10 @@ int hs__node_connect(hs_node *n) {
     nc->n_params = n->d;
     nc->algo = hs_algo_kind_name(cfg->algo.kind);
     nc->codec = cfg->algo.compress;
-    /* They read with recv_piece (CHOCO a large model's messages): from the first message on,
+    /* They read in pieces (CHOCO, SGP a large model's messages): from the first message on,
      * not the second (the first, taken whole, would cost CHOCO half a vector at fp16). */
-    nc->data_in_pieces = cfg->algo.kind == HS_ALGO_DPSGD || cfg->algo.kind == HS_ALGO_CHOCO;
+    nc->data_in_pieces = cfg->algo.kind == HS_ALGO_DPSGD || cfg->algo.kind == HS_ALGO_CHOCO ||
+                         cfg->algo.kind == HS_ALGO_SGP;
     if (n->have_ck) nc->resume_round = n->ck.round, nc->resume_round_max = n->ck.end_round;
     /* A restarted job whose peers wait for each other (begin) trains on from the checkpoint's
      * round: nobody runs a round before the list that completes the wait, so it needs no margin. */

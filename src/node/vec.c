@@ -50,7 +50,7 @@ static float *v_x(void *c) { return ((caller_vec *)c)->x; }
 static const float *v_eval(void *c) {
     caller_vec *v = c;
     if (!v->cz) return hs_algo_eval_point(v->algo, v->x);
-    hs__algo_eval_range(v->algo, v->cz, v->x, v->d);
+    hs__algo_eval_range(v->algo, v->cz, v->x, 0, v->d);
     return v->cz;
 }
 /* The caller's vector is host memory: nothing to copy. */
@@ -181,7 +181,7 @@ static const hs__node_model vec_model_ops = {
 static int give_back(caller_vec *v, float *x, int err) {
     if (v->split) {
         v->cz = NULL;
-        hs__algo_eval_range(v->algo, x, v->x, v->d);
+        hs__algo_eval_range(v->algo, x, v->x, 0, v->d);
         return err;
     }
     if (!v->lend) {
@@ -266,9 +266,9 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
         float t[1024];
         for (size_t k = 0; k < d; k += 1024) {
             size_t m = d - k < 1024 ? d - k : 1024;
-            hs__algo_eval_range(v->algo, t, v->x + k, m);
+            hs__algo_eval_range(v->algo, t, v->x + k, k, m);
             for (size_t i = 0; i < m; i++) t[i] = x[k + i] - t[i];
-            hs__algo_from_eval_range(v->algo, t, m);
+            hs__algo_from_eval_range(v->algo, t, k, m);
             for (size_t i = 0; i < m; i++) v->x[k + i] += t[i];
         }
     } else if (v->lend) {

@@ -57,17 +57,18 @@ choco_max=${BIG_CHOCO_MAX_VECTORS:-6.25}
 # the caller's vector during each call (between calls the node keeps it in DCD's scratch z, dead
 # from one round to the next; it was a copy, 1), x_r (own, this peer's exact replica), the
 # neighbour's replica and that scratch z: 4; its messages, 0.19 each (6 bits a value with the
-# norms): the one it sends and the neighbour's while it is applied. SGP (none; 4.04-5.04 at 100M,
-# where it was 9.04-9.36, 4.75-5.08 at 50M): its state, 2: the node's x (the push-sum
+# norms): the one it sends and the neighbour's while it is applied. SGP (none; 3.16-3.21 at 100M,
+# where it was 4.04-5.04, and 9.04-9.36 before that): its state, 2: the node's x (the push-sum
 # numerator) and the caller's z = x / w, which the node writes there and measures the caller's
 # change from (it kept a z of its own, and the algorithm another); no scratch vectors (there were
 # 3: the kept part, now x scaled in place, the share, now computed into its message, and the
-# decoded share, now added from the message's bytes: src/algo/sgp_share.c); its messages are
-# whole shares, 1 each: the one sent while the transport still writes it (the next is built only
-# once that one is out, and kept meanwhile; it was built and refused), the neighbour's being
-# added and its next, which the transport assembles meanwhile: 3. A share is added whole, in one
-# step, for its single weight: taken in pieces as it arrives, the receiver would wait on the link
-# (SGP must not) or take steps with part of its values and none of its weight.
+# decoded share, now added from the message's bytes: src/algo/sgp_share.c); the share it sends,
+# 1, while the transport still writes it (the next is built only once that one is out, and kept
+# meanwhile; it was built and refused); the neighbour's shares only as the pieces waiting to be
+# added (at most max_buffered / 4, 32 MiB, the part being read, and one block of 1 MiB): each
+# block of x has its own push-sum weight, and a block is added with its weight once all of it
+# came, so SGP neither waits on the link nor takes steps with values that lack their weight
+# (src/algo/sgp_recv.c; a share was 1 vector each, up to 3 held whole by the transport).
 # BEER (topk:0.01; 12.29-12.43 at 145M): x as DCD's (kept in its scratch dh between calls),
 # V, s_{r-1}, X^r, the scratch differences dh and dg, and 2 each (the model's part and the
 # tracker's) for its own H and G, the two mixes and the neighbour's replicas: 12; its messages
@@ -75,7 +76,7 @@ choco_max=${BIG_CHOCO_MAX_VECTORS:-6.25}
 # value of the histogram bin that holds the threshold; this vector has 101 distinct values a
 # period, so many tie): about 0.36. Each bound adds the constant's 0.2 or less.
 dcd_max=${BIG_DCD_MAX_VECTORS:-4.6}
-sgp_max=${BIG_SGP_MAX_VECTORS:-5.25}
+sgp_max=${BIG_SGP_MAX_VECTORS:-3.5}
 beer_max=${BIG_BEER_MAX_VECTORS:-12.75}
 # How far apart the two x[0] may end: alone, after n rounds, 1 - 0.9^n (0.65 at 10).
 apart=0.3

@@ -9,9 +9,9 @@
 #     about 45 GB for the two, so a 1B run needs a larger machine than this one (BIG_DIM smaller
 #     here: 300000000 took about 12 GB).
 #   ALGO=dcd|sgp|beer: two peers run BIG_GOSSIP_ROUNDS (5) rounds of that algorithm with its
-#     default compressor (qsgd:16, none, topk:0.01); each holds about 4.4, 5.1 and 12.4 vectors
+#     default compressor (qsgd:16, none, topk:0.01); each holds about 4.4, 3.2 and 12.4 vectors
 #     (test_big.sh counts them): past 2^28 values (BIG_DIM 270000000) DCD needs 10 GB for the
-#     two, SGP 11 GB and BEER 27 GB (it ran on 23 GB with a swap file: docs/RESULTS.md, BIG_NEED_GB
+#     two, SGP 7 GB and BEER 27 GB (it ran on 23 GB with a swap file: docs/RESULTS.md; BIG_NEED_GB
 #     and the watchdog below count memory without swap, so run test_big.sh directly for that).
 # Each phase's peak memory per peer, in vectors, the peers' x[0] (they must stay within 0.3),
 # and the run's wall time are in the test's lines.
@@ -47,7 +47,7 @@ case $algo in
 dpsgd) vectors=2.4 ;;  # per peer at its peak: docs/RESULTS.md, 2.02 at 1B
 choco) vectors=5.9 ;;  # its 5 vectors of state, the messages and the constant: 5.2-5.7
 dcd) vectors=4.6 ;;    # 4 vectors (x, x_r, the replica, z) and 2 qsgd:16 messages: 4.39
-sgp) vectors=5.25 ;;   # 2 vectors (x, the caller's z) and 3 shares (1 sent, 2 received): 5.08
+sgp) vectors=3.5 ;;    # 2 vectors (x, the caller's z), the share sent, received pieces: 3.21
 beer) vectors=12.75 ;; # 12 (x, V, s, X^r, 2 differences; H, G, mixes, replicas x 2): 12.43
 *) echo "ALGO=$algo: dpsgd, choco, dcd, sgp or beer"; exit 2 ;;
 esac
