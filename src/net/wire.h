@@ -16,7 +16,9 @@
 #define HS__WIRE_MAGIC1 'S'
 #define HS__WIRE_MAGIC2 'A'
 #define HS__WIRE_MAGIC3 'Y'
-#define HS__WIRE_VERSION 2 /* 2: PART frames, 64-bit snapshot length in WELCOME */
+/* 2: PART frames, 64-bit snapshot length in WELCOME; 3: SGP's PUSH carries one weight a block of
+ * 2^18 values (a version-2 peer would drop every share of a larger model). */
+#define HS__WIRE_VERSION 3
 #define HS__HDR_LEN 24
 #define HS__FRAME_CAP (256u << 20) /* hard cap of any payload */
 #define HS__CTL_MAX (4u << 20)     /* cap of control payloads (MEMBERS of many peers) */

@@ -45,7 +45,11 @@ static void test_header_errors(void **state) {
     frame(b, HS__T_DATA, 1, 10, 0);
     b[4] = 1; /* the version before PART frames */
     assert_int_equal(hs__wire_hdr_decode(b, &h), HS_EPROTO);
-    assert_non_null(strstr(hs_error_message(), "protocol version 1, this peer speaks 2"));
+    assert_non_null(strstr(hs_error_message(), "protocol version 1, this peer speaks 3"));
+    frame(b, HS__T_DATA, 1, 10, 0);
+    b[4] = 2; /* the version before SGP's weights a block */
+    assert_int_equal(hs__wire_hdr_decode(b, &h), HS_EPROTO);
+    assert_non_null(strstr(hs_error_message(), "protocol version 2, this peer speaks 3"));
     frame(b, 99, 1, 10, 0);
     assert_int_equal(hs__wire_hdr_decode(b, &h), HS_EPROTO);
     assert_non_null(strstr(hs_error_message(), "unknown frame type 99"));
