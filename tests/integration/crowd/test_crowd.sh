@@ -65,7 +65,11 @@ same16 | same60)
     grep -q "joined as peer" "$tmp/p1.err" || fail "the joiner did not join (exit $rc): $(tail -3 "$tmp/p1.err")"
     [[ $rc -eq 0 ]] || fail "the joiner failed (exit $rc): $(tail -3 "$tmp/p1.err")"
     grep -q "join request from 127.0.0.1:" "$tmp/p0.err" || fail "the joiner did not come from 127.0.0.1"
-    echo "ok: joined despite $n idle strangers from its own address: $(grep "joined as peer" "$tmp/p1.err")"
+    # How long it took, from its first log line (a measure for issue 21's "within 5 s", not
+    # asserted: the suite runs on a shared machine).
+    took=$(awk '{ split($1, t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3] }
+        NR == 1 { a = s } /joined as peer/ { printf "%.1f", s - a; exit }' "$tmp/p1.err")
+    echo "ok: joined despite $n idle strangers from its own address, ${took} s after its start: $(grep "joined as peer" "$tmp/p1.err")"
     ;;
 launch32)
     timeout 600 "$hs" launch -n 32 --synthetic --subset 8000 --test-subset 200 --batch 32 --rounds 200 \
