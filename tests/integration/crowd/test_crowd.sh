@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Connections nobody can starve, and many peers on one machine (real processes, loopback).
 # Usage: test_crowd.sh HEARSAY CASE
-#   idle     20 idle connections from the joiner's own address and 40 from other loopback
-#            addresses, held open against the first peer: a legitimate peer still joins within
-#            its 5 s --join-timeout, and the strangers' refusals are logged at most once a second
+#   idle     20 idle connections from the first peer's address (over its per-address limit) and
+#            40 from other loopback addresses, held open against the first peer: a legitimate
+#            peer (dialing from 127.0.0.1, not one of theirs: same16/same60 take its address)
+#            still joins within its 5 s --join-timeout, and the strangers' refusals are logged at
+#            most once a second
 #   same16, same60
 #            16 (the default --max-pending-per-addr) or 60 idle connections from the joiner's own
 #            address, held open against the first peer: the joiner, whose first tries are
@@ -35,7 +37,8 @@ idle)
     pids+=($!)
     for _ in $(seq 100); do grep -q held "$tmp/hold.out" && break; sleep 0.1; done
     cat "$tmp/hold.out"
-    # The joiner dials from the same address as the first 20 strangers.
+    # The joiner dials from 127.0.0.1 (the loopback's default source), not from the first 20
+    # strangers' address.
     timeout 60 "$hs" run --listen "$ip:7441" --bootstrap "$ip:7440" --join-timeout 5000 "${small[@]}" \
         >"$tmp/p1.out" 2>"$tmp/p1.err"
     rc=$?
