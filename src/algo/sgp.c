@@ -554,6 +554,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
                  * still carried the one before) and a later one of its is on the way. */
                 HS_LOGD("sgp: round %llu: peer %u sent no share of round %llu",
                         (unsigned long long)r, sn->id, (unsigned long long)old);
+                a->stats.missing++;
                 continue;
             }
             if (got < 0) return got;

@@ -84,6 +84,7 @@ for member in py c; do
     pids+=($mpid)
     for _ in $(seq 100); do [[ -s $rv ]] && break; sleep 0.1; done
     [[ -s $rv ]] || fail "wrong secret: the member wrote no rendezvous file: $(cat "$tmp/ws-member.log")"
+    t0=$(date +%s.%N)
     if [[ $member == py ]]; then
         timeout 120 "$cpeer" --dim 100 --out "$tmp/xj" "${jopts[@]}" >"$tmp/ws-joiner.log" 2>&1 &&
             fail "wrong secret: the C joiner succeeded"
@@ -93,8 +94,10 @@ for member in py c; do
         timeout 120 "$py" "$tmp/node.py" AuthError - "${jopts[@]}" >"$tmp/ws-joiner.log" 2>&1 ||
             fail "wrong secret: the Python joiner: $(tail -2 "$tmp/ws-joiner.log")"
     fi
+    tj=$(date +%s.%N)
     wait "$mpid"
     rc=$?
+    tm=$(date +%s.%N)
     if [[ $member == py ]]; then
         [[ $rc -eq 0 ]] || fail "wrong secret: the Python member (exit $rc): $(tail -2 "$tmp/ws-member.log")"
     else
@@ -105,6 +108,11 @@ for member in py c; do
         n=$(lines "$tmp/ws-$f.log")
         [[ $n -le 10 ]] || fail "wrong secret: the $f logged $n lines: $(head -20 "$tmp/ws-$f.log")"
     done
-    echo "ok: wrong secret ($member member): joiner: $(tail -1 "$tmp/ws-joiner.log")"
+    # How long each side took from the joiner's start: a measure for issue 21's "within 5 s",
+    # not asserted (the suite runs on a shared machine; the timeouts above are 10 minutes).
+    echo "ok: wrong secret ($member member): joiner's error after" \
+        "$(awk -v a="$t0" -v b="$tj" 'BEGIN { printf "%.1f", b - a }') s, the member's after" \
+        "$(awk -v a="$t0" -v b="$tm" 'BEGIN { printf "%.1f", b - a }') s"
+    echo "    joiner: $(tail -1 "$tmp/ws-joiner.log")"
     echo "    member: $(tail -1 "$tmp/ws-member.log")"
 done

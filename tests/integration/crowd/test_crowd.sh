@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Connections nobody can starve, and many peers on one machine (real processes, loopback).
 # Usage: test_crowd.sh HEARSAY CASE
-#   idle     20 idle connections from the joiner's own address and 40 from other loopback
-#            addresses, held open against the first peer: a legitimate peer still joins within
-#            its 5 s --join-timeout, and the strangers' refusals are logged at most once a second
+#   idle     20 idle connections from the first peer's address (over its per-address limit) and
+#            40 from other loopback addresses, held open against the first peer: a legitimate
+#            peer (dialing from 127.0.0.1, not one of theirs: same16/same60 take its address)
+#            still joins within its 5 s --join-timeout, and the strangers' refusals are logged at
+#            most once a second
 #   same16, same60
 #            16 (the default --max-pending-per-addr) or 60 idle connections from the joiner's own
 #            address, held open against the first peer: the joiner, whose first tries are
@@ -35,7 +37,8 @@ idle)
     pids+=($!)
     for _ in $(seq 100); do grep -q held "$tmp/hold.out" && break; sleep 0.1; done
     cat "$tmp/hold.out"
-    # The joiner dials from the same address as the first 20 strangers.
+    # The joiner dials from 127.0.0.1 (the loopback's default source), not from the first 20
+    # strangers' address.
     timeout 60 "$hs" run --listen "$ip:7441" --bootstrap "$ip:7440" --join-timeout 5000 "${small[@]}" \
         >"$tmp/p1.out" 2>"$tmp/p1.err"
     rc=$?
@@ -65,7 +68,11 @@ same16 | same60)
     grep -q "joined as peer" "$tmp/p1.err" || fail "the joiner did not join (exit $rc): $(tail -3 "$tmp/p1.err")"
     [[ $rc -eq 0 ]] || fail "the joiner failed (exit $rc): $(tail -3 "$tmp/p1.err")"
     grep -q "join request from 127.0.0.1:" "$tmp/p0.err" || fail "the joiner did not come from 127.0.0.1"
-    echo "ok: joined despite $n idle strangers from its own address: $(grep "joined as peer" "$tmp/p1.err")"
+    # How long it took, from its first log line (a measure for issue 21's "within 5 s", not
+    # asserted: the suite runs on a shared machine).
+    took=$(awk '{ split($1, t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3] }
+        NR == 1 { a = s } /joined as peer/ { printf "%.1f", s - a; exit }' "$tmp/p1.err")
+    echo "ok: joined despite $n idle strangers from its own address, ${took} s after its start: $(grep "joined as peer" "$tmp/p1.err")"
     ;;
 launch32)
     timeout 600 "$hs" launch -n 32 --synthetic --subset 8000 --test-subset 200 --batch 32 --rounds 200 \

@@ -138,6 +138,15 @@ stall() {
     rounds=600
     start5
     for i in "$@"; do kill -STOP "${pids[$i]}"; done
+    # The stall falls within training (else the test would prove nothing): no peer had run the
+    # job's last round when it began.
+    local i r end
+    for i in 0 1 2 3 4; do
+        r=$(last_round "$tmp/m$i.jsonl")
+        end=$(sed -n 's/.*starting at round [0-9]*, ending at round \([0-9]*\).*/\1/p' "$tmp/e$i" | head -1)
+        [[ -n $end && $r -lt $end ]] || fail "peer $i was at round $r of ${end:-?} when the stall began"
+    done
+    echo "the stall began at rounds $(for i in 0 1 2 3 4; do printf '%s ' "$(last_round "$tmp/m$i.jsonl")"; done)of $end"
     sleep 7
     for i in "$@"; do kill -CONT "${pids[$i]}"; done
     finish 0 1 2 3 4

@@ -234,6 +234,35 @@ static void test_busy_link_keeps_share(void **state) {
     pair_free(&p);
 }
 
+/* A share that never comes is missing: with staleness 1, peer 1 waits at round 1 for peer 0's
+ * share of round 0, which peer 0 kept (its link was busy) while its share of round 1 is on the
+ * way (sent, not arrived: a latency): the wait ends at once (HS_ENOENT), not in a timeout, and
+ * the share counts in `missing`, as a neighbour's message that did not come does in every
+ * other algorithm. */
+static void test_kept_share_is_missing(void **state) {
+    (void)state;
+    pair p;
+    pair_new(&p, 1);
+    p.e[0].busy = 1;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(hs_algo_push(p.a[i], &p.e[i].ex, 0, p.x[i]), 0);
+        assert_int_equal(hs_algo_pull(p.a[i], &p.e[i].ex, 0, p.x[i]), 0);
+    }
+    assert_int_equal(p.e[0].sends, 0);
+    p.e[0].busy = 0;
+    hs_simnet_set_latency(p.sim, 1.0);
+    assert_int_equal(hs_algo_push(p.a[0], &p.e[0].ex, 1, p.x[0]), 0);
+    assert_int_equal(p.e[0].sends, 1);
+    assert_int_equal(hs_algo_push(p.a[1], &p.e[1].ex, 1, p.x[1]), 0);
+    assert_int_equal(hs_algo_pull(p.a[1], &p.e[1].ex, 1, p.x[1]), 0);
+    hs_algo_stats st;
+    hs_algo_get_stats(p.a[1], &st);
+    assert_int_equal(st.waits, 1);
+    assert_int_equal(st.wait_timeouts, 0);
+    assert_int_equal(st.missing, 1);
+    pair_free(&p);
+}
+
 /* A share with a value that is not finite, one cut short by a byte, one of weight 0: dropped
  * whole, the receiver's x and w as they were before the pull. */
 static void test_bad_share_changes_nothing(void **state) {
@@ -302,6 +331,7 @@ int main(void) {
 #endif
         cmocka_unit_test(test_push_sum_to_the_bit),
         cmocka_unit_test(test_busy_link_keeps_share),
+        cmocka_unit_test(test_kept_share_is_missing),
         cmocka_unit_test(test_bad_share_changes_nothing),
         cmocka_unit_test(test_equal_weights_one_message),
     };
