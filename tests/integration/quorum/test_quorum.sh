@@ -29,7 +29,10 @@ fail_extra() { # each peer's stderr, less its round lines, after the FAIL line
 }
 listening() { grep -q "listening on" "$1" 2>/dev/null; }
 # Rounds slowed by a 10 ms link delay, so the job is still running when the fault ends.
-common=(--insecure --synthetic --subset 4000 --test-subset 500 --batch 64 --algo dpsgd
+# The stall cases run with a secret, as the report did (a redial after the stall is a new
+# TLS handshake); the others without.
+sec=(--insecure)
+common=(--synthetic --subset 4000 --test-subset 500 --batch 64 --algo dpsgd
     --emulate delay=10ms --eval-every 100 --world 5 --wait-peers 5)
 
 # start I PREFIX LISTEN [BOOTSTRAP]: peer I (rank I), optionally in a namespace (PREFIX).
@@ -37,7 +40,7 @@ start() {
     local i=$1 pre=$2 listen=$3 boot=${4:-}
     local b=()
     [[ -n $boot ]] && b=(--bootstrap "$boot")
-    $pre "$hs" run --listen "$listen" "${b[@]}" "${common[@]}" --rounds "$rounds" --rank "$i" \
+    $pre "$hs" run --listen "$listen" "${b[@]}" "${sec[@]}" "${common[@]}" --rounds "$rounds" --rank "$i" \
         --save "$tmp/model{id}.bin" --metrics "$tmp/m$i.jsonl" >"$tmp/o$i" 2>"$tmp/e$i" &
     pids[$i]=$!
 }
@@ -136,6 +139,9 @@ start5() {
 # stall RANK...: RANKs of the 5 are frozen for 7 s, then resumed.
 stall() {
     rounds=600
+    head -c 48 /dev/urandom | base64 >"$tmp/secret"
+    chmod 600 "$tmp/secret"
+    sec=(--secret-file "$tmp/secret")
     start5
     for i in "$@"; do kill -STOP "${pids[$i]}"; done
     # The stall falls within training (else the test would prove nothing): no peer had run the
