@@ -551,6 +551,11 @@ int hs_net_in_job(hs_net *net, int wait_ms) {
             uv_mutex_unlock(&net->mu);
             return err;
         }
+        if (net->mb.stranded) {
+            int err = hs__err(HS_ECONNRESET, "peer %u: %s", net->self, net->mb.stranded_why);
+            uv_mutex_unlock(&net->mu);
+            return err;
+        }
         uint64_t now = hs__now_us();
         if (net->mb.in_job || now >= end || net->stopping)
             break;
