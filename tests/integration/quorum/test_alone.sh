@@ -61,7 +61,8 @@ why="hearsay run: peer $fid: this peer was stopped .* for [0-9]+ ms.* of the job
 why+=" meanwhile \\(peer [0-9]+ gone, peer [0-9]+ gone.*: it cannot get back into the job"
 grep -Eq "$why" "$tmp/e3" ||
     fail "the frozen peer exited $rc without saying why it stops: $(tail -3 "$tmp/e3")"
-last=$(last_round "$tmp/m3")
+last=$(last_round "$tmp/m3.jsonl")
+[[ $last -gt 0 ]] || fail "the frozen peer recorded no round"
 [[ $last -lt $end ]] || fail "the frozen peer trained alone to round $last (the job ended at $end)"
 echo "PASS: the others removed peer $fid and ended at round $end; woken, it stopped at round" \
     "$last with status $rc: $(sed -n 's/^hearsay run: //p' "$tmp/e3")"
