@@ -183,14 +183,17 @@ static int stranded(hs__mb *mb) {
     }
     if (!lost || 2 * (voters - lost) > voters)
         return 0;
-    char why[HS__REASON_MAX + 1];
+    char what[64], why[HS__REASON_MAX + 1];
+    if (lost + 1 == voters)
+        snprintf(what, sizeof(what), "every other member of the job");
+    else
+        snprintf(what, sizeof(what), "%u of the job's %u members", lost, voters);
     snprintf(why, sizeof(why),
              "this peer was stopped (or starved) for %llu ms, long enough for the job to remove "
-             "it, and woke at round %llu to find %s of the job's %u members gone meanwhile "
-             "(%s)%s: it cannot get back into the job, and stops rather than train alone",
-             (unsigned long long)mb->slept_ms, (unsigned long long)mb->env->round(mb->ctx),
-             lost + 1 == voters ? "every other" : lost == 1 ? "one" : "several", voters, who,
-             lost + 1 == voters ? "" : ", and those left are no majority");
+             "it, and woke at round %llu to find %s gone meanwhile (%s)%s: it cannot get back "
+             "into the job, and stops rather than train alone",
+             (unsigned long long)mb->slept_ms, (unsigned long long)mb->env->round(mb->ctx), what,
+             who, lost + 1 == voters ? "" : ", and those left are no majority");
     mb->env->lock(mb->ctx);
     mb->stranded = 1;
     mb->in_job = 0;
