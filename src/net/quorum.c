@@ -18,9 +18,8 @@
  * a paused VM) long enough to be removed and found the departure on waking, before it saw that
  * member alive again: the departure may be from a job that had removed this peer and trained on
  * without it, so it keeps its vote (a leave at about this peer's round, the job's end reached
- * together, does not). The sequencer names the agreed
- * list in its QUORUM heartbeats, so that a peer that takes over as sequencer starts from a
- * recent one.
+ * together, does not). The sequencer names the agreed list in its QUORUM heartbeats, so that a
+ * peer that takes over as sequencer starts from a recent one.
  *
  * Each peer is in one of three states (loop thread; hs_net_in_job reads the outcome):
  *
@@ -168,11 +167,11 @@ static int stranded(hs__mb *mb) {
     size_t len = 0;
     for (uint32_t i = 0; base && i < base->m.n; i++) {
         hs__mpeer *p = base->m.m[i].id == *mb->self ? NULL : hs__mb_find(mb, base->m.m[i].id);
-        int gone = p && hs__q_lost_asleep(mb, p);
-        if (p && (p->left || p->gone) && !gone)
+        int lost_p = p && hs__q_lost_asleep(mb, p);
+        if (p && (p->left || p->gone) && !lost_p)
             continue;
         voters++;
-        if (!gone)
+        if (!lost_p)
             continue;
         lost++;
         int w = p->gone ? snprintf(who + len, sizeof(who) - len, "%speer %u gone", len ? ", " : "",
