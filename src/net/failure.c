@@ -145,7 +145,6 @@ void hs__mb_on_suspect(hs__mb *mb, uint32_t from, const hs__reason *r) {
 void hs__mb_on_open(hs__mb *mb, hs__mpeer *p, const hs__hello *hello, int outgoing) {
     p->ever_connected = 1;
     p->gone = 0;
-    p->unseen = 0; /* alive now: a handshake is no frame that waited out a sleep */
     p->unreachable_since_us = 0;
     p->backoff_ms = 50;
     if (p->dead && p->member) {
@@ -234,9 +233,9 @@ void hs__mb_connect_needed(hs__mb *mb) {
 
 /* This process slept for gap_us, from `before` (its last tick) to now. Long enough for the
  * others to have declared it dead and removed it: a member that left or whose process is gone
- * when it looks again may have done so after a job that went on without it, so until it sees
- * each member alive again (a new connection, or something heard on the old one well after
- * waking), such a departure counts as not witnessed (quorum.c). Departures found since `before`
+ * when it looks again may have done so after a job that went on without it, so until it hears
+ * from each member well after waking (seen_again), such a departure counts as not witnessed
+ * (quorum.c). Departures found since `before`
  * were found on waking: the loop may have read the sockets before this tick ran. */
 static void woke(hs__mb *mb, uint64_t now, uint64_t gap, uint64_t before) {
     mb->woke_us = now;
@@ -248,8 +247,10 @@ static void woke(hs__mb *mb, uint64_t now, uint64_t gap, uint64_t before) {
     }
 }
 
-/* A member whose old connection still brings frames a quarter of a peer timeout after the
- * wake is alive: what waited in the socket during the sleep is read at once. */
+/* A member whose connection brings frames a quarter of a peer timeout after the wake is alive:
+ * what waited in the sockets during the sleep is read at once. A connection that opens on
+ * waking proves nothing by itself: a member's dial and HELLO (--insecure) wait in the listen
+ * queue of a stopped process, which completes them on waking, long after that member ended. */
 static void seen_again(hs__mb *mb) {
     uint64_t after = mb->woke_us + (uint64_t)mb->cfg->peer_timeout_ms * 250;
     for (int k = 0; k < mb->n_peers; k++) {
