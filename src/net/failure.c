@@ -235,8 +235,8 @@ void hs__mb_connect_needed(hs__mb *mb) {
  * others to have declared it dead and removed it: a member that left or whose process is gone
  * when it looks again may have done so after a job that went on without it, so until it hears
  * from each member well after waking (seen_again), such a departure counts as not witnessed
- * (quorum.c). Departures found since `before`
- * were found on waking: the loop may have read the sockets before this tick ran. */
+ * (quorum.c). Departures found since `before` were found on waking: the loop may have read the
+ * sockets before this tick ran. */
 static void woke(hs__mb *mb, uint64_t now, uint64_t gap, uint64_t before) {
     mb->woke_us = now;
     mb->slept_ms = gap / 1000;
