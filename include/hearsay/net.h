@@ -226,8 +226,11 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms);
 /* Whether this peer is in the job (docs/PROTOCOL.md, "One job"): 1 while it is a member in
  * touch with a majority of its newest member list (through the sequencer), 0 while it is cut off
  * from one, after waiting up to wait_ms for it to come back. HS_ECANCELED, with who said so,
- * once the job removed this peer: it can only join again as a new peer (hs_net_start). An
- * application runs a round only while this says 1, so a minority never trains on its own. */
+ * once the job removed this peer: it can only join again as a new peer (hs_net_start).
+ * HS_ECONNRESET, with the reason, once this peer woke from a stop (SIGSTOP, a paused VM) to find
+ * the members it could still reach no majority, the others gone or left meanwhile: nobody can
+ * let it in again, and it must stop. An application runs a round only while this says 1, so a
+ * minority never trains on its own. */
 int hs_net_in_job(hs_net *net, int wait_ms);
 
 typedef struct hs_net_stats {

@@ -91,10 +91,11 @@ int hs_node_start(hs_node *n, float *x, size_t d);
  * the node keeps its own copy of x.
  * Returns 0 when the job goes on, 1 when this was the job's last round (`rounds`), or a
  * negative error: HS_EDIVERGED (the guard stopped the run), HS_ECANCELED (removed from the
- * job and could not rejoin), HS_EINTR (a stop request was honoured after this round), others
- * from the runtime. On an error x holds the last consistent vector. A peer that the job removed
- * (cut off too long) joins again as a new member: the round is void and x becomes the job's
- * vector, as at a join (1 when it is let in again after the job's end). */
+ * job and could not rejoin), HS_ECONNRESET (stopped long enough to be removed, this peer woke to
+ * find the job gone: see hs_net_in_job), HS_EINTR (a stop request was honoured after this
+ * round), others from the runtime. On an error x holds the last consistent vector. A peer that
+ * the job removed (cut off too long) joins again as a new member: the round is void and x
+ * becomes the job's vector, as at a join (1 when it is let in again after the job's end). */
 int hs_node_step(hs_node *n, float *x, size_t d);
 
 /* The next round this node will run (rounds done since the job's round 0). */

@@ -45,6 +45,8 @@ void hs__mb_peer_dead(hs__mb *mb, hs__mpeer *p, const char *fmt, ...) {
     va_end(ap);
     int left = !strcmp(why, HS__LEFT);
     p->left = left;
+    if (left)
+        p->departed_us = mb->env->now_us(mb->ctx);
     mb->env->lock(mb->ctx);
     p->dead = 1;
     mb->env->dead(mb->ctx, p, left, 1);
@@ -82,6 +84,8 @@ void hs__mb_conn_lost(hs__mb *mb, hs__mpeer *p, int err, int dial_failed, int at
     uint64_t now = mb->env->now_us(mb->ctx);
     /* Its host answers and nothing listens: it trains in no group of a partition. */
     int gone = dial_failed && err == HS_ECONNREFUSED && p->member;
+    if (gone && !p->gone)
+        p->departed_us = now;
     if (gone && p->dead && !p->gone) {
         p->gone = 1;
         hs__q_update(mb);
@@ -227,20 +231,54 @@ void hs__mb_connect_needed(hs__mb *mb) {
     (void)newest;
 }
 
+/* This process slept for gap_us, from `before` (its last tick) to now. Long enough for the
+ * others to have declared it dead and removed it: a member that left or whose process is gone
+ * when it looks again may have done so after a job that went on without it, so until it hears
+ * from each member well after waking (seen_again), such a departure counts as not witnessed
+ * (quorum.c). Departures found since `before` were found on waking: the loop may have read the
+ * sockets before this tick ran. */
+static void woke(hs__mb *mb, uint64_t now, uint64_t gap, uint64_t before) {
+    mb->woke_us = now;
+    mb->slept_ms = gap / 1000;
+    for (int k = 0; k < mb->n_peers; k++) {
+        hs__mpeer *p = mb->peers[k];
+        if (p->id != *mb->self && (!(p->left || p->gone) || p->departed_us > before))
+            p->unseen = 1;
+    }
+}
+
+/* A member whose connection brings frames a quarter of a peer timeout after the wake is alive:
+ * what waited in the sockets during the sleep is read at once. A connection that opens on
+ * waking proves nothing by itself: a member's dial and HELLO (--insecure) wait in the listen
+ * queue of a stopped process, which completes them on waking, long after that member ended. */
+static void seen_again(hs__mb *mb) {
+    uint64_t after = mb->woke_us + (uint64_t)mb->cfg->peer_timeout_ms * 250;
+    for (int k = 0; k < mb->n_peers; k++) {
+        hs__mpeer *p = mb->peers[k];
+        if (p->unseen && p->conn && !p->dead && mb->env->heard_us(mb->ctx, p) > after)
+            p->unseen = 0;
+    }
+}
+
 void hs__mb_tick(hs__mb *mb, uint64_t now) {
     uint64_t round = mb->env->round(mb->ctx);
     /* A tick that comes half a peer timeout late: this process slept (SIGSTOP, a paused VM).
      * That time counts against no peer's reachability; the transport does the same for
      * silence (hs__conn_tick). */
     uint64_t gap = mb->last_tick_us && now > mb->last_tick_us ? now - mb->last_tick_us : 0;
+    uint64_t before = mb->last_tick_us;
     mb->last_tick_us = now;
-    if (gap > (uint64_t)mb->cfg->peer_timeout_ms * 500)
+    if (gap > (uint64_t)mb->cfg->peer_timeout_ms * 500) {
         for (int k = 0; k < mb->n_peers; k++) {
             hs__mpeer *p = mb->peers[k];
             if (p->unreachable_since_us)
                 p->unreachable_since_us =
                     p->unreachable_since_us + gap > now ? now : p->unreachable_since_us + gap;
         }
+        woke(mb, now, gap, before);
+    }
+    if (mb->woke_us)
+        seen_again(mb);
     /* The window starts at the first round the application reports: a resumed peer jumps from
      * 0 to its checkpoint's round, which is no speed. */
     if (!mb->round_rate_t_us || (mb->round_rate_r == 0 && round > 0 && mb->round_rate == 0)) {

@@ -44,6 +44,8 @@ typedef struct hs__mpeer {
     uint64_t told_agreed; /* the agreed version named in the last QUORUM sent to it */
     uint64_t has_ver;     /* the newest member-list version it said it holds (its ack) */
     uint32_t has_iss;
+    uint64_t departed_us; /* when it was found left or gone */
+    int unseen; /* this peer slept and has not seen it alive since (quorum.c: its departure then) */
     int dead; /* (mu) recv from it fails at once */
 } hs__mpeer;
 
@@ -126,10 +128,13 @@ typedef struct hs__mb {
     uint64_t round_rate_t_us, round_rate_r;
     double round_rate; /* rounds per second, smoothed */
     uint64_t last_tick_us; /* the previous hs__mb_tick: a long gap means this process slept */
+    uint64_t woke_us, slept_ms; /* the last such sleep: when it ended and how long it lasted */
 
     int in_job;                           /* (mu) in touch with a majority */
     int removed;                          /* (mu) this peer was removed from the run */
     char removed_why[HS__REASON_MAX + 1]; /* (mu) who said so */
+    int stranded; /* (mu) woke from a sleep to find no majority it could reach again: final */
+    char stranded_why[HS__REASON_MAX + 1]; /* (mu) the members it found gone */
 } hs__mb;
 
 #define HS__LEFT "left the run" /* the reason that marks a graceful leave */
@@ -203,6 +208,9 @@ void hs__q_on_open(hs__mpeer *p);
 void hs__q_ack(hs__mb *mb, hs__mpeer *p, uint64_t ver, uint32_t iss);
 /* Tells p which member list this peer holds (a heartbeat): the sequencer counts acks. */
 void hs__q_tell(hs__mb *mb, hs__mpeer *p);
+/* 1 when p left or its process is gone, and this peer slept since it last saw p alive: the
+ * departure may be that of a job which had removed this peer, so p keeps its vote. */
+int hs__q_lost_asleep(hs__mb *mb, const hs__mpeer *p);
 /* Cut off: dials a member it has no connection to, whatever the ids (1 when it did). */
 int hs__q_redial(hs__mb *mb, hs__mpeer *p, uint64_t now_us);
 void hs__q_removed(hs__mb *mb, const char *fmt, ...) HS__PRINTF(2, 3);

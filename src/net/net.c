@@ -328,6 +328,9 @@ int hs_net_start(hs_net **out, const hs_net_config *cfg, hs_net_welcome *welcome
     if (tick < 1)
         tick = 1;
     uv_timer_start(&net->tick, on_tick, tick, tick);
+    /* The first tick's gap counts from here: a process stopped before it (just after joining)
+     * slept as much as one stopped later, and is judged so (hs__conn_tick, hs__mb_tick). */
+    net->tr.last_tick_us = net->mb.last_tick_us = hs__now_us();
     if (!net->s_bootstrap) {
         uv_mutex_lock(&net->mu);
         net->self = 0;
@@ -475,6 +478,13 @@ int hs_net_members(hs_net *net, hs_net_member **out, int *n, uint64_t *version,
     return 0;
 }
 
+/* Stranded (quorum.c): nobody can let this peer in again. Called under net->mu, released here. */
+static int stranded_err(hs_net *net) {
+    int err = hs__err(HS_ECONNRESET, "peer %u: %s", net->self, net->mb.stranded_why);
+    uv_mutex_unlock(&net->mu);
+    return err;
+}
+
 int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
     uint64_t deadline = hs__now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
     uv_mutex_lock(&net->mu);
@@ -498,6 +508,8 @@ int hs_net_wait_members(hs_net *net, int n, int timeout_ms) {
                            "and nobody joined since (every peer needs the same --secret-file): %s",
                            have, n, msg);
         }
+        if (net->mb.stranded)
+            return stranded_err(net);
         if (now >= deadline || net->stopping || net->mb.removed) {
             uv_mutex_unlock(&net->mu);
             return hs__err(HS_ETIMEDOUT, "%d members after %d ms, waiting for %d", have, timeout_ms,
@@ -551,6 +563,8 @@ int hs_net_in_job(hs_net *net, int wait_ms) {
             uv_mutex_unlock(&net->mu);
             return err;
         }
+        if (net->mb.stranded)
+            return stranded_err(net);
         uint64_t now = hs__now_us();
         if (net->mb.in_job || now >= end || net->stopping)
             break;

@@ -14,9 +14,12 @@
  * that waits for its WELCOME (it asked to join on it just now) counts too, or the sequencer of
  * a job that admits several peers at once would be cut off until the last WELCOME went out.
  * Members that left with BYE do not vote (they agreed to go), nor do members whose port refused
- * a connection (their process is gone: it trains in no group). The sequencer names the agreed
- * list in its QUORUM heartbeats, so that a peer that takes over as sequencer starts from a
- * recent one.
+ * a connection (their process is gone: it trains in no group), unless this peer slept (SIGSTOP,
+ * a paused VM) long enough to be removed and found the departure on waking, before it saw that
+ * member alive again: the departure may be from a job that had removed this peer and trained on
+ * without it, so it keeps its vote (a leave at about this peer's round, the job's end reached
+ * together, does not). The sequencer names the agreed list in its QUORUM heartbeats, so that a
+ * peer that takes over as sequencer starts from a recent one.
  *
  * Each peer is in one of three states (loop thread; hs_net_in_job reads the outcome):
  *
@@ -29,9 +32,13 @@
  *   REMOVED  a member list without this peer arrived, or a member refused its HELLO with
  *            NOT_MEMBER (that member holds a list without this peer, which a majority agreed
  *            to). Final for this hs_net: the application joins again as a new peer or exits.
+ *   STRANDED this peer slept and woke to find so many members gone or left meanwhile that the
+ *            others it could still reach are no majority: nobody is left to readmit it or to
+ *            tell it whether it was removed. Final: the application stops with the reason
+ *            (a run alone would be a second job; issue 21).
  *
  * IN JOB <-> CUT OFF as connections come and go (hs__q_update after every event that can
- * change it, and on every tick); either -> REMOVED.
+ * change it, and on every tick); either -> REMOVED or STRANDED.
  *
  * Handover. A sequencer that says BYE (it finished, as every peer does at the end of a job)
  * leaves its successor, the next live id, without connections to the members it does not
@@ -68,7 +75,7 @@ static int count(hs__mb *mb, const hs__mview *mv, uint32_t *got, uint32_t *voter
     for (uint32_t i = 0; i < base->m.n; i++) {
         uint32_t id = base->m.m[i].id;
         hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
-        if (p && (p->left || p->gone))
+        if (p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p))
             continue;
         (*voters)++;
         if (id == *mb->self)
@@ -145,13 +152,64 @@ static void send_status(hs__mb *mb, hs__mpeer *p, int ok) {
     hs_buf_unref(b);
 }
 
+int hs__q_lost_asleep(hs__mb *mb, const hs__mpeer *p) {
+    if (!p->unseen || !(p->left || p->gone))
+        return 0;
+    return p->gone || p->known_round > mb->env->round(mb->ctx) + 1;
+}
+
+/* STRANDED: the agreed list's voters, less those lost while this peer slept, are no majority
+ * even all reached (1 then, logged once, with the reason hs_net_in_job gives). */
+static int stranded(hs__mb *mb) {
+    hs__mview *base = agreed(mb);
+    uint32_t voters = 0, lost = 0;
+    char who[HS__REASON_MAX / 2] = "";
+    size_t len = 0;
+    for (uint32_t i = 0; base && i < base->m.n; i++) {
+        hs__mpeer *p = base->m.m[i].id == *mb->self ? NULL : hs__mb_find(mb, base->m.m[i].id);
+        int lost_p = p && hs__q_lost_asleep(mb, p);
+        if (p && (p->left || p->gone) && !lost_p)
+            continue;
+        voters++;
+        if (!lost_p)
+            continue;
+        lost++;
+        int w = p->gone ? snprintf(who + len, sizeof(who) - len, "%speer %u gone", len ? ", " : "",
+                                   p->id)
+                        : snprintf(who + len, sizeof(who) - len, "%speer %u left at round %llu",
+                                   len ? ", " : "", p->id, (unsigned long long)p->known_round);
+        len = w > 0 && len + (size_t)w < sizeof(who) ? len + (size_t)w : len;
+    }
+    if (!lost || 2 * (voters - lost) > voters)
+        return 0;
+    char what[64], why[HS__REASON_MAX + 1];
+    if (lost + 1 == voters)
+        snprintf(what, sizeof(what), "every other member of the job");
+    else
+        snprintf(what, sizeof(what), "%u of the job's %u members", lost, voters);
+    snprintf(why, sizeof(why),
+             "this peer was stopped (or starved) for %llu ms, long enough for the job to remove "
+             "it, and woke at round %llu to find %s gone meanwhile (%s)%s: it cannot get back "
+             "into the job, and stops rather than train alone",
+             (unsigned long long)mb->slept_ms, (unsigned long long)mb->env->round(mb->ctx), what,
+             who, lost + 1 == voters ? "" : ", and those left are no majority");
+    mb->env->lock(mb->ctx);
+    mb->stranded = 1;
+    mb->in_job = 0;
+    snprintf(mb->stranded_why, sizeof(mb->stranded_why), "%s", why);
+    mb->env->wake(mb->ctx);
+    mb->env->unlock(mb->ctx);
+    HS_LOGE("%s", why);
+    return 1;
+}
+
 void hs__q_update(hs__mb *mb) {
     int quiet = mb->env->quiet(mb->ctx);
     mb->env->lock(mb->ctx);
-    int skip = quiet || *mb->self == HS__ID_NONE;
+    int skip = quiet || *mb->self == HS__ID_NONE || mb->stranded;
     int removed = mb->removed, was = mb->in_job;
     mb->env->unlock(mb->ctx);
-    if (skip)
+    if (skip || (!removed && mb->woke_us && stranded(mb)))
         return;
     if (!removed && mb->is_sequencer)
         advance_agreed(mb);

@@ -258,7 +258,8 @@ int hs__node_start_round(hs_net *net, uint64_t *r) {
 
 /* Runs no round while this peer is cut off from a majority of the job, which would make it (or
  * its minority) a second job: 0 once in touch again (or on a stop request); HS_ECANCELED once the
- * job removed it; HS_ETIMEDOUT after bound_ms cut off. */
+ * job removed it; HS_ECONNRESET once it woke from a stop to find the job gone; HS_ETIMEDOUT after
+ * bound_ms cut off. */
 int hs__node_await_job(hs_net *net, int bound_ms, atomic_int *stop) {
     int in = hs_net_in_job(net, 1000); /* a new connection to the sequencer learns it at once */
     if (in != 0) return in < 0 ? in : 0;

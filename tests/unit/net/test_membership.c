@@ -480,6 +480,96 @@ static void test_own_sleep_not_counted(void **state) {
     hs__mb_free(&mb);
 }
 
+/* Peer 3 of 4, in the job, its connections to 0, 1 and 2 open; stopped for 5 s when `stop`. */
+static void woken(hs__mb *mb, fake *f, int stop) {
+    start_as(mb, f, 4, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        connect(mb, f, i, 10);
+    sequencer_ok(mb);
+    f->round = 10;
+    hs__mb_tick(mb, f->now_us);
+    f->now_us += stop ? 5000000 : 100000;
+    hs__mb_tick(mb, f->now_us);
+}
+
+/* Member id is found gone: its connection breaks, and its port refuses the dial. */
+static void gone(hs__mb *mb, uint32_t id) {
+    fpeer *p = peer(mb, id);
+    p->m.conn = NULL;
+    hs__mb_conn_lost(mb, &p->m, HS_EPIPE, 0, 1, 0, "write: broken pipe");
+    hs__mb_conn_lost(mb, &p->m, HS_ECONNREFUSED, 1, 0, 0, "refused");
+    assert_true(p->m.gone);
+}
+
+/* Member id says BYE (leaving) at round r. */
+static void leaves(hs__mb *mb, uint32_t id, uint64_t r) {
+    peer(mb, id)->m.known_round = r;
+    disconnect(mb, id, HS_ECONNRESET, 2);
+    assert_true(peer(mb, id)->m.left);
+}
+
+/* A peer that slept long enough to be removed and woke to find the others gone (their ports
+ * refuse, or they left with BYE at a round past its own) cannot tell a job that removed it and
+ * ended from members that crashed: it is stranded (final, never in the job) as soon as those it
+ * could still reach are no majority. One that did not sleep, or that saw a member alive after
+ * waking, or whose members left at its own round (the job's end), keeps the usual rule. */
+static void test_woke_to_a_job_gone(void **state) {
+    (void)state;
+    hs__mb mb;
+    fake f;
+    /* Stopped: two of the three found gone leave it no majority to reach. */
+    woken(&mb, &f, 1);
+    gone(&mb, 0);
+    assert_false(mb.stranded);
+    gone(&mb, 1);
+    assert_true(mb.stranded);
+    assert_false(mb.in_job);
+    assert_non_null(strstr(mb.stranded_why, "stopped (or starved) for 5000 ms"));
+    assert_non_null(strstr(mb.stranded_why, "peer 0 gone, peer 1 gone"));
+    gone(&mb, 2);
+    assert_false(mb.in_job);
+    hs__mb_free(&mb);
+    /* Not stopped: members that crash vote no more, and the survivor trains on. */
+    woken(&mb, &f, 0);
+    for (uint32_t i = 0; i < 3; i++)
+        gone(&mb, i);
+    assert_false(mb.stranded);
+    assert_true(mb.in_job);
+    hs__mb_free(&mb);
+    /* Stopped; the others said BYE at round 60, past its 10: a job it did not train. */
+    woken(&mb, &f, 1);
+    for (uint32_t i = 0; i < 3; i++)
+        leaves(&mb, i, 60);
+    assert_true(mb.stranded);
+    assert_non_null(strstr(mb.stranded_why, "peer 0 left at round 60"));
+    hs__mb_free(&mb);
+    /* Stopped; the others left at its own round (the job's end, reached together). */
+    woken(&mb, &f, 1);
+    for (uint32_t i = 0; i < 3; i++)
+        leaves(&mb, i, 11);
+    assert_false(mb.stranded);
+    hs__mb_free(&mb);
+    /* Stopped; a connection from peer 0 that opens on waking (its dial and HELLO waited in the
+     * listen queue) proves nothing; frames a quarter of a peer timeout after waking do: peers 0
+     * and 1 heard then crash witnessed, peer 2 not heard keeps its vote (1 of 2 is no majority).
+     */
+    woken(&mb, &f, 1);
+    peer(&mb, 0)->m.conn = NULL;
+    connect(&mb, &f, 0, 10);
+    assert_true(peer(&mb, 0)->m.unseen);
+    ticks(&mb, &f, cfg.peer_timeout_ms / 400 + 1, 0, 1);
+    assert_false(peer(&mb, 0)->m.unseen);
+    assert_false(peer(&mb, 1)->m.unseen);
+    assert_true(peer(&mb, 2)->m.unseen);
+    gone(&mb, 0);
+    gone(&mb, 1);
+    assert_false(mb.stranded);
+    gone(&mb, 2);
+    assert_true(mb.stranded);
+    assert_non_null(strstr(mb.stranded_why, "every other member of the job gone meanwhile (peer 2"));
+    hs__mb_free(&mb);
+}
+
 /* The sequencer's BYE at the end of a job is a handover, not a loss: its successor (the next
  * id) is not connected to the members it does not exchange with yet, yet neither it nor they
  * are cut off while it takes over, for up to 3/4 of the peer timeout; a successor that never
@@ -659,6 +749,7 @@ int main(void) {
         cmocka_unit_test(test_wrongly_dead_redialled),
         cmocka_unit_test(test_wrongly_dead_redialled_not_needed),
         cmocka_unit_test(test_own_sleep_not_counted),
+        cmocka_unit_test(test_woke_to_a_job_gone),
         cmocka_unit_test(test_sequencer_bye_is_a_handover),
         cmocka_unit_test(test_joiners_being_welcomed_are_reached),
         cmocka_unit_test(test_held_start_needs_no_margin),
