@@ -484,16 +484,21 @@ static int ex_recv_piece(hs_exchange *ex, uint32_t from, uint64_t round, uint64_
     return mail_wait(net, from, round, timeout_ms, take_piece, &c);
 }
 
-/* Whole payloads only: an exchange read by drain() never hands up pieces (recv_piece turns
- * them on). */
-static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
-    hs_net *net = ex->impl;
+/* Takes up to max of the mail, in the order it came: into whole (whole payloads only, the rest
+ * left waiting) or, when whole is NULL, into pieces (whole payloads and pieces alike). Taking
+ * mail lets a sender held back for its share of the mailbox be read again. */
+static int take_mail(hs_net *net, int max, hs_msg *whole, hs_msg_piece *pieces) {
     uv_mutex_lock(&net->mu);
     int n = 0, kept = 0;
     for (int i = 0; i < net->n_mail; i++) {
         hs__mail *m = &net->mail[i];
-        if (n < max && is_whole(m)) {
-            out[n++] = (hs_msg){m->from, m->round, m->buf};
+        if (n < max && (!whole || is_whole(m))) {
+            if (whole)
+                whole[n++] = (hs_msg){m->from, m->round, m->buf};
+            else
+                pieces[n++] = (hs_msg_piece){m->from, m->round,
+                                             {m->buf, m->buf->data + m->skip,
+                                              m->buf->len - m->skip, m->off, m->total}};
             hs__peer *p = hs__peer_find(net, m->from);
             if (p)
                 p->mailbox_bytes -= m->buf->len;
@@ -507,32 +512,19 @@ static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
     return n;
 }
 
-/* Whole payloads and pieces alike, in the order they came (a sender's pieces arrive in the order
- * of their bytes: net/pieces.h). Taking them lets a sender held back for its share of the
- * mailbox be read again, so what waits here for an asynchronous reader stays within that share
- * (HS__PIECES_CAP for pieces) and a part. */
+/* Whole payloads only: an exchange read by drain() never hands up pieces (recv_piece turns
+ * them on). */
+static int ex_drain(hs_exchange *ex, hs_msg *out, int max) {
+    return take_mail(ex->impl, max, out, NULL);
+}
+
+/* Whole payloads and pieces alike (a sender's pieces arrive in the order of their bytes:
+ * net/pieces.h), so what waits here for an asynchronous reader stays within the sender's share
+ * of the mailbox (HS__PIECES_CAP for pieces) and a part. */
 static int ex_drain_pieces(hs_exchange *ex, hs_msg_piece *out, int max) {
     hs_net *net = ex->impl;
     __atomic_store_n(&net->tr.stream_data, 1, __ATOMIC_RELAXED);
-    uv_mutex_lock(&net->mu);
-    int n = 0, kept = 0;
-    for (int i = 0; i < net->n_mail; i++) {
-        hs__mail *m = &net->mail[i];
-        if (n < max) {
-            out[n++] = (hs_msg_piece){m->from, m->round,
-                                      {m->buf, m->buf->data + m->skip, m->buf->len - m->skip,
-                                       m->off, m->total}};
-            hs__peer *p = hs__peer_find(net, m->from);
-            if (p)
-                p->mailbox_bytes -= m->buf->len;
-        } else {
-            net->mail[kept++] = *m;
-        }
-    }
-    net->n_mail = kept;
-    mail_taken(net);
-    uv_mutex_unlock(&net->mu);
-    return n;
+    return take_mail(net, max, NULL, out);
 }
 
 static void ex_stats(hs_exchange *ex, hs_exchange_stats *out) {
