@@ -175,6 +175,17 @@ uint64_t hs__sgp_piece_at(const sgp_state *s, uint32_t from, uint64_t round) {
     return 0;
 }
 
+/* A share taken in full, dropped or abandoned: its buffers go with it (a block's 1 MiB), so
+ * what shares in pieces hold is bounded by the shares in progress, not by every sender this
+ * peer ever heard from (under churn, peers that left). */
+static void rx_end(sgp_rx *rx) {
+    rx->active = 0;
+    free(rx->head);
+    free(rx->blk);
+    rx->head = NULL;
+    rx->blk = NULL;
+}
+
 void hs__sgp_rx_free(sgp_state *s) {
     for (int i = 0; i < s->n_rx; i++) {
         free(s->rx[i].head);
@@ -281,7 +292,8 @@ int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
                     (unsigned long long)rx->total, (unsigned long long)round, s->nb - rx->b);
         if (!gather && !rx->head && !(rx->head = malloc(hs__sgp_head_len(s) + HS__CHDR)))
             return hs__err(HS_ENOMEM, "sgp: out of memory");
-        if (!gather && !rx->blk && !(rx->blk = malloc(sizeof(float) * HS__SGP_BLOCK)))
+        if (!gather && !rx->blk &&
+            !(rx->blk = malloc(sizeof(float) * (a->d < HS__SGP_BLOCK ? a->d : HS__SGP_BLOCK))))
             return hs__err(HS_ENOMEM, "sgp: out of memory for a block of a share");
         hs_buf_unref(rx->gather);
         *rx = (sgp_rx){from, round, 1, 0, pc->total, rx->head, 0, rx->blk, 0, 0, NULL};
@@ -291,7 +303,7 @@ int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
                     "a share's %llu",
                     (unsigned long long)round, from, (unsigned long long)pc->total,
                     (unsigned long long)most);
-            rx->active = 0;
+            rx_end(rx);
             return 0;
         }
         if (gather && hs_buf_new(&rx->gather, (size_t)pc->total) < 0)
@@ -322,11 +334,11 @@ int hs__sgp_add_piece(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
                 "its %zu blocks were added): %s",
                 (unsigned long long)round, from, (unsigned long long)rx->at,
                 (unsigned long long)rx->total, rx->b, s->nb, hs_error_message());
-        rx->active = 0;
+        rx_end(rx);
         return 0;
     }
     if (err == 1) {
-        rx->active = 0;
+        rx_end(rx);
         hs__sgp_share_done(a, r, from, round, nshares);
     }
     return err;

@@ -34,7 +34,8 @@ typedef struct sgp_rx {
     uint64_t at, total; /* bytes taken, of the message's total */
     uint8_t *head;      /* 1 + 8 nb + HS__CHDR bytes */
     size_t head_have;
-    uint8_t *blk; /* the block in progress's bytes (HS__SGP_BLOCK floats at most) */
+    uint8_t *blk; /* the block in progress's bytes (HS__SGP_BLOCK floats at most); head and blk
+                   * are freed when the share ends */
     size_t blk_have, b;
     hs_buf *gather; /* a share added whole (compressed, or on the device), as it comes */
 } sgp_rx;
