@@ -223,6 +223,7 @@ static int add_block(hs_algo *a, float *x, sgp_rx *rx, double *dis) {
     hs__sgp_add_run(x + first, rx->blk, n, 1.0 / s->w[b], 1.0 / wj, &e);
     *dis += e;
     s->w[b] += wj;
+    s->blocks_fed++;
     rx->b++;
     rx->blk_have = 0;
     return 0;

@@ -56,6 +56,7 @@ typedef struct sgp_state {
     hs_msg_piece *pcs; /* cap_msgs of them: what drain_pieces hands up */
     sgp_rx *rx;        /* shares in pieces, one a sender at most */
     int n_rx;
+    uint64_t blocks_fed; /* blocks added a block at a time from pieces: the path shares took */
     int lossless; /* the compressor reproduces its input exactly */
     /* Device mode (a->be): the kept part, a share and a decoded share in the backend's
      * memory; z and res stay the host's: eval_point and from_eval_point take a host x, their

@@ -332,7 +332,7 @@ static void run_pair(const char *spec, int pieces) {
         const sgp_state *sh = host.a[i]->priv, *sm = mixed.a[i]->priv;
         int fed = !strcmp(spec, "none");
         assert_true(sh->n_rx > 0 && sm->n_rx > 0);
-        if ((sh->rx[0].blk != NULL) != fed || (sm->rx[0].blk != NULL) != (fed && !mixed.on_dev[i]))
+        if ((sh->blocks_fed > 0) != fed || (sm->blocks_fed > 0) != (fed && !mixed.on_dev[i]))
             fail_msg("%s: peer %d took its shares by another path", spec, i);
     }
     printf("# sgp %s%s: %d peers of %zu values (%d blocks), %d rounds, peers 1, 2 on %s: x, z "
