@@ -205,7 +205,7 @@ int hs_algo_end(hs_algo *a, hs_exchange *ex, uint64_t r, float *x);
 typedef struct hs_algo_stats {
     uint64_t bytes_sent, bytes_recv; /* encoded payload bytes, cumulative */
     int missing;                     /* neighbours whose message of the last round did not come */
-    double push_weight;              /* SGP: w_i; 1 for the others */
+    double push_weight;              /* SGP: w_i, its blocks' smallest; 1 for the others */
     double disagreement;             /* a local estimate of the consensus distance, per parameter:
                                         ||avg_j v_j - v_i||^2 / d, the squared distance from this
                                         peer's model to the W-weighted average of the neighbours'
@@ -238,8 +238,9 @@ void hs_algo_get_stats(const hs_algo *a, hs_algo_stats *out);
 typedef void (*hs_algo_metric_fn)(void *ctx, const char *name, double v, int is_int);
 void hs_algo_metrics(const hs_algo *a, hs_algo_metric_fn emit, void *ctx);
 
-/* The push-sum weight a payload in flight carries (sgp's shares), 0 for any other payload:
- * lets a simulator count the mass of queued messages without knowing their layout. */
+/* The push-sum weight a payload in flight carries (sgp's shares: its first block's, which in the
+ * simulator, where shares are never cut, is every block's), 0 for any other payload: lets a
+ * simulator count the mass of queued messages without knowing their layout. */
 double hs_algo_payload_weight(const hs_buf *payload);
 
 /* Checkpoints and join snapshots: everything the algorithm needs to continue (replicas,
