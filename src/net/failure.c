@@ -240,6 +240,7 @@ void hs__mb_connect_needed(hs__mb *mb) {
 static void woke(hs__mb *mb, uint64_t now, uint64_t gap, uint64_t before) {
     mb->woke_us = now;
     mb->slept_ms = gap / 1000;
+    mb->woke_round = mb->env->round(mb->ctx);
     for (int k = 0; k < mb->n_peers; k++) {
         hs__mpeer *p = mb->peers[k];
         if (p->id != *mb->self && (!(p->left || p->gone) || p->departed_us > before))

@@ -6,11 +6,22 @@
  * Threading: loop thread. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error_internal.h"
 #include "net/transport.h"
 
-uint64_t hs__now_us(void) { return uv_hrtime() / 1000; }
+/* The boot-time clock where there is one: it goes on while the machine is suspended (a laptop's
+ * lid), which the monotonic clock does not, so that a suspend shows as the late tick of a
+ * process that slept (failure.c) and not as no time at all. */
+uint64_t hs__now_us(void) {
+#ifdef CLOCK_BOOTTIME
+    struct timespec ts;
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0)
+        return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+#endif
+    return uv_hrtime() / 1000;
+}
 
 static size_t frame_left(const hs__frame *f) { return f->wire - f->off; }
 

@@ -128,7 +128,9 @@ typedef struct hs__mb {
     uint64_t round_rate_t_us, round_rate_r;
     double round_rate; /* rounds per second, smoothed */
     uint64_t last_tick_us; /* the previous hs__mb_tick: a long gap means this process slept */
-    uint64_t woke_us, slept_ms; /* the last such sleep: when it ended and how long it lasted */
+    /* The last such sleep: when it ended (0: none, or the job vouched for this peer since:
+     * quorum.c), how long it lasted, the round it ended at. */
+    uint64_t woke_us, slept_ms, woke_round;
 
     int in_job;                           /* (mu) in touch with a majority */
     int removed;                          /* (mu) this peer was removed from the run */

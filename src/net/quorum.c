@@ -155,7 +155,47 @@ static void send_status(hs__mb *mb, hs__mpeer *p, int ok) {
 int hs__q_lost_asleep(hs__mb *mb, const hs__mpeer *p) {
     if (!p->unseen || !(p->left || p->gone))
         return 0;
-    return p->gone || p->known_round > mb->env->round(mb->ctx) + 1;
+    /* A member that said BYE named its round: at about this peer's, the job's end reached
+     * together, whatever its port says after. */
+    return p->left ? p->known_round > mb->env->round(mb->ctx) + 1 : p->gone;
+}
+
+/* The job vouches for this peer again after a sleep: the departures it finds from now on are
+ * witnessed as usual. Without this the marks of members it has no connection to (in a ring of
+ * 6 or more, all but its neighbours and the sequencer) would last the whole run, and a departure
+ * found long after a pause too short to be removed (a loaded machine) would strand it. */
+static void end_sleep(hs__mb *mb, const char *how) {
+    for (int k = 0; k < mb->n_peers; k++)
+        mb->peers[k]->unseen = 0;
+    mb->woke_us = 0;
+    HS_LOGD("back in the job after a stop of %llu ms: %s", (unsigned long long)mb->slept_ms, how);
+}
+
+/* Evidence that the job goes on with this peer, heard a quarter of a peer timeout after waking
+ * (seen_again clears a member's mark only then): as a member, the sequencer heard and saying it
+ * reaches a majority (a job that had removed this peer would have said so first, on the same
+ * connection); as the sequencer, a majority of the voters so heard. */
+static void vouched(hs__mb *mb, int seq_ok) {
+    if (!mb->woke_us)
+        return;
+    if (!mb->is_sequencer) {
+        hs__mpeer *s = hs__mb_find(mb, mb->sequencer);
+        if (s && s->conn && !s->dead && s->says_quorum && !s->unseen)
+            end_sleep(mb, "the sequencer says it reaches a majority");
+        return;
+    }
+    hs__mview *base = agreed(mb);
+    uint32_t voters = 0, fresh = 0;
+    for (uint32_t i = 0; seq_ok && base && i < base->m.n; i++) {
+        uint32_t id = base->m.m[i].id;
+        hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
+        if (p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p))
+            continue;
+        voters++;
+        fresh += !p || (p->conn && !p->dead && !p->unseen);
+    }
+    if (2 * fresh > voters)
+        end_sleep(mb, "a majority of its members heard since");
 }
 
 /* STRANDED: the agreed list's voters, less those lost while this peer slept, are no majority
@@ -188,10 +228,10 @@ static int stranded(hs__mb *mb) {
     else
         snprintf(what, sizeof(what), "%u of the job's %u members", lost, voters);
     snprintf(why, sizeof(why),
-             "this peer was stopped (or starved) for %llu ms, long enough for the job to remove "
-             "it, and woke at round %llu to find %s gone meanwhile (%s)%s: it cannot get back "
-             "into the job, and stops rather than train alone",
-             (unsigned long long)mb->slept_ms, (unsigned long long)mb->env->round(mb->ctx), what,
+             "this peer was stopped (or starved) for %llu ms, and woke at round %llu to find %s "
+             "gone meanwhile (%s)%s: it cannot get back into the job, and stops rather than train "
+             "alone",
+             (unsigned long long)mb->slept_ms, (unsigned long long)mb->woke_round, what,
              who, lost + 1 == voters ? "" : ", and those left are no majority");
     mb->env->lock(mb->ctx);
     mb->stranded = 1;
@@ -227,6 +267,8 @@ void hs__q_update(hs__mb *mb) {
     if (!handover)
         mb->handover_until_us = 0;
     in |= handover;
+    if (!removed && !handover)
+        vouched(mb, seq_ok);
     if (in != was) {
         mb->env->lock(mb->ctx);
         mb->in_job = in;

@@ -568,6 +568,18 @@ static void test_woke_to_a_job_gone(void **state) {
     assert_true(mb.stranded);
     assert_non_null(strstr(mb.stranded_why, "every other member of the job gone meanwhile (peer 2"));
     hs__mb_free(&mb);
+    /* Stopped; the sequencer heard a quarter of a peer timeout after waking, still saying it
+     * reaches a majority: the job vouches for this peer, every mark goes (peer 2's too, never
+     * heard), and members that crash later vote no more, as without the stop. */
+    woken(&mb, &f, 1);
+    ticks(&mb, &f, cfg.peer_timeout_ms / 400 + 1, 0, HS__ID_NONE);
+    assert_int_equal(mb.woke_us, 0);
+    assert_false(peer(&mb, 2)->m.unseen);
+    for (uint32_t i = 0; i < 3; i++)
+        gone(&mb, i);
+    assert_false(mb.stranded);
+    assert_true(mb.in_job);
+    hs__mb_free(&mb);
 }
 
 /* The sequencer's BYE at the end of a job is a handover, not a loss: its successor (the next
