@@ -23,16 +23,7 @@
 #include "hearsay/sim.h"
 #include "hearsay/topo.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
+#include "resident.h"
 
 /* 16 MiB and a little: a message of it is not kept in the algorithm's pool of small payloads
  * for reuse (HS__POOL_MAX_BYTES), as no model's of several GB is. */
@@ -139,15 +130,6 @@ static double weight(const hs_algo *a) {
  * than skipped, since cmocka's TAP output writes a skip as "not ok # SKIP", which meson counts
  * as a failure. */
 #if !SANITIZED
-/* Resident bytes of this process. */
-static double rss(void) {
-    long pages = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f && fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
-    if (f) fclose(f);
-    return (double)res * (double)sysconf(_SC_PAGESIZE);
-}
-
 /* Three rounds of the pair, both peers pushing before either pulls (each share in flight
  * meanwhile): beyond the two x, at most the two shares after the pushes (one vector each) and
  * nothing after the pulls, with 0.25 of a vector for the allocator's and the loader's noise. */

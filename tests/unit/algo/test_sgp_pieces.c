@@ -28,16 +28,7 @@
 #include "hearsay/sim.h"
 #include "hearsay/topo.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
+#include "resident.h"
 
 /* Two blocks and a half: block 2 is shorter than the others. */
 enum { D = (int)(2 * HS__SGP_BLOCK + HS__SGP_BLOCK / 2) };
@@ -432,14 +423,6 @@ static void test_share_completed_in_pieces_is_not_waited_for(void **state) {
 /* Not built under a sanitizer, whose allocator keeps freed blocks resident (left out, not
  * skipped: meson counts cmocka's skip as a failure). */
 #if !SANITIZED
-static double rss(void) {
-    long pages = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f && fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
-    if (f) fclose(f);
-    return (double)res * (double)sysconf(_SC_PAGESIZE);
-}
-
 /* A share of 16 blocks (16 MiB) half taken, then the rest: peer 0 holds one block of it (1 MiB)
  * meanwhile, not the half that came (gathered into a buffer of the share's size it would be
  * half a vector, as the runtime's whole messages were one). */
