@@ -192,7 +192,7 @@ static void vouched(hs__mb *mb, int seq_ok) {
         if (p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p))
             continue;
         voters++;
-        fresh += !p || (p->conn && !p->dead && !p->unseen);
+        fresh += id == *mb->self || (p && p->conn && !p->dead && !p->unseen);
     }
     if (2 * fresh > voters)
         end_sleep(mb, "a majority of its members heard since");
