@@ -64,6 +64,15 @@ static hs__mview *agreed(hs__mb *mb) {
     return mb->agreed;
 }
 
+/* Whether member i of list base votes, with *pp its peer (NULL for this one): not a member that
+ * left with BYE or whose port refused, unless it did so while this peer slept (lost asleep). */
+static int votes(hs__mb *mb, const hs__mview *base, uint32_t i, hs__mpeer **pp) {
+    uint32_t id = base->m.m[i].id;
+    hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
+    *pp = p;
+    return !(p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p));
+}
+
 /* Voting members of the agreed list, and those reached (live) or holding mv (acked): 1 when
  * they are a majority. */
 static int count(hs__mb *mb, const hs__mview *mv, uint32_t *got, uint32_t *voters) {
@@ -74,8 +83,8 @@ static int count(hs__mb *mb, const hs__mview *mv, uint32_t *got, uint32_t *voter
         return 0;
     for (uint32_t i = 0; i < base->m.n; i++) {
         uint32_t id = base->m.m[i].id;
-        hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
-        if (p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p))
+        hs__mpeer *p;
+        if (!votes(mb, base, i, &p))
             continue;
         (*voters)++;
         if (id == *mb->self)
@@ -187,12 +196,11 @@ static void vouched(hs__mb *mb, int seq_ok) {
     hs__mview *base = agreed(mb);
     uint32_t voters = 0, fresh = 0;
     for (uint32_t i = 0; seq_ok && base && i < base->m.n; i++) {
-        uint32_t id = base->m.m[i].id;
-        hs__mpeer *p = id == *mb->self ? NULL : hs__mb_find(mb, id);
-        if (p && (p->left || p->gone) && !hs__q_lost_asleep(mb, p))
+        hs__mpeer *p;
+        if (!votes(mb, base, i, &p))
             continue;
         voters++;
-        fresh += id == *mb->self || (p && p->conn && !p->dead && !p->unseen);
+        fresh += base->m.m[i].id == *mb->self || (p && p->conn && !p->dead && !p->unseen);
     }
     if (2 * fresh > voters)
         end_sleep(mb, "a majority of its members heard since");
@@ -206,10 +214,10 @@ static int stranded(hs__mb *mb) {
     char who[HS__REASON_MAX / 2] = "";
     size_t len = 0;
     for (uint32_t i = 0; base && i < base->m.n; i++) {
-        hs__mpeer *p = base->m.m[i].id == *mb->self ? NULL : hs__mb_find(mb, base->m.m[i].id);
-        int lost_p = p && hs__q_lost_asleep(mb, p);
-        if (p && (p->left || p->gone) && !lost_p)
+        hs__mpeer *p;
+        if (!votes(mb, base, i, &p))
             continue;
+        int lost_p = p && hs__q_lost_asleep(mb, p);
         voters++;
         if (!lost_p)
             continue;
