@@ -75,9 +75,9 @@ typedef struct hs__algo_ops {
     /* The point the gradient is taken at, when it is not x (hs_algo_eval_point, into the
      * algorithm's own z), and the same on n <= d host values, elementwise, z and x the caller's
      * from value `first` on (hs__algo_eval_range: the owner of x then keeps no vector of z of
-     * its own; SGP's weight is its block's); with the
-     * inverse on n values, which serves hs_algo_from_eval_point too (all of d). All three or
-     * none. With them the trainer keeps x apart from the model's parameters. */
+     * its own; SGP's weight is its block's); with the inverse on n values, which serves
+     * hs_algo_from_eval_point too (all of d). All three or none. With them the trainer keeps x
+     * apart from the model's parameters. */
     const float *(*eval_point)(hs_algo *a, const float *x);
     void (*eval_range)(const hs_algo *a, float *z, const float *x, size_t first, size_t n);
     void (*from_eval_range)(const hs_algo *a, float *z, size_t first, size_t n);
@@ -175,10 +175,10 @@ int hs__algo_eval_point_be(hs_algo *a, float *z, const float *x);
 int hs__algo_from_eval_point_be(hs_algo *a, float *x, const float *z);
 
 /* On the host, z[k] = the evaluation point of x[k] for k < n, x[0] being the model's value
- * `first` (hs_algo_eval_point's floats, into
- * the caller's memory: z = x where the algorithm evaluates at x; z may be x), and its inverse on
- * z in place (hs_algo_from_eval_point's): for an owner of x that keeps no z of its own (node/vec.c
- * under SGP), a block or the caller's vector at a time. */
+ * `first` (hs_algo_eval_point's floats, into the caller's memory: z = x where the algorithm
+ * evaluates at x; z may be x), and its inverse on z in place (hs_algo_from_eval_point's): for an
+ * owner of x that keeps no z of its own (node/vec.c under SGP), a block or the caller's vector
+ * at a time. */
 void hs__algo_eval_range(const hs_algo *a, float *z, const float *x, size_t first, size_t n);
 void hs__algo_from_eval_range(const hs_algo *a, float *z, size_t first, size_t n);
 

@@ -241,9 +241,7 @@ static void sgp_metrics(const hs_algo *a, hs_algo_metric_fn emit, void *ctx) {
 /* The weight share of a PUSH payload, its first block's (every block's, for a share that came
  * whole); the share's bytes are validated on receipt. */
 static double sgp_payload_weight(const uint8_t *p, size_t len) {
-    double w = 0;
-    if (len >= 9 && p[0] == HS_PAYLOAD_PUSH) memcpy(&w, p + 1, 8);
-    return w;
+    return len >= 9 && p[0] == HS_PAYLOAD_PUSH ? hs__sgp_weight(p, 0) : 0;
 }
 
 /* SGP's own checkpoint field, the last of the state: the push-sum weights (f64), one a block
@@ -284,8 +282,7 @@ static int sgp_load(hs_algo *a, const uint8_t **p, const uint8_t *end) {
 
 /* Whether shares are taken in pieces as they arrive, from an exchange that hands up pieces (the
  * network runtime's): block by block uncompressed on the host, gathered whole otherwise. */
-static int in_pieces(const hs_algo *a, const hs_exchange *ex) {
-    (void)a;
+static int in_pieces(const hs_exchange *ex) {
     return ex->ops->drain_pieces && ex->ops->recv_piece;
 }
 
@@ -363,7 +360,7 @@ static int sgp_push(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
         s->first_round = r;
         s->started = 1;
         /* From the first share on, large ones come in pieces (none taken yet). */
-        if (in_pieces(a, ex)) (void)ex->ops->drain_pieces(ex, s->pcs, 0);
+        if (in_pieces(ex)) (void)ex->ops->drain_pieces(ex, s->pcs, 0);
     }
     hs_peer_view v;
     int err = ex->ops->view(ex, r, &v);
@@ -460,7 +457,7 @@ static int take_piece(hs_algo *a, float *x, uint64_t r, const hs_msg_piece *m, d
 static int await_share(hs_algo *a, hs_exchange *ex, float *x, uint64_t r, uint32_t from,
                        uint64_t old, int ms, double *dis, int *nshares) {
     sgp_state *s = a->priv;
-    if (!in_pieces(a, ex)) {
+    if (!in_pieces(ex)) {
         hs_buf *b = NULL;
         int got = ex->ops->recv(ex, from, old, ms, &b);
         if (got < 0) return got;
@@ -492,7 +489,7 @@ static int sgp_pull(hs_algo *a, hs_exchange *ex, uint64_t r, float *x) {
     double dis = 0;
     int nshares = 0;
     /* Everything that has arrived, of any round (in pieces: what has of each share). */
-    int pieces = in_pieces(a, ex);
+    int pieces = in_pieces(ex);
     for (;;) {
         int n = pieces ? ex->ops->drain_pieces(ex, s->pcs, s->cap_msgs)
                        : ex->ops->drain(ex, s->msgs, s->cap_msgs);

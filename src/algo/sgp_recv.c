@@ -54,16 +54,10 @@ void hs__sgp_share_done(hs_algo *a, uint64_t r, uint32_t from, uint64_t round, i
  * first out of range, or nb when all are in. */
 static size_t bad_weight(const sgp_state *s, const uint8_t *p, double *wj) {
     for (size_t b = 0; b < s->nb; b++) {
-        memcpy(wj, p + 1 + 8 * b, 8);
+        *wj = hs__sgp_weight(p, b);
         if (!(*wj > 0.0 && *wj <= SGP_MAX_WEIGHT)) return b;
     }
     return s->nb;
-}
-
-static double weight_at(const uint8_t *p, size_t b) {
-    double w;
-    memcpy(&w, p + 1 + 8 * b, 8);
-    return w;
 }
 
 /* add_whole's decode and sum on the device: res = 0 + C(share), x = x + res (1 res is res),
@@ -120,12 +114,12 @@ int hs__sgp_add_whole(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
     double d2 = 0;
     int err;
     if (a->be) {
-        err = add_share_dev(a, x, from, round, msg, mlen, 1.0 / s->w[0], 1.0 / weight_at(p, 0),
+        err = add_share_dev(a, x, from, round, msg, mlen, 1.0 / s->w[0], 1.0 / hs__sgp_weight(p, 0),
                             &d2);
         if (err < 0) return err;
         if (err > 0) return 0;
     } else if (s->lossless) {
-        if ((err = hs__sgp_add_share(a, x, msg, mlen, s->w, p + 1, &d2)) < 0) {
+        if ((err = hs__sgp_add_share(a, x, msg, mlen, s->w, p, &d2)) < 0) {
             HS_LOGW("sgp: dropped a share from peer %u of round %llu: %s", from,
                     (unsigned long long)round, hs_error_message());
             return 0;
@@ -140,7 +134,7 @@ int hs__sgp_add_whole(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
             return 0;
         }
         for (size_t bk = 0, k = 0; bk < s->nb; bk++) {
-            double zi_scale = 1.0 / s->w[bk], zj_scale = 1.0 / weight_at(p, bk);
+            double zi_scale = 1.0 / s->w[bk], zj_scale = 1.0 / hs__sgp_weight(p, bk);
             for (size_t end = k + hs__sgp_block_len(a->d, bk); k < end; k++) {
                 double dz = s->res[k] * zj_scale - x[k] * zi_scale;
                 d2 += dz * dz;
@@ -149,7 +143,7 @@ int hs__sgp_add_whole(hs_algo *a, float *x, uint64_t r, uint32_t from, uint64_t 
         }
     }
     *dis += d2;
-    for (size_t bk = 0; bk < s->nb; bk++) s->w[bk] += weight_at(p, bk);
+    for (size_t bk = 0; bk < s->nb; bk++) s->w[bk] += hs__sgp_weight(p, bk);
     hs__sgp_share_done(a, r, from, round, nshares);
     return 0;
 }
@@ -188,8 +182,7 @@ static void rx_end(sgp_rx *rx) {
 
 void hs__sgp_rx_free(sgp_state *s) {
     for (int i = 0; i < s->n_rx; i++) {
-        free(s->rx[i].head);
-        free(s->rx[i].blk);
+        rx_end(&s->rx[i]);
         hs_buf_unref(s->rx[i].gather);
     }
     free(s->rx);
@@ -219,7 +212,7 @@ static int add_block(hs_algo *a, float *x, sgp_rx *rx, double *dis) {
     size_t b = rx->b, first = b * HS__SGP_BLOCK, n = hs__sgp_block_len(a->d, b);
     int err = hs__compress_f32_check(a->comp, rx->blk, n, first);
     if (err < 0) return err;
-    double wj = weight_at(rx->head, b), e = 0;
+    double wj = hs__sgp_weight(rx->head, b), e = 0;
     hs__sgp_add_run(x + first, rx->blk, n, 1.0 / s->w[b], 1.0 / wj, &e);
     *dis += e;
     s->w[b] += wj;

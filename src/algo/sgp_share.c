@@ -55,19 +55,16 @@ void hs__sgp_add_run(float *x, const uint8_t *v, size_t n, double zi, double zj,
 }
 
 int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, const double *wi,
-                      const uint8_t *wj, double *d2) {
+                      const uint8_t *head, double *d2) {
     const uint8_t *v;
     /* Header, length and every value checked before x is touched: a bad share changes
      * nothing. */
     int err = hs__compress_f32_values(a->comp, p, len, &v);
     if (err < 0) return err;
     double e = 0;
-    for (size_t k = 0, b = 0; k < a->d; k += HS__SGP_BLOCK, b++) {
-        double w;
-        memcpy(&w, wj + 8 * b, 8);
+    for (size_t k = 0, b = 0; k < a->d; k += HS__SGP_BLOCK, b++)
         hs__sgp_add_run(x + k, v + sizeof(float) * k, hs__sgp_block_len(a->d, b), 1.0 / wi[b],
-                        1.0 / w, &e);
-    }
+                        1.0 / hs__sgp_weight(head, b), &e);
     *d2 = e;
     return 0;
 }

@@ -15,9 +15,9 @@ int hs__sgp_put_share(const hs_algo *a, const float *x, float p, hs_buf *msg);
 /* Checks the compressor message p[0..len) whole (header, length, every value finite; an error,
  * x untouched, otherwise), then x += its share, as the decode into a zeroed vector and the sum
  * did; *d2 = sum_k (share_k zj - x_k zi)^2 before the sum (a statistic), zi = 1 / wi[b] and
- * zj = 1 / wj[b] for the push-sum block b of k (wj: the share's fp64 weights, unaligned). */
+ * zj = 1 / (weight b of the share whose head is at `head`) for the push-sum block b of k. */
 int hs__sgp_add_share(const hs_algo *a, float *x, const uint8_t *p, size_t len, const double *wi,
-                      const uint8_t *wj, double *d2);
+                      const uint8_t *head, double *d2);
 /* x[k] += the k-th of n checked little-endian fp32 values at v, k < n, as the decode into a
  * zeroed vector and the sum did; *e += (value zj - x[k] zi)^2 before the sum, in order. */
 void hs__sgp_add_run(float *x, const uint8_t *v, size_t n, double zi, double zj, double *e);

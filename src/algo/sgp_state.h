@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "algo/algo_internal.h"
 
@@ -75,6 +76,12 @@ static inline size_t hs__sgp_block_len(size_t d, size_t b) {
 sender *hs__sgp_sender(sgp_state *s, uint32_t id, uint64_t first_round);
 /* Bytes before a share's compressor message: the type and one fp64 weight a block. */
 static inline size_t hs__sgp_head_len(const sgp_state *s) { return 1 + 8 * s->nb; }
+/* Weight b of the share whose head (its type byte first) is at p: fp64, unaligned. */
+static inline double hs__sgp_weight(const uint8_t *p, size_t b) {
+    double w;
+    memcpy(&w, p + 1 + 8 * b, 8);
+    return w;
+}
 
 /* Adds one whole arrived share p[0..len) to (x, w): *dis += its disagreement, ++*nshares. A
  * malformed share is dropped with a warning (0): its mass is lost, but no state is touched by

@@ -263,9 +263,10 @@ int hs_node_step(hs_node *n, float *x, size_t d) {
          * whose optimizer steps the de-biased parameters. Unscaled, z moved by the change / w:
          * a 14x step at the w 0.07 of a peer that shares reached late (issue 19). z_prev is the
          * z of x, given back at the last call; a block of it at a time. */
-        float t[1024];
-        for (size_t k = 0; k < d; k += 1024) {
-            size_t m = d - k < 1024 ? d - k : 1024;
+        enum { RUN = 1024 }; /* values of z on the stack at a time */
+        float t[RUN];
+        for (size_t k = 0; k < d; k += RUN) {
+            size_t m = d - k < RUN ? d - k : RUN;
             hs__algo_eval_range(v->algo, t, v->x + k, k, m);
             for (size_t i = 0; i < m; i++) t[i] = x[k + i] - t[i];
             hs__algo_from_eval_range(v->algo, t, k, m);
