@@ -19,6 +19,7 @@
 #define CK_VERSION 5u
 /* Version 4 lacks the job's first round; it is still read (hearsay/checkpoint.h). */
 #define CK_VERSION_OLD 4u
+#define CK_VERSION_READ(v) ((v) == CK_VERSION || (v) == CK_VERSION_OLD) /* what this build reads */
 #define CK_LIST_MAX 256
 #define CK_NAME_MAX 64
 
@@ -153,7 +154,7 @@ static int read_head(const char *path, uint64_t *round, uint64_t *tl) {
     uint32_t ver;
     if (n < sizeof(h)) return -1;
     memcpy(&ver, h + 4, 4);
-    if (memcmp(h, CK_MAGIC, 4) != 0 || (ver != CK_VERSION && ver != CK_VERSION_OLD)) return -1;
+    if (memcmp(h, CK_MAGIC, 4) != 0 || !CK_VERSION_READ(ver)) return -1;
     memcpy(round, h + 8, 8);
     memcpy(tl, h + 32, 8);
     return 0;
@@ -334,7 +335,7 @@ int hs_checkpoint_read(const char *path, const char *sig, hs_checkpoint *ck) {
     }
     uint32_t ver;
     memcpy(&ver, d + 4, 4);
-    if (ver != CK_VERSION && ver != CK_VERSION_OLD) {
+    if (!CK_VERSION_READ(ver)) {
         err = hs__err(HS_EFORMAT, "%s: version %u (this build reads %u and %u)", path, ver,
                       CK_VERSION_OLD, CK_VERSION);
         goto fail;
